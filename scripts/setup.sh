@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs everything pagedllm needs to build and test on Debian 12, by package name.
+# Idempotent: when every package is already installed it only checks and returns.
+set -euo pipefail
+
+packages=(
+  # toolchain
+  cmake ninja-build g++ pkg-config git file
+  # libraries of core and the plugins
+  libboost-dev libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
+  libopenblas-dev libpcre2-dev
+  # tests
+  catch2
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs the whole test suite: the README's test command and
+# what CI runs. A normal build first, then the same suite under ASan+UBSan.
+# Usage: scripts/test.sh [--no-sanitize] [extra ctest arguments...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sanitize=1
+if [[ ${1:-} == --no-sanitize ]]; then sanitize=0; shift; fi
+
+scripts/setup.sh
+
+jobs=$(nproc)
+build() {  # build <dir> <extra cmake args...>
+  local dir=$1; shift
+  cmake -S . -B "$dir" -G Ninja -DPAGEDLLM_WERROR=ON "$@" >/dev/null
+  cmake --build "$dir" --parallel "$jobs"
+}
+run_tests() {  # run_tests <dir> <ctest args...>
+  local dir=$1; shift
+  ctest --test-dir "$dir" --output-on-failure --parallel "$jobs" "$@"
+}
+
+echo "== build (RelWithDebInfo)"
+build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+echo "== tests"
+run_tests build "$@"
+
+if ((sanitize)); then
+  echo "== build (ASan+UBSan)"
+  build build-asan -DCMAKE_BUILD_TYPE=Debug -DPAGEDLLM_SANITIZE=ON -DPAGEDLLM_ENABLE_CUDA=OFF
+  echo "== tests under ASan+UBSan"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 run_tests build-asan "$@"
+fi
