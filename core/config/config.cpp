@@ -1,0 +1,201 @@
+#include "core/config/config.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "core/common/logging.h"
+#include "core/config/config_error.h"
+#include "core/config/config_overrides.h"
+#include "core/config/yaml_reader.h"
+
+namespace pagedllm {
+
+namespace fs = std::filesystem;
+
+std::string DeviceConfig::str() const {
+  switch (type) {
+    case DeviceType::kCpu: return "cpu";
+    case DeviceType::kCuda: return fmt::format("cuda:{}", index);
+  }
+  return "invalid";
+}
+
+namespace {
+
+constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
+
+// Relative paths from the file are anchored at the file's directory, those
+// from --set at the working directory: each is relative to where it was written.
+fs::path resolve_path(const std::string& value, const YamlMapReader& reader, std::string_view key) {
+  fs::path p(value);
+  if (p.is_absolute() || reader.sources().is_override(reader.key_path(key))) return p;
+  return (reader.sources().file().parent_path() / p).lexically_normal();
+}
+
+PluginSlot read_plugin_slot(YamlMapReader& section, const std::string& key_path) {
+  PluginSlot slot;
+  slot.key_path = key_path;
+  slot.plugin = section.require_string("plugin");
+  if (slot.plugin.find('/') != std::string::npos) slot.plugin = resolve_path(slot.plugin, section, "plugin").string();
+  slot.options = section.get_json_object("options");
+  return slot;
+}
+
+DeviceConfig read_device(YamlMapReader& root) {
+  const std::string text = root.get_string("device", "cpu");
+  DeviceConfig device;
+  if (text == "cpu") return device;
+  if (text == "cuda") {
+    device.type = DeviceType::kCuda;
+    return device;
+  }
+  if (text.starts_with("cuda:")) {
+    const std::string ordinal = text.substr(5);
+    if (!ordinal.empty() && ordinal.size() < 4 && ordinal.find_first_not_of("0123456789") == std::string::npos) {
+      device.type = DeviceType::kCuda;
+      device.index = std::stoi(ordinal);
+      return device;
+    }
+  }
+  root.fail("device", fmt::format("must be cpu, cuda or cuda:N, got \"{}\"", text));
+}
+
+CacheConfig read_cache(YamlMapReader section) {
+  CacheConfig c;
+  c.block_size = static_cast<int>(section.get_int("block_size", c.block_size, 1, 1024));
+  if ((c.block_size & (c.block_size - 1)) != 0) {
+    section.fail("block_size", fmt::format("must be a power of two, got {}", c.block_size));
+  }
+  c.gpu_memory_utilization = section.get_double("gpu_memory_utilization", c.gpu_memory_utilization, 0.01, 1.0);
+  c.kv_cache_bytes = section.get_bytes("kv_cache_bytes", c.kv_cache_bytes);
+  c.swap_space_bytes = section.get_bytes("swap_space", c.swap_space_bytes);
+  c.enable_prefix_caching = section.get_bool("enable_prefix_caching", c.enable_prefix_caching);
+  c.watermark = section.get_double("watermark", c.watermark, 0.0, 0.5);
+  section.finish();
+  return c;
+}
+
+SchedulerConfig read_scheduler(YamlMapReader section) {
+  SchedulerConfig s;
+  s.max_num_seqs = static_cast<int>(section.get_int("max_num_seqs", s.max_num_seqs, 1, 65536));
+  s.max_num_batched_tokens =
+      static_cast<int>(section.get_int("max_num_batched_tokens", s.max_num_batched_tokens, 1, kMaxInt));
+  s.max_model_len = static_cast<int>(section.get_int("max_model_len", s.max_model_len, 0, kMaxInt));
+  s.enable_chunked_prefill = section.get_bool("enable_chunked_prefill", s.enable_chunked_prefill);
+  s.max_num_partial_prefills =
+      static_cast<int>(section.get_int("max_num_partial_prefills", s.max_num_partial_prefills, 1, 1024));
+  s.long_prefill_token_threshold =
+      static_cast<int>(section.get_int("long_prefill_token_threshold", s.long_prefill_token_threshold, 0, kMaxInt));
+  s.preemption_mode = section.get_choice("preemption_mode", "recompute", {"recompute", "swap"}) == "swap"
+                          ? PreemptionMode::kSwap
+                          : PreemptionMode::kRecompute;
+  s.policy = section.get_choice("policy", "fcfs", {"fcfs", "priority"}) == "priority" ? SchedulingPolicy::kPriority
+                                                                                      : SchedulingPolicy::kFcfs;
+  if (!s.enable_chunked_prefill && s.max_model_len > s.max_num_batched_tokens) {
+    section.fail("max_num_batched_tokens",
+                 fmt::format("is {}, smaller than max_model_len {}: without chunked prefill a whole prompt must "
+                             "fit in one step. Raise it or enable chunked prefill",
+                             s.max_num_batched_tokens, s.max_model_len));
+  }
+  section.finish();
+  return s;
+}
+
+ServerConfig read_server(YamlMapReader section) {
+  ServerConfig s;
+  s.host = section.get_string("host", s.host);
+  s.port = static_cast<int>(section.get_int("port", s.port, 0, 65535));
+  s.api_key = section.get_optional_string("api_key");
+  if (s.api_key && s.api_key->empty()) section.fail("api_key", "must not be empty (leave it out, or null, for no key)");
+  section.finish();
+  return s;
+}
+
+HostConfig read_root(const YAML::Node& root_node, SourceMap sources) {
+  HostConfig config;
+  config.sources = std::move(sources);
+  YamlMapReader root(root_node, "", config.sources);
+
+  {
+    if (!root.is_set("model")) root.fail("model", "is required (model: {plugin: ..., path: ...})");
+    YamlMapReader model = root.child("model");
+    config.model.plugin = read_plugin_slot(model, "model");
+    config.model.path = resolve_path(model.require_string("path"), model, "path");
+    config.model.dtype = model.get_choice("dtype", "auto", {"auto", "f32", "f16", "bf16"});
+    model.finish();
+  }
+  config.device = read_device(root);
+  {
+    if (!root.is_set("attention")) root.fail("attention", "is required (attention: {plugin: ...})");
+    YamlMapReader attention = root.child("attention");
+    config.attention = read_plugin_slot(attention, "attention");
+    attention.finish();
+  }
+  {
+    if (!root.is_set("sampler")) root.fail("sampler", "is required (sampler: {plugin: sampler})");
+    YamlMapReader sampler = root.child("sampler");
+    config.sampler = read_plugin_slot(sampler, "sampler");
+    sampler.finish();
+  }
+  YamlMapReader spec = root.child("speculative");
+  if (root.is_set("speculative")) {
+    SpeculativeConfig s;
+    s.plugin = read_plugin_slot(spec, "speculative");
+    s.draft = resolve_path(spec.require_string("draft"), spec, "draft");
+    s.num_speculative_tokens = static_cast<int>(spec.get_int("num_speculative_tokens", 4, 1, 16));
+    spec.finish();
+    config.speculative = std::move(s);
+  }
+  config.cache = read_cache(root.child("cache"));
+  config.scheduler = read_scheduler(root.child("scheduler"));
+  config.server = read_server(root.child("server"));
+  {
+    YamlMapReader plugins = root.child("plugins");
+    const std::vector<std::string> paths = plugins.get_string_list("search_paths");
+    for (std::size_t i = 0; i < paths.size(); ++i) {
+      config.plugin_search_paths.push_back(resolve_path(paths[i], plugins, "search_paths"));
+    }
+    plugins.finish();
+  }
+  {
+    YamlMapReader logging = root.child("logging");
+    config.log_level = logging.get_choice("level", "info", {"trace", "debug", "info", "warn", "error", "off"});
+    logging.finish();
+  }
+  root.finish();
+  return config;
+}
+
+}  // namespace
+
+HostConfig parse_config(const std::string& yaml_text, const fs::path& file, const std::vector<std::string>& overrides) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: not valid YAML: {}", file.string(), e.mark.line + 1, e.mark.column + 1,
+                                  e.msg));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("{}: not valid YAML: {}", file.string(), e.msg));
+  }
+  SourceMap sources(file);
+  sources.record_file_nodes(root, "");
+  for (const auto& override_text : overrides) apply_override(root, override_text, sources);
+  return read_root(root, std::move(sources));
+}
+
+HostConfig load_config(const fs::path& file, const std::vector<std::string>& overrides) {
+  std::ifstream in(file);
+  if (!in) throw ConfigError(fmt::format("{}: cannot read the config file: {}", file.string(), std::strerror(errno)));
+  std::stringstream text;
+  text << in.rdbuf();
+  return parse_config(text.str(), file, overrides);
+}
+
+}  // namespace pagedllm

@@ -1,0 +1,78 @@
+#pragma once
+// The host configuration: YAML -> typed, validated config. Unknown keys, wrong
+// types and impossible values are ConfigErrors naming file, line and key path.
+// Relative paths in the file are relative to the file's directory; relative
+// paths given with --set are relative to the working directory.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config/engine_config.h"
+#include "core/config/source_map.h"
+
+namespace pagedllm {
+
+enum class DeviceType { kCpu, kCuda };
+
+struct DeviceConfig {
+  DeviceType type = DeviceType::kCpu;
+  int index = 0;
+  std::string str() const;  // "cpu", "cuda:0"
+};
+
+// A config slot naming a plugin and the options handed to it.
+struct PluginSlot {
+  std::string plugin;  // a name ("attention_cpu") or a path to a .so
+  nlohmann::json options = nlohmann::json::object();
+  std::string key_path;  // where the slot is in the config ("attention")
+};
+
+struct ModelConfig {
+  PluginSlot plugin;
+  std::filesystem::path path;
+  std::string dtype = "auto";  // auto | f32 | f16 | bf16
+};
+
+struct SpeculativeConfig {
+  PluginSlot plugin;
+  std::filesystem::path draft;
+  int num_speculative_tokens = 4;
+};
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::optional<std::string> api_key;
+};
+
+struct HostConfig {
+  ModelConfig model;
+  DeviceConfig device;
+  PluginSlot attention;
+  PluginSlot sampler;
+  std::optional<SpeculativeConfig> speculative;
+  CacheConfig cache;
+  SchedulerConfig scheduler;
+  ServerConfig server;
+  std::vector<std::filesystem::path> plugin_search_paths;
+  std::string log_level = "info";
+
+  // Where every key came from, for errors found after loading.
+  SourceMap sources;
+};
+
+// Loads `file`, applies the --set overrides ("a.b.c=value", value in YAML
+// syntax) and validates. Throws ConfigError.
+HostConfig load_config(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
+
+// The same from YAML text (tests); `file` names it in messages and anchors
+// relative paths.
+HostConfig parse_config(const std::string& yaml_text, const std::filesystem::path& file,
+                        const std::vector<std::string>& overrides = {});
+
+}  // namespace pagedllm

@@ -1,0 +1,36 @@
+#pragma once
+// The services table (pllm_host_api) the host gives one plugin: its log
+// messages go to a spdlog logger named after the plugin, its progress reports
+// to the host's progress display.
+
+#include <memory>
+#include <string>
+
+#include <spdlog/logger.h>
+
+#include "pagedllm/sdk/host.h"
+
+namespace pagedllm {
+
+class HostServices {
+ public:
+  explicit HostServices(const std::string& plugin_name);
+  HostServices(const HostServices&) = delete;
+  HostServices& operator=(const HostServices&) = delete;
+
+  // Valid as long as this object; `context` points back at it.
+  const pllm_host_api* api() const { return &api_; }
+
+ private:
+  static void log(void* context, pllm_log_level level, const char* message);
+  static int32_t log_enabled(void* context, pllm_log_level level);
+  static void progress(void* context, const char* task, uint64_t done, uint64_t total);
+
+  std::shared_ptr<spdlog::logger> logger_;
+  pllm_host_api api_{};
+  // Last progress percentage reported per task, so progress is logged in steps.
+  std::string last_task_;
+  int last_percent_ = -1;
+};
+
+}  // namespace pagedllm

@@ -1,0 +1,202 @@
+#include "core/plugin/plugin_library.h"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstring>
+#include <fstream>
+#include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "core/common/logging.h"
+#include "core/plugin/plugin_error.h"
+#include "core/plugin/plugin_kind.h"
+
+namespace pagedllm {
+
+namespace fs = std::filesystem;
+
+std::string_view plugin_kind_name(pllm_plugin_kind kind) {
+  switch (kind) {
+    case PLLM_PLUGIN_KIND_ATTENTION: return "attention";
+    case PLLM_PLUGIN_KIND_MODEL: return "model";
+    case PLLM_PLUGIN_KIND_SAMPLER: return "sampler";
+    case PLLM_PLUGIN_KIND_SPECULATOR: return "speculator";
+    case PLLM_PLUGIN_KIND_INVALID: return "invalid";
+  }
+  return "unknown";
+}
+
+namespace {
+
+// The size of each struct as SDK 1.0 defined it: the smallest a plugin of this
+// major may declare. Later minors append fields; these numbers never change.
+constexpr std::size_t end_of(std::size_t offset, std::size_t size) { return offset + size; }
+constexpr std::size_t kDescriptorSize_1_0 =
+    end_of(offsetof(pllm_plugin_descriptor, kind_api), sizeof(const void*));
+constexpr std::size_t kAttentionApiSize_1_0 =
+    end_of(offsetof(pllm_attention_api, copy_blocks), sizeof(void*));
+constexpr std::size_t kModelApiSize_1_0 = end_of(offsetof(pllm_model_api, get_tensor), sizeof(void*));
+constexpr std::size_t kSamplerApiSize_1_0 =
+    end_of(offsetof(pllm_sampler_api, probabilities), sizeof(void*));
+constexpr std::size_t kSpeculatorApiSize_1_0 =
+    end_of(offsetof(pllm_speculator_api, verify), sizeof(void*));
+
+[[noreturn]] void refuse(const fs::path& file, const std::string& message) {
+  throw PluginLoadError(fmt::format("{}: {}", file.string(), message));
+}
+
+// dlopen's message for a text file is "invalid ELF header"; say it plainly.
+void require_elf_shared_object(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) refuse(file, "no such file");
+  if (!fs::is_regular_file(file, ec)) refuse(file, "not a regular file");
+  std::ifstream in(file, std::ios::binary);
+  std::array<char, 18> header{};
+  in.read(header.data(), header.size());
+  const bool elf = in.gcount() >= 18 && std::memcmp(header.data(), "\x7f" "ELF", 4) == 0;
+  // e_type at offset 16: 3 = ET_DYN (shared object). Little-endian on every
+  // platform this host supports.
+  const bool shared = elf && header[16] == 3 && header[17] == 0;
+  if (!shared) {
+    refuse(file, std::string("not a plugin: the file is not an ELF shared object") +
+                     (elf ? " (it is an ELF file of another type)" : "") +
+                     ". A plugin is a .so built with pagedllm_add_plugin() (see sdk/README.md)");
+  }
+}
+
+// Copies the plugin's table into a zeroed host-sized one. Refuses a table
+// smaller than SDK 1.0's or a required slot left NULL.
+template <class Api>
+Api normalised_table(const fs::path& file, const std::string& name, const void* raw,
+                     std::size_t minimum_size) {
+  if (!raw) refuse(file, fmt::format("plugin '{}' has no function table", name));
+  const auto declared = static_cast<const Api*>(raw)->struct_size;
+  if (declared < minimum_size) {
+    refuse(file, fmt::format("plugin '{}' declares a function table of {} bytes, smaller than "
+                             "SDK 1.0's {}: it is corrupt or was not built with the pagedllm SDK. "
+                             "Rebuild it against SDK {}",
+                             name, declared, minimum_size, kHostSdkVersion.str()));
+  }
+  Api table{};
+  std::memcpy(static_cast<void*>(&table), raw, std::min<std::size_t>(declared, sizeof(Api)));
+  return table;
+}
+
+void require_slots(const fs::path& file, const std::string& name,
+                   std::initializer_list<std::pair<const char*, bool>> slots) {
+  for (const auto& [slot, present] : slots) {
+    if (!present) refuse(file, fmt::format("plugin '{}' leaves the required function '{}' unset", name, slot));
+  }
+}
+
+}  // namespace
+
+PluginLibrary::PluginLibrary(fs::path file, boost::dll::shared_library library)
+    : file_(std::move(file)), library_(std::move(library)) {}
+
+PluginLibrary::~PluginLibrary() {
+  if (initialised_ && descriptor_->shutdown) descriptor_->shutdown();
+}
+
+std::shared_ptr<PluginLibrary> PluginLibrary::load(const fs::path& file, SdkVersion host_sdk) {
+  require_elf_shared_object(file);
+
+  boost::dll::shared_library library;
+  try {
+    // RTLD_LOCAL: two plugins never resolve symbols against each other.
+    library.load(file, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    refuse(file, fmt::format("cannot be loaded: {}. Check that it was built for this machine and "
+                             "that the libraries it needs are installed (ldd {})",
+                             e.what(), file.string()));
+  }
+  if (!library.has(PLLM_PLUGIN_ENTRY_SYMBOL)) {
+    refuse(file, "not a pagedllm plugin: it does not export '" PLLM_PLUGIN_ENTRY_SYMBOL
+                 "'. Export the plugin with PAGEDLLM_PLUGIN(...) from <pagedllm/sdk.hpp>");
+  }
+  auto entry = library.get<const pllm_plugin_descriptor*()>(PLLM_PLUGIN_ENTRY_SYMBOL);
+
+  std::shared_ptr<PluginLibrary> plugin(new PluginLibrary(file, std::move(library)));
+  const pllm_plugin_descriptor* d = entry();
+  if (!d) refuse(file, "'" PLLM_PLUGIN_ENTRY_SYMBOL "' returned no descriptor");
+  if (d->struct_size < kDescriptorSize_1_0) {
+    refuse(file, fmt::format("its descriptor is {} bytes, smaller than SDK 1.0's {}: it is corrupt "
+                             "or was not built with the pagedllm SDK",
+                             d->struct_size, kDescriptorSize_1_0));
+  }
+  const std::string name = d->name ? d->name : "";
+  if (name.empty()) refuse(file, "its descriptor has no name");
+  const SdkVersion plugin_sdk{d->sdk_major, d->sdk_minor};
+  if (plugin_sdk.major != host_sdk.major) {
+    refuse(file, fmt::format("plugin '{}' was built against pagedllm SDK {}, but this host implements "
+                             "SDK {}; a host loads only plugins of its own major version {}. Rebuild "
+                             "the plugin against SDK {}.x (the headers installed with this host)",
+                             name, plugin_sdk.str(), host_sdk.str(), host_sdk.major, host_sdk.major));
+  }
+  if (plugin_sdk.minor > host_sdk.minor) {
+    refuse(file, fmt::format("plugin '{}' was built against pagedllm SDK {}, newer than this host's SDK "
+                             "{}; a host loads plugins of SDK {}.0 to {}. Upgrade the host to SDK {} or "
+                             "later, or rebuild the plugin against SDK {}",
+                             name, plugin_sdk.str(), host_sdk.str(), host_sdk.major, host_sdk.str(),
+                             plugin_sdk.str(), host_sdk.str()));
+  }
+  if (!d->version) refuse(file, fmt::format("plugin '{}' has no version", name));
+  if (!d->init || !d->validate_options) {
+    refuse(file, fmt::format("plugin '{}' leaves init or validate_options unset", name));
+  }
+
+  switch (d->kind) {
+    case PLLM_PLUGIN_KIND_ATTENTION: {
+      auto t = normalised_table<pllm_attention_api>(file, name, d->kind_api, kAttentionApiSize_1_0);
+      require_slots(file, name, {{"create", t.create}, {"destroy", t.destroy},
+                                 {"bytes_per_block", t.bytes_per_block}, {"allocate_cache", t.allocate_cache},
+                                 {"plan", t.plan}, {"run", t.run}, {"swap_out", t.swap_out},
+                                 {"swap_in", t.swap_in}, {"copy_blocks", t.copy_blocks}});
+      plugin->table_ = t;
+      break;
+    }
+    case PLLM_PLUGIN_KIND_MODEL: {
+      auto t = normalised_table<pllm_model_api>(file, name, d->kind_api, kModelApiSize_1_0);
+      require_slots(file, name, {{"create", t.create}, {"destroy", t.destroy},
+                                 {"get_info", t.get_info}, {"forward", t.forward}});
+      plugin->table_ = t;
+      break;
+    }
+    case PLLM_PLUGIN_KIND_SAMPLER: {
+      auto t = normalised_table<pllm_sampler_api>(file, name, d->kind_api, kSamplerApiSize_1_0);
+      require_slots(file, name, {{"create", t.create}, {"destroy", t.destroy}, {"sample", t.sample}});
+      plugin->table_ = t;
+      break;
+    }
+    case PLLM_PLUGIN_KIND_SPECULATOR: {
+      auto t = normalised_table<pllm_speculator_api>(file, name, d->kind_api, kSpeculatorApiSize_1_0);
+      require_slots(file, name, {{"create", t.create}, {"destroy", t.destroy}, {"get_info", t.get_info},
+                                 {"propose", t.propose}, {"verify", t.verify}});
+      plugin->table_ = t;
+      break;
+    }
+    case PLLM_PLUGIN_KIND_INVALID:
+      refuse(file, fmt::format("plugin '{}' declares no kind", name));
+  }
+  if (std::holds_alternative<std::monostate>(plugin->table_)) {
+    refuse(file, fmt::format("plugin '{}' declares an unknown kind {}", name, static_cast<int>(d->kind)));
+  }
+
+  plugin->descriptor_ = d;
+  plugin->host_services_ = std::make_unique<HostServices>(name);
+  pllm_error error{};
+  const pllm_status status = d->init(plugin->host_services_->api(), &error);
+  if (status != PLLM_OK) {
+    refuse(file, fmt::format("plugin '{}' failed to initialise ({}): {}", name, pllm_status_name(status),
+                             error.message));
+  }
+  plugin->initialised_ = true;
+  host_log().debug("loaded plugin '{}' {} ({} plugin, SDK {}) from {}", name, d->version,
+                   plugin_kind_name(d->kind), plugin_sdk.str(), file.string());
+  return plugin;
+}
+
+}  // namespace pagedllm

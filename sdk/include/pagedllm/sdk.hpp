@@ -1,0 +1,9 @@
+#pragma once
+// The pagedllm plugin SDK for C++ plugin authors: the C ABI plus header-only
+// helpers. See sdk/README.md.
+
+#include "pagedllm/sdk.h"
+#include "pagedllm/sdk/cpp/error.hpp"
+#include "pagedllm/sdk/cpp/host.hpp"
+#include "pagedllm/sdk/cpp/options.hpp"
+#include "pagedllm/sdk/cpp/plugin.hpp"

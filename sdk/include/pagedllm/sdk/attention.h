@@ -1,0 +1,71 @@
+#ifndef PAGEDLLM_SDK_ATTENTION_H
+#define PAGEDLLM_SDK_ATTENTION_H
+
+#include <stdint.h>
+
+#include "pagedllm/sdk/batch.h"
+#include "pagedllm/sdk/status.h"
+#include "pagedllm/sdk/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An attention backend owns the physical KV cache (layout and memory) and the
+ * kernels that read and write it. Per step core calls plan() once and the model
+ * calls run() once per layer (plan/run split: metadata prepared once, cheap
+ * per-layer calls). */
+typedef struct pllm_attention_backend pllm_attention_backend;
+
+typedef struct pllm_attention_create_args {
+  uint32_t struct_size;
+  const char* options_json; /* the plugin's options, already validated */
+  pllm_device device;
+} pllm_attention_create_args;
+
+/* Inputs of one layer. query/key/value/output are on the backend's device.
+ * key and value hold the new tokens' K/V: run() writes them into the cache by
+ * the planned slot mapping, then attends over each sequence's whole context
+ * (causal inside its new tokens). */
+typedef struct pllm_attention_layer_args {
+  uint32_t struct_size;
+  pllm_tensor query;  /* [num_tokens, num_heads, head_dim] */
+  pllm_tensor key;    /* [num_tokens, num_kv_heads, head_dim] */
+  pllm_tensor value;  /* [num_tokens, num_kv_heads, head_dim] */
+  pllm_tensor output; /* [num_tokens, num_heads, head_dim] */
+  float scale;        /* softmax scale, usually 1/sqrt(head_dim) */
+  void* stream;       /* the device stream to run on (cudaStream_t); NULL on the CPU */
+} pllm_attention_layer_args;
+
+typedef struct pllm_attention_api {
+  uint32_t struct_size;
+  pllm_status (*create)(const pllm_attention_create_args* args, pllm_attention_backend** out,
+                        pllm_error* error);
+  void (*destroy)(pllm_attention_backend* self);
+  /* Device bytes one block takes across all layers, K and V. */
+  pllm_status (*bytes_per_block)(pllm_attention_backend* self, const pllm_kv_cache_spec* spec,
+                                 uint64_t* out_bytes, pllm_error* error);
+  /* Allocates the cache: device blocks [0, num_device_blocks) and host swap
+   * blocks [0, num_host_blocks). Called once, before any step. */
+  pllm_status (*allocate_cache)(pllm_attention_backend* self, const pllm_kv_cache_spec* spec,
+                                int64_t num_device_blocks, int64_t num_host_blocks,
+                                pllm_error* error);
+  /* Prepares a step; `batch` stays valid until the step's last run(). */
+  pllm_status (*plan)(pllm_attention_backend* self, const pllm_batch* batch, pllm_error* error);
+  pllm_status (*run)(pllm_attention_backend* self, int32_t layer,
+                     const pllm_attention_layer_args* args, pllm_error* error);
+  /* Block operations core issues before a step's plan(), in this order:
+   * swap_out (device -> host), swap_in (host -> device), copy (device -> device). */
+  pllm_status (*swap_out)(pllm_attention_backend* self, const pllm_block_copy* pairs,
+                          int64_t count, pllm_error* error);
+  pllm_status (*swap_in)(pllm_attention_backend* self, const pllm_block_copy* pairs,
+                         int64_t count, pllm_error* error);
+  pllm_status (*copy_blocks)(pllm_attention_backend* self, const pllm_block_copy* pairs,
+                             int64_t count, pllm_error* error);
+} pllm_attention_api;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

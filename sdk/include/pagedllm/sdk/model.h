@@ -1,0 +1,81 @@
+#ifndef PAGEDLLM_SDK_MODEL_H
+#define PAGEDLLM_SDK_MODEL_H
+
+#include <stdint.h>
+
+#include "pagedllm/sdk/attention.h"
+#include "pagedllm/sdk/batch.h"
+#include "pagedllm/sdk/status.h"
+#include "pagedllm/sdk/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A model plugin owns the weights and the forward pass of one architecture. It
+ * reaches the KV cache only through the attention backend core passes in, so
+ * any backend on the same device can be swapped in. */
+typedef struct pllm_model pllm_model;
+
+typedef struct pllm_model_create_args {
+  uint32_t struct_size;
+  const char* options_json; /* the plugin's options, already validated */
+  const char* model_path;   /* an HF model directory */
+  pllm_device device;
+  pllm_dtype dtype;         /* compute/weight dtype; PLLM_DTYPE_INVALID = as stored */
+} pllm_model_create_args;
+
+/* What core needs to know of a model. Filled by get_info(): the caller sets
+ * struct_size to the size it knows and the plugin writes only what fits.
+ * Pointers stay valid as long as the model. */
+typedef struct pllm_model_info {
+  uint32_t struct_size;
+  const char* architecture; /* "LlamaForCausalLM" */
+  int32_t vocab_size;
+  int32_t hidden_size;
+  int32_t num_layers;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t max_position_embeddings;
+  pllm_dtype dtype;          /* dtype of activations and of the KV cache */
+  int32_t bos_token_id;      /* -1 when none */
+  int32_t num_eos_token_ids;
+  const int32_t* eos_token_ids;
+} pllm_model_info;
+
+/* The attention backend the model must use for this step. */
+typedef struct pllm_attention_ref {
+  const pllm_attention_api* api;
+  pllm_attention_backend* backend;
+} pllm_attention_ref;
+
+/* Filled by forward(). The tensors point at memory the model owns, valid until
+ * its next forward() or destroy(). */
+typedef struct pllm_forward_output {
+  uint32_t struct_size;
+  pllm_tensor logits; /* [batch->num_logits, vocab_size], f32 */
+  pllm_tensor hidden; /* [batch->num_hidden, hidden_size]; ndim 0 when none were asked for */
+} pllm_forward_output;
+
+typedef struct pllm_model_api {
+  uint32_t struct_size;
+  pllm_status (*create)(const pllm_model_create_args* args, pllm_model** out, pllm_error* error);
+  void (*destroy)(pllm_model* self);
+  pllm_status (*get_info)(pllm_model* self, pllm_model_info* out, pllm_error* error);
+  /* Runs the batch (planned into `attention` by core) and returns logits for
+   * batch->logits_indices and hidden states for batch->hidden_indices. */
+  pllm_status (*forward)(pllm_model* self, const pllm_batch* batch, pllm_attention_ref attention,
+                         pllm_forward_output* out, pllm_error* error);
+  /* Looks up a weight by its checkpoint name ("model.embed_tokens.weight"), so a
+   * speculator can share the target's embeddings and lm_head instead of copying
+   * them. Optional (NULL): then such a speculator cannot be used with this model. */
+  pllm_status (*get_tensor)(pllm_model* self, const char* name, pllm_tensor* out,
+                            pllm_error* error);
+} pllm_model_api;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
