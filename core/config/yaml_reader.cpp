@@ -11,6 +11,7 @@
 
 #include "core/common/strings.h"
 #include "core/config/config_error.h"
+#include "pagedllm/sdk/cpp/suggest.hpp"
 
 namespace pagedllm {
 
@@ -144,9 +145,9 @@ bool YamlMapReader::is_set(std::string_view key) const {
   return v.IsDefined() && !v.IsNull() && !(v.IsScalar() && is_plain(v) && is_null_scalar(v.Scalar()));
 }
 
-YAML::Node YamlMapReader::value(std::string_view key) {
+std::optional<YAML::Node> YamlMapReader::value(std::string_view key) {
   read_.insert(std::string(key));
-  if (!is_set(key)) return YAML::Node();
+  if (!is_set(key)) return std::nullopt;
   return node_[std::string(key)];
 }
 
@@ -156,57 +157,57 @@ std::string YamlMapReader::scalar_of(std::string_view key, const YAML::Node& nod
 }
 
 std::string YamlMapReader::get_string(std::string_view key, std::string fallback) {
-  const YAML::Node v = value(key);
-  if (!v.IsDefined()) return fallback;
-  return scalar_of(key, v, "a string");
+  const auto v = value(key);
+  if (!v) return fallback;
+  return scalar_of(key, *v, "a string");
 }
 
 std::optional<std::string> YamlMapReader::get_optional_string(std::string_view key) {
-  const YAML::Node v = value(key);
-  if (!v.IsDefined()) return std::nullopt;
-  return scalar_of(key, v, "a string");
+  const auto v = value(key);
+  if (!v) return std::nullopt;
+  return scalar_of(key, *v, "a string");
 }
 
 std::string YamlMapReader::require_string(std::string_view key) {
-  const YAML::Node v = value(key);
-  if (!v.IsDefined()) fail(key, "is required");
-  return scalar_of(key, v, "a string");
+  const auto v = value(key);
+  if (!v) fail(key, "is required");
+  return scalar_of(key, *v, "a string");
 }
 
 bool YamlMapReader::get_bool(std::string_view key, bool fallback) {
-  const YAML::Node v = value(key);
-  if (!v.IsDefined()) return fallback;
-  const std::string s = scalar_of(key, v, "true or false");
-  const auto parsed = is_plain(v) ? parse_bool(s) : std::nullopt;
-  if (!parsed) fail(key, fmt::format("expected true or false, got {}", describe(v)));
+  const auto v = value(key);
+  if (!v) return fallback;
+  const std::string s = scalar_of(key, *v, "true or false");
+  const auto parsed = is_plain(*v) ? parse_bool(s) : std::nullopt;
+  if (!parsed) fail(key, fmt::format("expected true or false, got {}", describe(*v)));
   return *parsed;
 }
 
 std::int64_t YamlMapReader::get_int(std::string_view key, std::int64_t fallback, std::int64_t min,
                                     std::int64_t max) {
-  const YAML::Node v = value(key);
-  if (!v.IsDefined()) return fallback;
-  const std::string s = scalar_of(key, v, "an integer");
-  const auto parsed = is_plain(v) ? parse_int(s) : std::nullopt;
-  if (!parsed) fail(key, fmt::format("expected an integer, got {}", describe(v)));
+  const auto v = value(key);
+  if (!v) return fallback;
+  const std::string s = scalar_of(key, *v, "an integer");
+  const auto parsed = is_plain(*v) ? parse_int(s) : std::nullopt;
+  if (!parsed) fail(key, fmt::format("expected an integer, got {}", describe(*v)));
   if (*parsed < min || *parsed > max) fail(key, fmt::format("must be in [{}, {}], got {}", min, max, *parsed));
   return *parsed;
 }
 
 double YamlMapReader::get_double(std::string_view key, double fallback, double min, double max) {
-  const YAML::Node v = value(key);
-  if (!v.IsDefined()) return fallback;
-  const std::string s = scalar_of(key, v, "a number");
-  const auto parsed = is_plain(v) ? parse_double(s) : std::nullopt;
-  if (!parsed) fail(key, fmt::format("expected a number, got {}", describe(v)));
+  const auto v = value(key);
+  if (!v) return fallback;
+  const std::string s = scalar_of(key, *v, "a number");
+  const auto parsed = is_plain(*v) ? parse_double(s) : std::nullopt;
+  if (!parsed) fail(key, fmt::format("expected a number, got {}", describe(*v)));
   if (*parsed < min || *parsed > max) fail(key, fmt::format("must be in [{}, {}], got {}", min, max, *parsed));
   return *parsed;
 }
 
 std::uint64_t YamlMapReader::get_bytes(std::string_view key, std::uint64_t fallback) {
-  const YAML::Node v = value(key);
-  if (!v.IsDefined()) return fallback;
-  const std::string s = scalar_of(key, v, "a size");
+  const auto v = value(key);
+  if (!v) return fallback;
+  const std::string s = scalar_of(key, *v, "a size");
   try {
     return parse_byte_size(s);
   } catch (const std::invalid_argument& e) {
@@ -225,26 +226,26 @@ std::string YamlMapReader::get_choice(std::string_view key, std::string fallback
 }
 
 std::vector<std::string> YamlMapReader::get_string_list(std::string_view key) {
-  const YAML::Node v = value(key);
+  const auto v = value(key);
   std::vector<std::string> items;
-  if (!v.IsDefined()) return items;
-  if (!v.IsSequence()) fail(key, fmt::format("expected a list, got {}", describe(v)));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (!v[i].IsScalar()) fail(fmt::format("{}[{}]", key, i), fmt::format("expected a string, got {}", describe(v[i])));
-    items.push_back(v[i].Scalar());
+  if (!v) return items;
+  if (!v->IsSequence()) fail(key, fmt::format("expected a list, got {}", describe(*v)));
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    if (!(*v)[i].IsScalar()) fail(fmt::format("{}[{}]", key, i), fmt::format("expected a string, got {}", describe((*v)[i])));
+    items.push_back((*v)[i].Scalar());
   }
   return items;
 }
 
 nlohmann::json YamlMapReader::get_json_object(std::string_view key) {
-  const YAML::Node v = value(key);
-  if (!v.IsDefined()) return nlohmann::json::object();
-  if (!v.IsMap()) fail(key, fmt::format("expected a mapping of options, got {}", describe(v)));
-  return yaml_to_json(v);
+  const auto v = value(key);
+  if (!v) return nlohmann::json::object();
+  if (!v->IsMap()) fail(key, fmt::format("expected a mapping of options, got {}", describe(*v)));
+  return yaml_to_json(*v);
 }
 
 YamlMapReader YamlMapReader::child(std::string_view key) {
-  return YamlMapReader(value(key), key_path(key), sources_);
+  return YamlMapReader(value(key).value_or(YAML::Node()), key_path(key), sources_);
 }
 
 void YamlMapReader::finish() const {
@@ -254,7 +255,9 @@ void YamlMapReader::finish() const {
     if (read_.count(key)) continue;
     std::vector<std::string> known(read_.begin(), read_.end());
     std::string message = "unknown key";
-    if (auto suggestion = closest_match(key, known)) message += fmt::format(" (did you mean '{}'?)", *suggestion);
+    if (auto suggestion = pllm::closest_match(key, known); !suggestion.empty()) {
+      message += fmt::format(" (did you mean '{}'?)", suggestion);
+    }
     message += fmt::format("; known keys here: {}", join(known, ", "));
     fail(key, message);
   }

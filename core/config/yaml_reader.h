@@ -51,7 +51,8 @@ class YamlMapReader {
   const SourceMap& sources() const { return sources_; }
 
  private:
-  YAML::Node value(std::string_view key);
+  // The value of `key`, or nullopt when it is absent or null.
+  std::optional<YAML::Node> value(std::string_view key);
   std::string scalar_of(std::string_view key, const YAML::Node& node, const char* expected) const;
 
   YAML::Node node_;

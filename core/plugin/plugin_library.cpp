@@ -1,7 +1,8 @@
 #include "core/plugin/plugin_library.h"
 
+#include <elf.h>
+
 #include <algorithm>
-#include <array>
 #include <cstddef>
 #include <cstring>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "core/common/logging.h"
+#include "core/plugin/abi_table.h"
 #include "core/plugin/plugin_error.h"
 #include "core/plugin/plugin_kind.h"
 
@@ -44,31 +46,50 @@ constexpr std::size_t kSamplerApiSize_1_0 =
 constexpr std::size_t kSpeculatorApiSize_1_0 =
     end_of(offsetof(pllm_speculator_api, verify), sizeof(void*));
 
+#if defined(__x86_64__)
+constexpr Elf64_Half kHostElfMachine = EM_X86_64;
+#elif defined(__aarch64__)
+constexpr Elf64_Half kHostElfMachine = EM_AARCH64;
+#else
+#error "unsupported architecture: add its ELF machine here"
+#endif
+
 [[noreturn]] void refuse(const fs::path& file, const std::string& message) {
   throw PluginLoadError(fmt::format("{}: {}", file.string(), message));
 }
 
-// dlopen's message for a text file is "invalid ELF header"; say it plainly.
+// dlopen's messages for these cases ("invalid ELF header", "cannot dynamically
+// load position-independent executable") are cryptic; say it plainly.
 void require_elf_shared_object(const fs::path& file) {
   std::error_code ec;
   if (!fs::exists(file, ec)) refuse(file, "no such file");
   if (!fs::is_regular_file(file, ec)) refuse(file, "not a regular file");
+  const std::string how_to = ". A plugin is a .so built with pagedllm_add_plugin() (see sdk/README.md)";
   std::ifstream in(file, std::ios::binary);
-  std::array<char, 18> header{};
-  in.read(header.data(), header.size());
-  const bool elf = in.gcount() >= 18 && std::memcmp(header.data(), "\x7f" "ELF", 4) == 0;
-  // e_type at offset 16: 3 = ET_DYN (shared object). Little-endian on every
-  // platform this host supports.
-  const bool shared = elf && header[16] == 3 && header[17] == 0;
-  if (!shared) {
-    refuse(file, std::string("not a plugin: the file is not an ELF shared object") +
-                     (elf ? " (it is an ELF file of another type)" : "") +
-                     ". A plugin is a .so built with pagedllm_add_plugin() (see sdk/README.md)");
+  Elf64_Ehdr header{};
+  in.read(reinterpret_cast<char*>(&header), sizeof header);
+  const bool elf = in.gcount() == sizeof header && std::memcmp(header.e_ident, ELFMAG, SELFMAG) == 0;
+  if (!elf) refuse(file, "not a plugin: the file is not an ELF shared object" + how_to);
+  if (header.e_ident[EI_CLASS] != ELFCLASS64 || header.e_machine != kHostElfMachine) {
+    refuse(file, "not a plugin for this machine: it is an ELF file for another architecture" + how_to);
+  }
+  if (header.e_type != ET_DYN) {
+    refuse(file, "not a plugin: the file is an ELF file but not an ELF shared object" + how_to);
+  }
+  // A position-independent executable is ET_DYN too; it asks for a program interpreter.
+  for (int i = 0; i < header.e_phnum; ++i) {
+    Elf64_Phdr segment{};
+    in.seekg(static_cast<std::streamoff>(header.e_phoff + static_cast<std::uint64_t>(i) * header.e_phentsize));
+    in.read(reinterpret_cast<char*>(&segment), sizeof segment);
+    if (in.gcount() != sizeof segment) break;
+    if (segment.p_type == PT_INTERP) {
+      refuse(file, "not a plugin: the file is an executable program, not an ELF shared object" + how_to);
+    }
   }
 }
 
-// Copies the plugin's table into a zeroed host-sized one. Refuses a table
-// smaller than SDK 1.0's or a required slot left NULL.
+// The plugin's table in the host's layout. Refuses a table smaller than SDK
+// 1.0's: no plugin of this major can have one.
 template <class Api>
 Api normalised_table(const fs::path& file, const std::string& name, const void* raw,
                      std::size_t minimum_size) {
@@ -80,9 +101,7 @@ Api normalised_table(const fs::path& file, const std::string& name, const void* 
                              "Rebuild it against SDK {}",
                              name, declared, minimum_size, kHostSdkVersion.str()));
   }
-  Api table{};
-  std::memcpy(static_cast<void*>(&table), raw, std::min<std::size_t>(declared, sizeof(Api)));
-  return table;
+  return pad_table_to_host_layout<Api>(raw);
 }
 
 void require_slots(const fs::path& file, const std::string& name,

@@ -7,3 +7,4 @@
 #include "pagedllm/sdk/cpp/host.hpp"
 #include "pagedllm/sdk/cpp/options.hpp"
 #include "pagedllm/sdk/cpp/plugin.hpp"
+#include "pagedllm/sdk/cpp/suggest.hpp"

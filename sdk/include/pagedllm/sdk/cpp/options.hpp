@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pagedllm/sdk/cpp/error.hpp"
+#include "pagedllm/sdk/cpp/suggest.hpp"
 
 namespace pllm {
 
@@ -94,7 +95,7 @@ class OptionReader {
     for (const auto& item : object_.items()) {
       if (read_.count(item.key())) continue;
       std::string message = "unknown option";
-      if (auto suggestion = closest_read_key(item.key()); !suggestion.empty()) {
+      if (auto suggestion = closest_match(item.key(), read_); !suggestion.empty()) {
         message += " (did you mean '" + suggestion + "'?)";
       }
       std::vector<std::string> known(read_.begin(), read_.end());
@@ -148,30 +149,6 @@ class OptionReader {
     } else {
       static_assert(sizeof(T) == 0, "OptionReader supports bool, integers, floating point and std::string");
     }
-  }
-
-  // Levenshtein distance to the keys this reader knows, for typo suggestions.
-  std::string closest_read_key(const std::string& word) const {
-    std::string best;
-    std::size_t best_distance = std::max<std::size_t>(1, word.size() / 3) + 1;
-    for (const auto& candidate : read_) {
-      std::vector<std::size_t> row(candidate.size() + 1);
-      for (std::size_t j = 0; j < row.size(); ++j) row[j] = j;
-      for (std::size_t i = 1; i <= word.size(); ++i) {
-        std::size_t diagonal = row[0];
-        row[0] = i;
-        for (std::size_t j = 1; j <= candidate.size(); ++j) {
-          const std::size_t above = row[j];
-          row[j] = std::min({above + 1, row[j - 1] + 1, diagonal + (word[i - 1] == candidate[j - 1] ? 0 : 1)});
-          diagonal = above;
-        }
-      }
-      if (row[candidate.size()] < best_distance) {
-        best_distance = row[candidate.size()];
-        best = candidate;
-      }
-    }
-    return best;
   }
 
   const nlohmann::json& object_;
