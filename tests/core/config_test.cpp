@@ -1,0 +1,197 @@
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "core/config/config.h"
+#include "core/config/config_error.h"
+#include "core/config/yaml_reader.h"
+
+using namespace pagedllm;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::string kMinimal = R"(model:
+  plugin: models_llama
+  path: ../models/tiny
+attention:
+  plugin: attention_cpu
+sampler:
+  plugin: sampler
+)";
+
+std::string config_error(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_config(yaml, "/etc/pagedllm/test.yaml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  FAIL("expected a ConfigError");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("a minimal config gets the documented defaults", "[config]") {
+  const HostConfig c = parse_config(kMinimal, "/etc/pagedllm/test.yaml");
+  CHECK(c.model.plugin.plugin == "models_llama");
+  CHECK(c.model.path == "/etc/models/tiny");  // relative to the file's directory
+  CHECK(c.model.dtype == "auto");
+  CHECK(c.device.str() == "cpu");
+  CHECK(c.attention.options == nlohmann::json::object());
+  CHECK(c.cache.block_size == 16);
+  CHECK(c.cache.enable_prefix_caching);
+  CHECK(c.scheduler.max_num_seqs == 256);
+  CHECK(c.scheduler.max_num_batched_tokens == 8192);
+  CHECK(c.scheduler.preemption_mode == PreemptionMode::kRecompute);
+  CHECK(c.server.port == 8000);
+  CHECK_FALSE(c.server.api_key.has_value());
+  CHECK_FALSE(c.speculative.has_value());
+  CHECK(c.log_level == "info");
+}
+
+TEST_CASE("every section is read into typed values", "[config]") {
+  const HostConfig c = parse_config(kMinimal + R"(device: cuda:1
+speculative:
+  plugin: spec_eagle
+  draft: /models/draft
+  num_speculative_tokens: 3
+cache: {block_size: 32, gpu_memory_utilization: 0.8, kv_cache_bytes: 2GiB, swap_space: 512MB, enable_prefix_caching: false}
+scheduler: {max_num_seqs: 8, max_num_batched_tokens: 512, preemption_mode: swap, policy: priority}
+server: {host: 0.0.0.0, port: 9000, api_key: secret}
+plugins: {search_paths: [plugins, /opt/plugins]}
+logging: {level: debug}
+)",
+                                      "/etc/pagedllm/test.yaml");
+  CHECK(c.device.type == DeviceType::kCuda);
+  CHECK(c.device.index == 1);
+  REQUIRE(c.speculative.has_value());
+  CHECK(c.speculative->plugin.plugin == "spec_eagle");
+  CHECK(c.speculative->draft == "/models/draft");
+  CHECK(c.speculative->num_speculative_tokens == 3);
+  CHECK(c.cache.block_size == 32);
+  CHECK(c.cache.kv_cache_bytes == (2ull << 30));
+  CHECK(c.cache.swap_space_bytes == 512'000'000ull);
+  CHECK_FALSE(c.cache.enable_prefix_caching);
+  CHECK(c.scheduler.preemption_mode == PreemptionMode::kSwap);
+  CHECK(c.scheduler.policy == SchedulingPolicy::kPriority);
+  CHECK(c.server.api_key == std::optional<std::string>("secret"));
+  CHECK(c.plugin_search_paths == std::vector<std::filesystem::path>{"/etc/pagedllm/plugins", "/opt/plugins"});
+  CHECK(c.log_level == "debug");
+}
+
+TEST_CASE("plugin options are handed on as JSON with YAML's scalar types", "[config]") {
+  const HostConfig c = parse_config(R"(model: {plugin: m, path: p}
+attention:
+  plugin: attention_cpu
+  options:
+    variant: reference
+    num_threads: 2
+    scale: 0.5
+    flag: true
+    quoted: "42"
+    nested: {list: [1, two]}
+sampler: {plugin: sampler}
+)",
+                                      "/x/c.yaml");
+  const auto& o = c.attention.options;
+  CHECK(o["variant"] == "reference");
+  CHECK(o["num_threads"] == 2);
+  CHECK(o["scale"] == 0.5);
+  CHECK(o["flag"] == true);
+  CHECK(o["quoted"] == "42");
+  CHECK(o["nested"]["list"] == nlohmann::json::array({1, "two"}));
+}
+
+TEST_CASE("an unknown key names file, line, key path and a suggestion", "[config]") {
+  const std::string message = config_error(kMinimal + "scheduler:\n  max_num_seq: 4\n");
+  CHECK_THAT(message, Contains("/etc/pagedllm/test.yaml:9:3: scheduler.max_num_seq: unknown key"));
+  CHECK_THAT(message, Contains("did you mean 'max_num_seqs'?"));
+
+  const std::string top = config_error(kMinimal + "shceduler: {}\n");
+  CHECK_THAT(top, Contains("test.yaml:8:1: shceduler: unknown key (did you mean 'scheduler'?)"));
+}
+
+TEST_CASE("wrong types are errors naming the key", "[config]") {
+  CHECK_THAT(config_error(kMinimal + "scheduler: {max_num_seqs: many}\n"),
+             Contains("scheduler.max_num_seqs: expected an integer, got \"many\""));
+  CHECK_THAT(config_error(kMinimal + "scheduler: {max_num_seqs: \"8\"}\n"),
+             Contains("scheduler.max_num_seqs: expected an integer"));
+  CHECK_THAT(config_error(kMinimal + "cache: {enable_prefix_caching: yes}\n"),
+             Contains("cache.enable_prefix_caching: expected true or false"));
+  CHECK_THAT(config_error(kMinimal + "cache: [1, 2]\n"), Contains("cache: expected a mapping"));
+  CHECK_THAT(config_error(kMinimal + "plugins: {search_paths: here}\n"),
+             Contains("plugins.search_paths: expected a list"));
+  CHECK_THAT(config_error(kMinimal + "cache: {kv_cache_bytes: lots}\n"), Contains("cache.kv_cache_bytes: expected a size"));
+}
+
+TEST_CASE("impossible values are errors naming the key", "[config]") {
+  CHECK_THAT(config_error(kMinimal + "cache: {block_size: 0}\n"), Contains("cache.block_size: must be in [1, 1024], got 0"));
+  CHECK_THAT(config_error(kMinimal + "cache: {block_size: 24}\n"), Contains("cache.block_size: must be a power of two"));
+  CHECK_THAT(config_error(kMinimal + "cache: {gpu_memory_utilization: 1.5}\n"),
+             Contains("cache.gpu_memory_utilization: must be in"));
+  CHECK_THAT(config_error(kMinimal + "server: {port: 70000}\n"), Contains("server.port: must be in [0, 65535]"));
+  CHECK_THAT(config_error(kMinimal + "device: gpu\n"), Contains("device: must be cpu, cuda or cuda:N"));
+  CHECK_THAT(config_error(kMinimal + "scheduler: {preemption_mode: pause}\n"),
+             Contains("scheduler.preemption_mode: must be one of recompute, swap"));
+  CHECK_THAT(config_error(kMinimal + "scheduler: {enable_chunked_prefill: false, max_model_len: 4096, "
+                                     "max_num_batched_tokens: 1024}\n"),
+             Contains("without chunked prefill a whole prompt must fit in one step"));
+  CHECK_THAT(config_error(kMinimal + "server: {api_key: \"\"}\n"), Contains("server.api_key: must not be empty"));
+}
+
+TEST_CASE("required sections and keys are named when missing", "[config]") {
+  CHECK_THAT(config_error("attention: {plugin: a}\nsampler: {plugin: s}\n"), Contains("model: is required"));
+  CHECK_THAT(config_error("model: {plugin: m}\nattention: {plugin: a}\nsampler: {plugin: s}\n"),
+             Contains("model.path: is required"));
+  CHECK_THAT(config_error("model: {plugin: m, path: p}\nsampler: {plugin: s}\n"), Contains("attention: is required"));
+}
+
+TEST_CASE("malformed YAML is an error with its line", "[config]") {
+  CHECK_THAT(config_error("model: {plugin: m\nattention: x\n"), Contains("/etc/pagedllm/test.yaml:"));
+  CHECK_THAT(config_error("model: {plugin: m\nattention: x\n"), Contains("not valid YAML"));
+  CHECK_THAT(config_error("- a\n- b\n"), Contains("expected a mapping"));
+}
+
+TEST_CASE("overrides given with --set replace values and are validated like the file", "[config][overrides]") {
+  const HostConfig c = parse_config(kMinimal, "/etc/pagedllm/test.yaml",
+                                    {"scheduler.max_num_seqs=64", "attention.options.variant=reference",
+                                     "attention.plugin=other_attention", "plugins.search_paths=[a, /b]",
+                                     "model.path=relative/model"});
+  CHECK(c.scheduler.max_num_seqs == 64);
+  CHECK(c.attention.options["variant"] == "reference");
+  CHECK(c.attention.plugin == "other_attention");
+  // Paths given on the command line are relative to the working directory.
+  CHECK(c.plugin_search_paths == std::vector<std::filesystem::path>{"a", "/b"});
+  CHECK(c.model.path == "relative/model");
+
+  CHECK_THAT(config_error(kMinimal, {"scheduler.max_num_seqs=0"}),
+             Contains("--set scheduler.max_num_seqs=0: scheduler.max_num_seqs: must be in [1, 65536], got 0"));
+  CHECK_THAT(config_error(kMinimal, {"cache.blok_size=8"}),
+             Contains("--set cache.blok_size=8: cache.blok_size: unknown key (did you mean 'block_size'?)"));
+  CHECK_THAT(config_error(kMinimal, {"no_equals_sign"}), Contains("expected path.to.key=value"));
+  CHECK_THAT(config_error(kMinimal, {"a..b=1"}), Contains("is not a key path"));
+  CHECK_THAT(config_error(kMinimal, {"model.plugin.name=x"}), Contains("'model.plugin' is not a mapping"));
+  CHECK_THAT(config_error(kMinimal, {"cache.block_size=[1"}), Contains("the value is not valid YAML"));
+}
+
+TEST_CASE("byte sizes accept decimal and binary units", "[config]") {
+  CHECK(parse_byte_size("1024") == 1024);
+  CHECK(parse_byte_size("1KiB") == 1024);
+  CHECK(parse_byte_size("1.5GiB") == 1610612736ull);
+  CHECK(parse_byte_size("2 MB") == 2'000'000ull);
+  CHECK_THROWS_WITH(parse_byte_size("2XB"), Contains("expected a size"));
+  CHECK_THROWS_WITH(parse_byte_size("-1"), Contains("expected a size"));
+}
+
+TEST_CASE("the shipped configs are valid", "[config]") {
+  const HostConfig c = load_config(PAGEDLLM_SOURCE_DIR "/configs/serve.yaml");
+  CHECK(c.model.plugin.plugin == "models_llama");
+  CHECK(c.attention.plugin == "attention_cpu");
+  CHECK(c.model.path.is_absolute());
+}
+
+TEST_CASE("a missing config file is a clear error", "[config]") {
+  CHECK_THROWS_WITH(load_config("/nonexistent/serve.yaml"),
+                    Contains("/nonexistent/serve.yaml: cannot read the config file"));
+}
