@@ -1,0 +1,121 @@
+// pagedllm-host as an operator runs it: exit codes, messages, --check output.
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "pagedllm/sdk/version.h"
+#include "tests/support/run_command.h"
+
+using pagedllm::testing::run_command;
+using pagedllm::testing::TempDir;
+using Catch::Matchers::Contains;
+
+namespace {
+
+const std::string kHost = PAGEDLLM_BINARY_DIR "/bin/pagedllm-host";
+const std::string kServe = PAGEDLLM_SOURCE_DIR "/configs/serve.yaml";
+const std::string kFixtures = PAGEDLLM_FIXTURE_PLUGIN_DIR;
+const std::string kSdk = std::to_string(PLLM_SDK_VERSION_MAJOR) + "." + std::to_string(PLLM_SDK_VERSION_MINOR);
+
+std::string host(const std::string& args) { return "'" + kHost + "' " + args; }
+
+}  // namespace
+
+TEST_CASE("the version flag prints the host and SDK versions", "[host_cli]") {
+  const auto r = run_command(host("--version"));
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("pagedllm-host " PAGEDLLM_HOST_VERSION));
+  CHECK_THAT(r.out, Contains("plugin SDK " + kSdk));
+}
+
+TEST_CASE("the help flag prints usage and exits 0", "[host_cli]") {
+  const auto r = run_command(host("--help"));
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("--config FILE"));
+  CHECK_THAT(r.out, Contains("--set PATH=VALUE"));
+}
+
+TEST_CASE("usage errors exit 2", "[host_cli]") {
+  auto r = run_command(host(""));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("--config FILE is required"));
+  r = run_command(host("--config"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("--config needs a value"));
+  r = run_command(host("--config x.yaml --frobnicate"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("unknown argument '--frobnicate'"));
+  r = run_command(host("--config '" + kServe + "' --log-level loud --check"));
+  CHECK(r.exit_code == 2);
+}
+
+TEST_CASE("check mode validates configs/serve.yaml and summarises its plugins", "[host_cli]") {
+  const auto r = run_command(host("--config '" + kServe + "' --check"));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("is valid"));
+  CHECK_THAT(r.out, Contains("models_llama"));
+  CHECK_THAT(r.out, Contains("attention_cpu"));
+  CHECK_THAT(r.out, Contains("sampler"));
+  CHECK_THAT(r.out, Contains(PAGEDLLM_BINARY_DIR "/plugins/attention_cpu.so"));
+  CHECK_THAT(r.out, Contains(kSdk));
+}
+
+TEST_CASE("a misspelled config key exits 2 naming the key and its line", "[host_cli]") {
+  TempDir dir;
+  const auto config = dir.write("bad.yaml", "model: {plugin: models_llama, path: m}\nattention: {plugin: attention_cpu}\n"
+                                            "sampler: {plugin: sampler}\ncache:\n  blok_size: 16\n");
+  const auto r = run_command(host("--config '" + config.string() + "' --check"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains(config.string() + ":5:3: cache.blok_size: unknown key (did you mean 'block_size'?)"));
+}
+
+TEST_CASE("a config naming a missing plugin exits 2 naming it", "[host_cli]") {
+  const auto r = run_command(host("--config '" + kServe + "' --check --set attention.plugin=attention_nonexistent"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("attention.plugin: plugin 'attention_nonexistent' not found"));
+  CHECK_THAT(r.err, Contains("--set attention.plugin=attention_nonexistent"));
+}
+
+TEST_CASE("every bad plugin is reported in one run", "[host_cli]") {
+  const auto r = run_command(host("--config '" + kServe + "' --check --set attention.plugin=nope_a --set sampler.plugin=nope_b"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("'nope_a' not found"));
+  CHECK_THAT(r.err, Contains("'nope_b' not found"));
+}
+
+TEST_CASE("a plugin of the wrong kind or a newer SDK exits 2 with the reason", "[host_cli]") {
+  auto r = run_command(host("--config '" + kServe + "' --check --set attention.plugin=" + kFixtures + "/fixture_sampler.so"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("is a sampler plugin, but attention.plugin needs an attention plugin"));
+
+  r = run_command(host("--config '" + kServe + "' --check --set sampler.plugin=" + kFixtures + "/fixture_newer_minor.so"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("newer than this host's SDK " + kSdk));
+}
+
+TEST_CASE("plugin option errors point at the option, in the file or in --set", "[host_cli]") {
+  TempDir dir;
+  const auto config = dir.write("opts.yaml", "model: {plugin: models_llama, path: m}\nattention: {plugin: attention_cpu}\n"
+                                             "sampler:\n  plugin: " + kFixtures + "/fixture_sampler.so\n"
+                                             "  options:\n    tie_brake: lowest\n");
+  auto r = run_command(host("--config '" + config.string() + "' --check"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains(config.string() + ":6:5: sampler.options: plugin 'fixture_sampler' rejected its options: "
+                                               "tie_brake: unknown option (did you mean 'tie_break'?)"));
+
+  r = run_command(host("--config '" + config.string() + "' --check --set sampler.options={tie_break: random}"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("--set sampler.options={tie_break: random}: sampler.options"));
+  CHECK_THAT(r.err, Contains("tie_break: must be one of lowest, highest"));
+
+  r = run_command(host("--config '" + config.string() + "' --check --set sampler.options={tie_break: highest}"));
+  CHECK(r.exit_code == 0);
+}
+
+TEST_CASE("serving says it is not available yet and exits 1", "[host_cli]") {
+  const auto r = run_command(host("--config '" + kServe + "'"));
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("serving is not available yet"));
+}
