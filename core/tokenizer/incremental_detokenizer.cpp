@@ -29,6 +29,7 @@ std::string IncrementalDetokenizer::decode_range(std::size_t begin, std::size_t 
 std::string IncrementalDetokenizer::push(TokenId id) {
   if (!tokenizer_->keeps_in_decode(id, skip_special_tokens_)) return {};
   ids_.push_back(id);
+  if (tokenizer_->is_fallback_byte(id)) return {};
   const std::string prefix_text = decode_range(prefix_offset_, read_offset_);
   const std::string new_text = decode_range(prefix_offset_, ids_.size());
   if (new_text.size() <= prefix_text.size() || !new_text.starts_with(prefix_text) ||

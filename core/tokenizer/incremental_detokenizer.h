@@ -9,13 +9,17 @@
 // at a token that was already emitted, so decoder effects on the first token
 // (Metaspace / Strip dropping the leading space) fall on text already shown.
 //
-// Guarantee: prompt text + all push() results + finish() == decode(prompt + ids)
-// for every id sequence whose decode is the concatenation of its windows'
-// decodes, which holds for the decoders HF ships (ByteLevel, Metaspace,
-// Replace/ByteFallback/Fuse/Strip) with one exception: a run of <0x..> byte
-// tokens that is invalid UTF-8 after a valid run (HF turns the whole run into
-// one U+FFFD per byte, retroactively). Emitted text is always valid UTF-8.
-// With skip_special_tokens, special ids are dropped on arrival, as decode does.
+// With a ByteFallback decoder, nothing is emitted while a run of <0xNN>
+// tokens continues: HF decodes the run as a whole (one U+FFFD per byte when
+// the run is invalid UTF-8), so a complete character inside it is not final
+// until the run ends.
+//
+// Guarantee: all push() results + finish() == decode(ids), and with a prompt,
+// decode(prompt) + results == decode(prompt + ids), for the decoders HF ships
+// (ByteLevel, Metaspace, Replace/ByteFallback/Fuse/Strip): windows start at
+// emission boundaries, where those decoders' output concatenates. Emitted text
+// is always valid UTF-8. With skip_special_tokens, special ids are dropped on
+// arrival, as decode drops them before the decoder runs.
 
 #include <span>
 #include <string>

@@ -21,13 +21,19 @@ StopMatch StopMatcher::push(std::string_view text) {
   }
   pending_ += text;
 
-  // Earliest occurrence wins; among stops starting there, the first listed.
+  // The stop string that completes first (as text arrives) wins; on a tie,
+  // the one that starts first. Pending text never holds a whole stop string
+  // from earlier pushes, so each first occurrence is the earliest ending one.
   std::size_t best_position = std::string::npos;
+  std::size_t best_end = std::string::npos;
   std::size_t best_index = 0;
   for (std::size_t i = 0; i < stop_strings_.size(); ++i) {
     const std::size_t position = pending_.find(stop_strings_[i]);
-    if (position < best_position) {
+    if (position == std::string::npos) continue;
+    const std::size_t end = position + stop_strings_[i].size();
+    if (end < best_end || (end == best_end && position < best_position)) {
       best_position = position;
+      best_end = end;
       best_index = i;
     }
   }

@@ -3,9 +3,12 @@
 //
 // Text arrives in chunks (detokenizer output). The matcher emits text as soon
 // as it cannot be part of a stop string: it holds back the longest suffix of
-// the pending text that is a prefix of some stop string. When a stop string
-// completes, the text before its earliest occurrence is emitted (plus the stop
-// string itself when include_stop_string) and the matcher is done.
+// the pending text that is a prefix of some stop string. The stream stops at
+// the first stop string to complete as text arrives (on a tie, the one that
+// starts first): the text before it is emitted (plus the stop string itself
+// when include_stop_string) and the matcher is done. Note that this is not
+// always the stop string that starts first: with stops "abcd" and "bc",
+// "xabcd" stops at "bc" (it completes first) and emits "xa".
 
 #include <optional>
 #include <string>

@@ -10,6 +10,27 @@
 #include "core/tokenizer/utf8.h"
 
 namespace pagedllm::tokenizer {
+namespace {
+
+bool contains_component(const Json& value, std::string_view type) {
+  if (value.is_object()) {
+    const auto it = value.find("type");
+    if (it != value.end() && it->is_string() && it->get<std::string>() == type) return true;
+  }
+  if (value.is_object() || value.is_array()) {
+    for (const Json& child : value) {
+      if (contains_component(child, type)) return true;
+    }
+  }
+  return false;
+}
+
+bool is_byte_token_text(const std::string& token) {
+  auto hex = [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); };
+  return token.size() == 6 && token.starts_with("<0x") && hex(token[3]) && hex(token[4]) && token[5] == '>';
+}
+
+}  // namespace
 
 Tokenizer Tokenizer::from_json_text(std::string_view text, const std::string& source) {
   const Json root = parse_json_text(text, source);
@@ -31,7 +52,10 @@ Tokenizer Tokenizer::from_json_text(std::string_view text, const std::string& so
   const Json* model = component("model");
   if (model == nullptr) place.fail("missing field 'model'");
   tokenizer.model_ = BpeModel::from_json(*model, place / "model");
-  if (const Json* decoder = component("decoder")) tokenizer.decoder_ = make_decoder(*decoder, place / "decoder");
+  if (const Json* decoder = component("decoder")) {
+    tokenizer.decoder_ = make_decoder(*decoder, place / "decoder");
+    tokenizer.decoder_has_byte_fallback_ = contains_component(*decoder, "ByteFallback");
+  }
   if (const Json* post_processor = component("post_processor")) {
     tokenizer.post_processor_ = PostProcessor::from_json(*post_processor, place / "post_processor");
   }
@@ -77,6 +101,7 @@ void Tokenizer::index_tokens() {
   token_strings_.assign(size, std::string());
   token_present_.assign(size, false);
   token_special_.assign(size, false);
+  token_fallback_byte_.assign(size, false);
   for (std::size_t id = 0; id < model_->vocab_size(); ++id) {
     if (const std::string* token = model_->id_to_token(static_cast<TokenId>(id))) {
       token_strings_[id] = *token;
@@ -92,6 +117,7 @@ void Tokenizer::index_tokens() {
   // HF skips by content: a vocabulary entry equal to a special token is special too.
   for (std::size_t id = 0; id < size; ++id) {
     token_special_[id] = token_present_[id] && added_->is_special_content(token_strings_[id]);
+    token_fallback_byte_[id] = decoder_has_byte_fallback_ && token_present_[id] && is_byte_token_text(token_strings_[id]);
   }
 }
 

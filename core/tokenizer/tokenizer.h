@@ -70,6 +70,12 @@ class Tokenizer {
   // The token strings that decode() would feed the decoder (used by the
   // incremental detokenizer to skip special tokens consistently).
   bool keeps_in_decode(TokenId id, bool skip_special_tokens) const;
+  // True for <0xNN> tokens when the decoder has a ByteFallback step: a run of
+  // them decodes as a whole, so its text is not final until the run ends.
+  bool is_fallback_byte(TokenId id) const {
+    return id >= 0 && static_cast<std::size_t>(id) < token_fallback_byte_.size() &&
+           token_fallback_byte_[static_cast<std::size_t>(id)];
+  }
 
  private:
   Tokenizer() = default;
@@ -89,6 +95,8 @@ class Tokenizer {
   std::vector<std::string> token_strings_;
   std::vector<bool> token_present_;
   std::vector<bool> token_special_;
+  std::vector<bool> token_fallback_byte_;
+  bool decoder_has_byte_fallback_ = false;
   std::optional<TokenId> bos_id_;
   std::optional<TokenId> eos_id_;
   std::optional<TokenId> pad_id_;
