@@ -8,9 +8,11 @@ packages=(
   cmake ninja-build g++ pkg-config git file
   # libraries of core and the plugins
   libboost-dev libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
-  libopenblas-dev libpcre2-dev
+  libopenblas-dev libpcre2-dev libutf8proc-dev
   # tests
   catch2
+  # tokenizer fixtures (tools/tokenizer_fixtures/make_fixtures.py, run by /usr/bin/python3)
+  python3-sentencepiece python3-regex
 )
 
 missing=()

@@ -1,0 +1,43 @@
+#pragma once
+// Stop strings across token boundaries.
+//
+// Text arrives in chunks (detokenizer output). The matcher emits text as soon
+// as it cannot be part of a stop string: it holds back the longest suffix of
+// the pending text that is a prefix of some stop string. The stream stops at
+// the first stop string to complete as text arrives (on a tie, the one that
+// starts first): the text before it is emitted (plus the stop string itself
+// when include_stop_string) and the matcher is done. Note that this is not
+// always the stop string that starts first: with stops "abcd" and "bc",
+// "xabcd" stops at "bc" (it completes first) and emits "xa".
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace pagedllm::tokenizer {
+
+struct StopMatch {
+  std::string text;                       // safe to show now
+  bool stopped = false;                   // a stop string completed
+  std::optional<std::size_t> stop_index;  // which one (index into the constructor's list)
+};
+
+class StopMatcher {
+ public:
+  // Empty stop strings are refused (TokenizerError): they would match everywhere.
+  explicit StopMatcher(std::vector<std::string> stop_strings, bool include_stop_string = false);
+
+  StopMatch push(std::string_view text);
+  // End of stream without a stop: the held-back text.
+  std::string finish();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stop_strings_;
+  bool include_stop_string_;
+  std::string pending_;
+  bool stopped_ = false;
+};
+
+}  // namespace pagedllm::tokenizer

@@ -1,0 +1,154 @@
+// Chat template detection from real templates and the exact rendered text;
+// tokenizer_config.json handling.
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/tokenizer/chat_template.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/tokenizer_error.h"
+#include "tests/core/tokenizer_test_support.h"
+
+namespace pagedllm::tokenizer {
+namespace {
+
+// Templates as the models ship them (tokenizer_config.json "chat_template").
+constexpr const char* kLlama2Template =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif "
+    "%}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
+    "loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if "
+    "message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] "
+    "== 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+constexpr const char* kMistralTemplate =
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ "
+    "raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if "
+    "message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == "
+    "'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles "
+    "are supported!') }}{% endif %}{% endfor %}";
+constexpr const char* kQwenTemplate =
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+    "'<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}{{'<|im_start|>' + "
+    "message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt "
+    "%}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+constexpr const char* kPlainChatMlTemplate =
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + "
+    "'\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+TokenizerConfig config_with(const char* jinja) {
+  TokenizerConfig config;
+  config.source = "model/tokenizer_config.json";
+  config.chat_template_source = config.source;
+  config.chat_template = jinja;
+  config.bos_token = "<s>";
+  config.eos_token = "</s>";
+  return config;
+}
+
+const std::vector<ChatMessage> kConversation = {
+    {"system", "Be brief."}, {"user", " Hi! "}, {"assistant", "Hello."}, {"user", "2+2?"}};
+
+TEST_CASE("chat formats are detected from the model's Jinja template", "[chat_template]") {
+  const std::string source = "m/tokenizer_config.json";
+  CHECK(detect_chat_format(kLlama2Template, source) == ChatFormat::kLlama2);
+  CHECK(detect_chat_format(kMistralTemplate, source) == ChatFormat::kMistral);
+  CHECK(detect_chat_format(kQwenTemplate, source) == ChatFormat::kChatMl);
+  const auto llama3 = nlohmann::json::parse(testing::read_file(testing::fixture_dir("bytelevel_llama3") +
+                                                               "/tokenizer_config.json"));
+  CHECK(detect_chat_format(llama3.at("chat_template").get<std::string>(), source) == ChatFormat::kLlama3);
+  const auto zephyr =
+      nlohmann::json::parse(testing::read_file(testing::fixture_dir("spm_llama2") + "/tokenizer_config.json"));
+  CHECK(detect_chat_format(zephyr.at("chat_template").get<std::string>(), source) == ChatFormat::kZephyr);
+}
+
+TEST_CASE("an unknown template is an error naming the file, an override bypasses it", "[chat_template]") {
+  TokenizerConfig config = config_with("{{ messages | tojson }}");
+  try {
+    (void)ChatTemplate::from_config(config, std::nullopt);
+    FAIL("accepted an unknown template");
+  } catch (const TokenizerError& error) {
+    CHECK(std::string(error.what()).find("model/tokenizer_config.json") != std::string::npos);
+    CHECK(std::string(error.what()).find("unrecognised chat_template") != std::string::npos);
+  }
+  CHECK(ChatTemplate::from_config(config, ChatFormat::kChatMl).format() == ChatFormat::kChatMl);
+  config.chat_template.reset();
+  CHECK_THROWS_AS(ChatTemplate::from_config(config, std::nullopt), TokenizerError);
+  CHECK(parse_chat_format("llama3") == ChatFormat::kLlama3);
+  CHECK_FALSE(parse_chat_format("vicuna").has_value());
+}
+
+TEST_CASE("rendered prompts are exactly the templates' output", "[chat_template]") {
+  const ChatTemplate llama2 = ChatTemplate::from_config(config_with(kLlama2Template), std::nullopt);
+  CHECK(llama2.render(kConversation, true) ==
+        "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi! [/INST] Hello. </s><s>[INST] 2+2? [/INST]");
+
+  const ChatTemplate mistral = ChatTemplate::from_config(config_with(kMistralTemplate), std::nullopt);
+  const std::vector<ChatMessage> turns(kConversation.begin() + 1, kConversation.end());
+  CHECK(mistral.render(turns, true) == "<s>[INST]  Hi!  [/INST]Hello.</s>[INST] 2+2? [/INST]");
+  CHECK_THROWS_AS(mistral.render(kConversation, true), TokenizerError);
+
+  const ChatTemplate qwen = ChatTemplate::from_config(config_with(kQwenTemplate), std::nullopt);
+  CHECK(qwen.render(turns, true) ==
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n Hi! <|im_end|>\n"
+        "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
+  const ChatTemplate chatml = ChatTemplate::from_config(config_with(kPlainChatMlTemplate), std::nullopt);
+  CHECK(chatml.render({{{"user", "Hi"}}}, false) == "<|im_start|>user\nHi<|im_end|>\n");
+
+  TokenizerConfig llama3_config = config_with("{{ '<|start_header_id|>' }}");
+  llama3_config.bos_token = "<|begin_of_text|>";
+  const ChatTemplate llama3 = ChatTemplate::from_config(llama3_config, std::nullopt);
+  CHECK(llama3.render(kConversation, true) ==
+        "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+        "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n");
+
+  const ChatTemplate zephyr = ChatTemplate(ChatFormat::kZephyr, "<s>", "</s>");
+  CHECK(zephyr.render(kConversation, true) ==
+        "<|system|>\nBe brief.</s>\n<|user|>\n Hi! </s>\n<|assistant|>\nHello.</s>\n<|user|>\n2+2?</s>\n"
+        "<|assistant|>\n");
+  CHECK(zephyr.render(kConversation, false).ends_with("2+2?</s>\n"));
+}
+
+TEST_CASE("a rendered Llama 3 prompt encodes its header tokens as special ids", "[chat_template][tokenizer]") {
+  const Tokenizer tokenizer = Tokenizer::from_model_dir(testing::fixture_dir("bytelevel_llama3"));
+  const ChatTemplate chat = ChatTemplate::from_config(tokenizer.config(), std::nullopt);
+  const std::string prompt = chat.render({{{"user", "Hi"}}}, true);
+  const std::vector<TokenId> ids = tokenizer.encode(prompt, false, true);
+  const TokenId begin = *tokenizer.token_to_id("<|begin_of_text|>");
+  const TokenId header = *tokenizer.token_to_id("<|start_header_id|>");
+  REQUIRE(ids.size() > 4);
+  CHECK(ids[0] == begin);
+  CHECK(ids[1] == header);
+  CHECK(tokenizer.decode(ids) == prompt);
+}
+
+TEST_CASE("tokenizer_config.json add_bos_token / add_eos_token rebuild the Llama template", "[tokenizer]") {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "pagedllm_tokenizer_config_test";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(testing::fixture_dir("spm_llama2") + "/tokenizer.json", dir / "tokenizer.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  const auto write_config = [&](const std::string& json) { std::ofstream(dir / "tokenizer_config.json") << json; };
+
+  write_config(R"({"tokenizer_class":"LlamaTokenizer","bos_token":{"content":"<s>","__type":"AddedToken"},
+                   "eos_token":"</s>","add_bos_token":true,"add_eos_token":true})");
+  CHECK(Tokenizer::from_model_dir(dir.string()).encode("Hello") == std::vector<TokenId>{1, 952, 1048, 319, 538, 2});
+
+  write_config(R"({"tokenizer_class":"LlamaTokenizer","bos_token":"<s>","eos_token":"</s>","add_bos_token":false})");
+  CHECK(Tokenizer::from_model_dir(dir.string()).encode("Hello") == std::vector<TokenId>{952, 1048, 319, 538});
+
+  write_config(R"({"tokenizer_class":"LlamaTokenizer","bos_token":"<missing>"})");
+  CHECK_THROWS_AS(Tokenizer::from_model_dir(dir.string()), TokenizerError);
+
+  write_config(R"({"tokenizer_class": )");
+  CHECK_THROWS_WITH(Tokenizer::from_model_dir(dir.string()), Catch::Contains("malformed JSON"));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pagedllm::tokenizer
