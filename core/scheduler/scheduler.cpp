@@ -209,18 +209,22 @@ std::optional<Scheduler::Plan> Scheduler::plan_rows(SequenceGroup& group, int to
     PAGEDLLM_CHECK(remaining >= 1, "sequence {} has no token to compute", sequence.id);
     const bool has_output = sequence.num_tokens() > group.prompt_len();
     if (remaining == 1 && has_output) {
+      if (budget == 0) continue;
       row.is_decode = true;
-      row.num_drafts = static_cast<int>(sequence.draft_token_ids.size());
+      // Verifying fewer drafts is always correct; it keeps a short budget from stalling.
+      row.num_drafts = std::min(static_cast<int>(sequence.draft_token_ids.size()), budget - 1);
       row.num_tokens = 1 + row.num_drafts;
       row.num_slots = 1 + config_.num_lookahead_tokens;
-      if (row.num_tokens > budget) return std::nullopt;
     } else {
       int chunk = remaining;
       if (config_.enable_chunked_prefill) {
         chunk = std::min(chunk, budget);
         if (threshold > 0) chunk = std::min(chunk, threshold);
       } else if (chunk > budget) {
-        return std::nullopt;
+        // A whole prompt or nothing. At admission the request waits (FCFS);
+        // a running request's other sequences may still go.
+        if (hits != nullptr) return std::nullopt;
+        continue;
       }
       if (chunk == 0) continue;
       row.num_tokens = chunk;
@@ -246,9 +250,16 @@ int Scheduler::num_blocks_needed(const Plan& plan) const {
 
 void Scheduler::commit(SequenceGroup& group, const Plan& plan, StepState& step,
                        SchedulerOutput& output) {
+  // Take every prefix hit before allocating anything: allocation pops free
+  // blocks, and a free cached block in another sequence's hit must not be popped.
+  for (const PlannedRow& row : plan.rows) {
+    if (row.hit != nullptr) {
+      kv_.allocate_slots(row.sequence, row.first_position, 0, row.hit, output.blocks_to_copy);
+    }
+  }
   for (const PlannedRow& row : plan.rows) {
     Sequence* sequence = group.find_sequence(row.sequence);
-    kv_.allocate_slots(row.sequence, row.first_position, row.num_slots, row.hit,
+    kv_.allocate_slots(row.sequence, row.first_position, row.num_slots, nullptr,
                        output.blocks_to_copy);
     sequence->num_computed_tokens = row.first_position;
     ScheduledSequence scheduled;
@@ -508,7 +519,8 @@ UpdateResult Scheduler::update(const SchedulerOutput& output,
                    sample != nullptr ? "a" : "no");
 
     const int max_outputs = state.request.max_tokens;
-    SequenceUpdate update{row.request_id, row.sequence_id, {}, std::nullopt};
+    const auto sequence_index = static_cast<int>(sequence - state.sequences.data());
+    SequenceUpdate update{row.request_id, row.sequence_id, sequence_index, {}, std::nullopt};
     std::vector<std::int32_t> fork_tokens;
     if (row.is_decode) {
       const auto accepted = static_cast<int>(sample->token_ids.size());
@@ -551,7 +563,8 @@ UpdateResult Scheduler::update(const SchedulerOutput& output,
       child.num_computed_tokens = state.prompt_len();
       kv_.fork(parent, child.id);
       sequence_owner_.emplace(child.id, row.request_id);
-      children.push_back({row.request_id, child.id, {token}, std::nullopt});
+      children.push_back({row.request_id, child.id, static_cast<int>(state.sequences.size()),
+                          {token}, std::nullopt});
       state.sequences.push_back(std::move(child));
     }
     result.sequences.push_back(std::move(update));

@@ -100,8 +100,9 @@ class Scheduler {
   bool keeps_watermark() const;
   int effective_long_prefill_threshold() const;
 
-  // Rows for a request under the remaining budget, or nullopt when it cannot
-  // be scheduled this step. `hits` (admission only) holds one hit per sequence.
+  // Rows for a request under the remaining budget, or nullopt when none fits.
+  // Sequences are rows of their own: those that do not fit wait for a later
+  // step. `hits` (admission only) holds one hit per sequence.
   std::optional<Plan> plan_rows(SequenceGroup& group, int token_budget,
                                 const std::vector<PrefixHit>* hits) const;
   int num_blocks_needed(const Plan& plan) const;

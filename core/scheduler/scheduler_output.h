@@ -91,6 +91,8 @@ struct SequenceSample {
 struct SequenceUpdate {
   RequestId request_id = -1;
   SequenceId sequence_id = -1;
+  // 0..n-1: which of the request's n outputs (the OpenAI "index").
+  int sequence_index = 0;
   std::vector<std::int32_t> new_token_ids;
   // Set when the scheduler finished the sequence (kLength).
   std::optional<FinishReason> finish_reason;
