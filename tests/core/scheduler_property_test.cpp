@@ -105,7 +105,7 @@ void run_trace(std::uint32_t seed) {
   const int num_steps = 120;
   int step = 0;
   for (; step < num_steps || scheduler.has_unfinished(); ++step) {
-    REQUIRE(step < num_steps + 4000);  // liveness: every admitted request drains
+    REQUIRE(step < num_steps + 50000);  // liveness: every admitted request drains
     if (step < num_steps) {
       for (int adds = pick(0, 2); adds > 0; --adds) {
         Request request;
