@@ -40,6 +40,10 @@ struct SchedulerConfig {
   int long_prefill_token_threshold = 0;
   PreemptionMode preemption_mode = PreemptionMode::kRecompute;
   SchedulingPolicy policy = SchedulingPolicy::kFcfs;
+  // Extra KV slots reserved per decode step for speculative decoding: a decode
+  // verifies 1 + K tokens, so it needs 1 + K slots. Not a YAML key of its own:
+  // the engine sets it from speculative.num_speculative_tokens (0 without a speculator).
+  int num_lookahead_tokens = 0;
 };
 
 }  // namespace pagedllm

@@ -1,0 +1,48 @@
+#pragma once
+// What a client asks for, as the scheduler sees it (token ids, not text), and
+// the ways a request can end or be refused.
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pagedllm {
+
+// Assigned by the engine; unique among requests the scheduler holds.
+using RequestId = std::int64_t;
+
+struct Request {
+  RequestId id = -1;
+  std::vector<std::int32_t> prompt_token_ids;
+  // Output tokens per sequence; the scheduler finishes a sequence that reaches it.
+  int max_tokens = 16;
+  // Sequences sampled from the prompt (n > 1 forks them, sharing the prompt's blocks).
+  int n = 1;
+  // Under SchedulingPolicy::kPriority: lower values are served first (vLLM's convention).
+  int priority = 0;
+  // Goes into every prefix-cache key: model / adapter id, optional cache salt.
+  // Requests with different keys never share cached blocks.
+  std::string cache_key;
+};
+
+enum class FinishReason {
+  kStop,     // EOS or a stop string (reported by the engine)
+  kLength,   // max_tokens or max_model_len reached (detected by the scheduler)
+  kAborted,  // client disconnect or cancellation
+};
+
+const char* to_string(FinishReason reason);
+
+// A request that can never be served (too long for the model or the KV cache,
+// malformed parameters). The engine maps it to HTTP 400; the message carries the numbers.
+class RequestRejected : public std::invalid_argument {
+ public:
+  RequestRejected(RequestId request, const std::string& reason);
+  RequestId request_id() const { return request_id_; }
+
+ private:
+  RequestId request_id_;
+};
+
+}  // namespace pagedllm
