@@ -146,7 +146,24 @@ class Scenario {
     }
   }
 
-  StepBatch make_batch(const std::vector<Chunk>& chunks, int32_t num_decode_seqs = 0) const {
+  // Blocks of the pool no sequence's table uses.
+  std::vector<int32_t> free_blocks() const {
+    std::vector<bool> used(static_cast<std::size_t>(num_device_blocks_), false);
+    for (const auto& t : tables_) {
+      for (int32_t b : t) {
+        if (b >= 0) used[std::size_t(b)] = true;
+      }
+    }
+    std::vector<int32_t> free;
+    for (int32_t b = 0; b < num_device_blocks_; ++b) {
+      if (!used[std::size_t(b)]) free.push_back(b);
+    }
+    return free;
+  }
+
+  // write = false: every row gets slot -1 and NaN K/V, so the step only reads
+  // the cache (and NaN in the output shows a row that was written anyway).
+  StepBatch make_batch(const std::vector<Chunk>& chunks, int32_t num_decode_seqs = 0, bool write = true) const {
     const int32_t bs = config_.block_size;
     StepBatch sb;
     sb.block_size = bs;
@@ -157,7 +174,7 @@ class Scenario {
       for (int32_t p = c.begin; p < c.begin + c.len; ++p) {
         sb.token_ids.push_back(p);
         sb.positions.push_back(p);
-        sb.slot_mapping.push_back(int64_t(table[std::size_t(p / bs)]) * bs + p % bs);
+        sb.slot_mapping.push_back(write ? int64_t(table[std::size_t(p / bs)]) * bs + p % bs : -1);
       }
       sb.query_start_loc.push_back(int32_t(sb.slot_mapping.size()));
       sb.seq_lens.push_back(c.begin + c.len);
@@ -169,8 +186,8 @@ class Scenario {
   // Runs one step (every layer) on `backend` and returns the outputs, one
   // buffer per layer, as f32 [num_tokens, num_heads, head_dim].
   std::vector<std::vector<float>> run_step(Backend& backend, const std::vector<Chunk>& chunks,
-                                           int32_t num_decode_seqs = 0) const {
-    const StepBatch sb = make_batch(chunks, num_decode_seqs);
+                                           int32_t num_decode_seqs = 0, bool write = true) const {
+    const StepBatch sb = make_batch(chunks, num_decode_seqs, write);
     const pllm_batch b = sb.batch();
     backend.plan(b);
     std::vector<std::vector<float>> outputs;
@@ -178,6 +195,12 @@ class Scenario {
       TypedBuffer q(config_.dtype, gather(q_, layer, chunks, config_.num_heads()));
       TypedBuffer k(config_.dtype, gather(k_, layer, chunks, config_.num_kv_heads));
       TypedBuffer v(config_.dtype, gather(v_, layer, chunks, config_.num_kv_heads));
+      if (!write) {
+        for (std::size_t i = 0; i < k.size(); ++i) {
+          k.set(i, std::numeric_limits<float>::quiet_NaN());
+          v.set(i, std::numeric_limits<float>::quiet_NaN());
+        }
+      }
       // A sentinel the kernels must overwrite everywhere.
       TypedBuffer out(config_.dtype, std::vector<float>(q.size(), 1234.0f));
       pllm_attention_layer_args args = layer_args(q, k, v, out, b.num_tokens);
