@@ -146,6 +146,32 @@ class Scenario {
     }
   }
 
+  // Writes positions [0, len) of every sequence cheaply: each token is its own
+  // one-token "sequence" (attention over a single key), for benchmarks that
+  // need long contexts without paying for their prefill.
+  void fill(Backend& backend, const std::vector<int32_t>& lens) const {
+    std::vector<Chunk> tokens;
+    for (std::size_t s = 0; s < lens.size(); ++s) {
+      for (int32_t p = 0; p < lens[s]; ++p) tokens.push_back({int32_t(s), p, 1});
+    }
+    StepBatch sb = make_batch(tokens);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      sb.seq_lens[i] = 1;
+      const auto& table = tables_[std::size_t(tokens[i].seq)];
+      sb.block_tables[i * std::size_t(max_blocks_per_seq_)] = table[std::size_t(tokens[i].begin / config_.block_size)];
+    }
+    const pllm_batch b = sb.batch();
+    backend.plan(b);
+    for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
+      TypedBuffer q(config_.dtype, gather(q_, layer, tokens, config_.num_heads()));
+      TypedBuffer k(config_.dtype, gather(k_, layer, tokens, config_.num_kv_heads));
+      TypedBuffer v(config_.dtype, gather(v_, layer, tokens, config_.num_kv_heads));
+      TypedBuffer out(config_.dtype, std::vector<float>(q.size(), 0.0f));
+      pllm_attention_layer_args args = layer_args(q, k, v, out, b.num_tokens);
+      backend.run(layer, args);
+    }
+  }
+
   // Blocks of the pool no sequence's table uses.
   std::vector<int32_t> free_blocks() const {
     std::vector<bool> used(static_cast<std::size_t>(num_device_blocks_), false);
