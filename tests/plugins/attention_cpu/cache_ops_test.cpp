@@ -133,7 +133,7 @@ TEST_CASE("attention_cpu options are validated strictly", "[attention_cpu][optio
   CHECK_THAT(e.what(), Contains("CPU") && Contains("attention_cuda"));
 }
 
-TEST_CASE("bytes_per_block counts K and V of every layer; unsupported dtypes are refused", "[attention_cpu][cache_ops]") {
+TEST_CASE("bytes_per_block counts K and V of every layer, unsupported dtypes are refused", "[attention_cpu][cache_ops]") {
   Backend backend("{}");
   pllm_kv_cache_spec spec{};
   spec.struct_size = sizeof spec;

@@ -381,7 +381,7 @@ TEST_CASE("penalties change logits exactly as the formulas say", "[sampler]") {
   }
 }
 
-TEST_CASE("logprobs are the raw log-softmax; top-N sorted, ties by id, padded with -1", "[sampler]") {
+TEST_CASE("logprobs are the raw log-softmax, top-N sorted with ties by id and padded with -1", "[sampler]") {
   std::mt19937 rng(5);
   Row row{params(0.6f), random_logits(rng, 4000), {1, 2}, {3, 3}, 11};
   row.params.repetition_penalty = 1.5f;
