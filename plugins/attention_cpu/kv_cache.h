@@ -1,0 +1,68 @@
+#pragma once
+// The physical paged KV cache in host memory: a "device" pool (the blocks
+// attention reads and writes) and a separate host swap pool.
+//
+// Layout, per pool, per layer, K and V separately:
+//   [num_blocks, num_kv_heads, block_size, head_dim]
+// so one block of one KV head is a contiguous block_size x head_dim tile whose
+// rows (one token each) are contiguous head_dim vectors: the attention kernels
+// stream a tile and take dot products over unit-stride rows. The pool is one
+// allocation ordered [layer][K|V][block][...]; a block copy is 2 * num_layers
+// memcpy calls of one tile group each.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "pagedllm/sdk.h"
+
+namespace pagedllm::attention_cpu {
+
+// The cache's shape; validated on construction (throws pllm::Error).
+struct CacheGeometry {
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+  pllm_dtype dtype = PLLM_DTYPE_INVALID;
+  int64_t element_size = 0;
+
+  static CacheGeometry from_spec(const pllm_kv_cache_spec& spec);
+  // Elements of one block of one layer, K or V: num_kv_heads * block_size * head_dim.
+  int64_t block_elements() const { return int64_t(num_kv_heads) * block_size * head_dim; }
+  int64_t block_bytes_per_layer() const { return block_elements() * element_size; }
+  // What bytes_per_block reports: K and V of every layer.
+  uint64_t bytes_per_block() const { return uint64_t(2) * uint64_t(num_layers) * uint64_t(block_bytes_per_layer()); }
+};
+
+class KvCache {
+ public:
+  KvCache(const CacheGeometry& geometry, int64_t num_device_blocks, int64_t num_host_blocks);
+
+  const CacheGeometry& geometry() const { return geometry_; }
+  int64_t num_device_blocks() const { return num_device_blocks_; }
+  int64_t num_host_blocks() const { return num_host_blocks_; }
+
+  // Start of layer `layer`'s K (or V) cache in the device pool: [num_blocks, num_kv_heads, block_size, head_dim].
+  std::byte* keys(int32_t layer) { return device_layer(layer, 0); }
+  std::byte* values(int32_t layer) { return device_layer(layer, 1); }
+
+  // Block operations; every pair is validated before anything is copied.
+  void copy_blocks(std::span<const pllm_block_copy> pairs);  // device -> device
+  void swap_out(std::span<const pllm_block_copy> pairs);     // device -> host
+  void swap_in(std::span<const pllm_block_copy> pairs);      // host -> device
+
+ private:
+  std::byte* device_layer(int32_t layer, int kv) const;
+  static void copy_between(const CacheGeometry& g, std::byte* dst_pool, int64_t dst_blocks, const std::byte* src_pool,
+                           int64_t src_blocks, std::span<const pllm_block_copy> pairs);
+
+  CacheGeometry geometry_;
+  int64_t num_device_blocks_;
+  int64_t num_host_blocks_;
+  std::unique_ptr<std::byte[]> device_;
+  std::unique_ptr<std::byte[]> host_;
+};
+
+}  // namespace pagedllm::attention_cpu

@@ -1,0 +1,79 @@
+#pragma once
+// Paged attention over the CPU KV cache: the problem one run() solves, and the
+// two kernels that solve it (same math, different speed).
+//
+// For every sequence s and each of its new token rows i (0-based inside the
+// chunk), at position p = seq_lens[s] - query_len + i, and each query head h:
+//   out[t, h] = softmax_j(scale * q[t, h] . K[s, j, g]) V[s, j, g],  j in [0, p],
+// where g = h / (num_heads / num_kv_heads) and K[s, j, g] is read from block
+// block_tables[s][j / block_size] at offset j % block_size. Nothing beyond
+// position p is ever read, so stale cache contents cannot leak into a result.
+
+#include <cstdint>
+#include <vector>
+
+#include "pagedllm/sdk.h"
+#include "plugins/common/thread_pool.h"
+
+namespace pagedllm::attention_cpu {
+
+// A strided [num_tokens, heads, head_dim] activation with unit-stride rows.
+struct Rows {
+  std::byte* data = nullptr;
+  pllm_dtype dtype = PLLM_DTYPE_INVALID;
+  int64_t token_stride = 0;  // elements
+  int64_t head_stride = 0;   // elements
+  int64_t element_size = 0;
+
+  std::byte* row(int64_t token, int64_t head) const {
+    return data + (token * token_stride + head * head_stride) * element_size;
+  }
+};
+
+struct AttentionProblem {
+  const pllm_batch* batch = nullptr;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+  float scale = 1.0f;
+  Rows query;
+  Rows output;
+  // This layer's caches, [num_blocks, num_kv_heads, block_size, head_dim] of cache_dtype.
+  const std::byte* key_cache = nullptr;
+  const std::byte* value_cache = nullptr;
+  pllm_dtype cache_dtype = PLLM_DTYPE_INVALID;
+};
+
+// The plain loop: one query row and head at a time, one context token at a
+// time through the block table, two-pass softmax. Obviously correct, slow.
+void reference_attention(const AttentionProblem& problem);
+
+// Blocked, GQA-grouped, online-softmax kernel, parallel over work items.
+class OptimizedAttention {
+ public:
+  explicit OptimizedAttention(int num_threads) : pool_(num_threads), scratch_(static_cast<std::size_t>(pool_.size())) {}
+  void run(const AttentionProblem& problem);
+  int num_threads() const { return pool_.size(); }
+
+  // Per-thread buffers, grown on demand and reused across calls.
+  struct Scratch {
+    std::vector<float> q, acc, m, l, s, k_tile, v_tile;
+  };
+
+  // One (sequence, kv head, chunk of new-token rows) unit of work.
+  struct WorkItem {
+    int32_t seq;
+    int32_t kv_head;
+    int32_t row_begin;  // new-token rows [row_begin, row_end) of the sequence
+    int32_t row_end;
+  };
+
+ private:
+
+  plugins::ThreadPool pool_;
+  std::vector<Scratch> scratch_;
+  std::vector<WorkItem> items_;
+};
+
+}  // namespace pagedllm::attention_cpu

@@ -1,0 +1,35 @@
+#pragma once
+// Counter-based randomness: the uniform number for a request's token is a pure
+// function of (seed, offset), where offset is the index of the token being
+// sampled (pllm_sample_row::random_offset). No generator state lives between
+// calls, so a request samples the same tokens whatever else shares its batch,
+// in whatever order rows arrive, on any thread, and runs reproduce exactly.
+//
+// Construction: the offset-th output of a SplitMix64 stream (Steele, Lea &
+// Flood 2014; Java's SplittableRandom) whose starting state is mix64(seed):
+//   bits(seed, offset) = mix64(mix64(seed) + (offset + 1) * golden_gamma)
+// mix64 is SplitMix64's finaliser (a bijection on 64 bits), so every (seed,
+// offset) is one Weyl-sequence step hashed; SplitMix64 passes BigCrush. The
+// top 53 bits become a double in [0, 1).
+
+#include <cstdint>
+
+namespace pagedllm::sampler {
+
+inline std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+inline std::uint64_t random_bits(std::uint64_t seed, std::uint64_t offset) {
+  constexpr std::uint64_t kGoldenGamma = 0x9e3779b97f4a7c15ull;
+  return mix64(mix64(seed) + (offset + 1) * kGoldenGamma);
+}
+
+// Uniform in [0, 1), 53 bits of resolution.
+inline double uniform01(std::uint64_t seed, std::uint64_t offset) {
+  return static_cast<double>(random_bits(seed, offset) >> 11) * 0x1p-53;
+}
+
+}  // namespace pagedllm::sampler

@@ -1,0 +1,215 @@
+#include "plugins/sampler/row_sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "pagedllm/sdk/cpp/error.hpp"
+#include "plugins/sampler/counter_rng.h"
+
+namespace pagedllm::sampler {
+namespace {
+
+[[noreturn]] void invalid(int32_t row, const std::string& message) {
+  throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "sampler: row " + std::to_string(row) + ": " + message);
+}
+
+bool is_greedy(const pllm_sampling_params& p) { return p.temperature < kGreedyTemperature; }
+
+bool has_penalties(const pllm_sampling_params& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
+// log(sum(exp(raw))), stable: max first, then a double sum.
+double log_sum_exp(const float* raw, int64_t vocab) {
+  float m = raw[0];
+  for (int64_t i = 1; i < vocab; ++i) m = std::max(m, raw[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(raw[i]) - double(m));
+  return double(m) + std::log(sum);
+}
+
+}  // namespace
+
+void RowSampler::validate(const pllm_sample_row& row, int64_t vocab, int32_t index) {
+  if (row.struct_size < sizeof(pllm_sample_row)) invalid(index, "struct_size too small");
+  if (!row.params) invalid(index, "null params");
+  const pllm_sampling_params& p = *row.params;
+  if (p.struct_size < sizeof(pllm_sampling_params)) invalid(index, "params struct_size too small");
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
+    invalid(index, "temperature must be finite and >= 0, got " + std::to_string(p.temperature));
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) invalid(index, "top_p must be in (0, 1], got " + std::to_string(p.top_p));
+  if (p.top_k < 0) invalid(index, "top_k must be >= 0 (0 = off), got " + std::to_string(p.top_k));
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) invalid(index, "min_p must be in [0, 1], got " + std::to_string(p.min_p));
+  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty)) {
+    invalid(index, "repetition_penalty must be finite and > 0, got " + std::to_string(p.repetition_penalty));
+  }
+  if (!std::isfinite(p.presence_penalty) || !std::isfinite(p.frequency_penalty)) {
+    invalid(index, "presence_penalty and frequency_penalty must be finite");
+  }
+  if (p.num_top_logprobs < 0) invalid(index, "num_top_logprobs must be >= 0");
+  auto check_ids = [&](const int32_t* ids, int32_t n, const char* what) {
+    if (n < 0 || (n > 0 && !ids)) invalid(index, std::string("bad ") + what + " token list");
+    for (int32_t i = 0; i < n; ++i) {
+      if (ids[i] < 0 || ids[i] >= vocab) {
+        invalid(index, std::string(what) + " token " + std::to_string(i) + " = " + std::to_string(ids[i]) +
+                           " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+      }
+    }
+  };
+  check_ids(row.prompt_token_ids, row.num_prompt_tokens, "prompt");
+  check_ids(row.output_token_ids, row.num_output_tokens, "output");
+}
+
+void RowSampler::penalize(const pllm_sample_row& row, const float* raw, int64_t vocab) {
+  logits_.assign(raw, raw + vocab);
+  const pllm_sampling_params& p = *row.params;
+  if (!has_penalties(p)) return;
+  if (counts_.size() < std::size_t(vocab)) {
+    counts_.resize(std::size_t(vocab), 0);
+    in_history_.resize(std::size_t(vocab), 0);
+  }
+  // Distinct tokens of prompt + output, and output counts; the scratch is
+  // reset through touched_ so a row costs O(history), not O(vocab).
+  touched_.clear();
+  auto touch = [&](int32_t id) {
+    if (!in_history_[std::size_t(id)]) {
+      in_history_[std::size_t(id)] = 1;
+      touched_.push_back(id);
+    }
+  };
+  for (int32_t i = 0; i < row.num_prompt_tokens; ++i) touch(row.prompt_token_ids[i]);
+  for (int32_t i = 0; i < row.num_output_tokens; ++i) {
+    touch(row.output_token_ids[i]);
+    ++counts_[std::size_t(row.output_token_ids[i])];
+  }
+  for (int32_t id : touched_) {
+    float& l = logits_[std::size_t(id)];
+    if (p.repetition_penalty != 1.0f) l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+    const int32_t count = counts_[std::size_t(id)];
+    if (count > 0) l -= p.frequency_penalty * float(count) + p.presence_penalty;
+    in_history_[std::size_t(id)] = 0;
+    counts_[std::size_t(id)] = 0;
+  }
+}
+
+int32_t RowSampler::argmax(int64_t vocab) const {
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i) {
+    if (logits_[std::size_t(i)] > logits_[std::size_t(best)]) best = i;  // strict: ties keep the lowest id
+  }
+  return int32_t(best);
+}
+
+void RowSampler::filter(const pllm_sampling_params& p, int64_t vocab) {
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < vocab; ++i) {
+    logits_[std::size_t(i)] /= p.temperature;
+    max_logit = std::max(max_logit, logits_[std::size_t(i)]);
+  }
+  if (weights_.size() < std::size_t(vocab)) weights_.resize(std::size_t(vocab));
+  kept_.clear();
+  // min-p: p_i >= min_p * p_max  <=>  exp(x_i - x_max) >= min_p.
+  const double min_ratio = p.min_p > 0.0f ? double(p.min_p) : 0.0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double w = std::exp(double(logits_[std::size_t(i)]) - double(max_logit));
+    weights_[std::size_t(i)] = w;
+    if (w > 0.0 && w >= min_ratio) kept_.push_back(int32_t(i));
+  }
+  auto before = [&](int32_t a, int32_t b) {
+    const float la = logits_[std::size_t(a)], lb = logits_[std::size_t(b)];
+    return la > lb || (la == lb && a < b);
+  };
+  const bool top_k = p.top_k > 0 && std::size_t(p.top_k) < kept_.size();
+  const bool top_p = p.top_p < 1.0f;
+  if (top_k) {
+    // O(V) selection instead of a full sort; only the k survivors get sorted.
+    std::nth_element(kept_.begin(), kept_.begin() + (p.top_k - 1), kept_.end(), before);
+    kept_.resize(std::size_t(p.top_k));
+  }
+  if (top_k || top_p) std::sort(kept_.begin(), kept_.end(), before);
+  if (top_p) {
+    double total = 0;
+    for (int32_t id : kept_) total += weights_[std::size_t(id)];
+    // The smallest prefix whose mass reaches top_p (always at least one token).
+    const double target = double(p.top_p) * total;
+    double cumulative = 0;
+    std::size_t keep = kept_.size();
+    for (std::size_t i = 0; i < kept_.size(); ++i) {
+      cumulative += weights_[std::size_t(kept_[i])];
+      if (cumulative >= target) {
+        keep = i + 1;
+        break;
+      }
+    }
+    kept_.resize(keep);
+  }
+  kept_total_ = 0;
+  for (int32_t id : kept_) kept_total_ += weights_[std::size_t(id)];
+}
+
+void RowSampler::sample(const pllm_sample_row& row, const float* raw, int64_t vocab, int32_t* token, float* logprob,
+                        int32_t top_capacity, int32_t* top_ids, float* top_logprobs) {
+  const pllm_sampling_params& p = *row.params;
+  const double lse = log_sum_exp(raw, vocab);
+  if (!std::isfinite(lse)) {
+    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "sampler: logits contain NaN or +inf, or are all -inf");
+  }
+  penalize(row, raw, vocab);
+  int32_t chosen;
+  if (is_greedy(p)) {
+    chosen = argmax(vocab);
+  } else {
+    filter(p, vocab);
+    // Inverse CDF over the kept tokens in their (deterministic) order.
+    const double target = uniform01(p.seed, row.random_offset) * kept_total_;
+    chosen = kept_.back();
+    double cumulative = 0;
+    for (int32_t id : kept_) {
+      cumulative += weights_[std::size_t(id)];
+      if (target < cumulative) {
+        chosen = id;
+        break;
+      }
+    }
+  }
+  *token = chosen;
+  if (logprob) *logprob = float(double(raw[chosen]) - lse);
+
+  if (top_capacity <= 0) return;
+  const int32_t n = std::min(top_capacity, p.num_top_logprobs);
+  // The n best raw logits by (value desc, id asc): a bounded insertion sort,
+  // O(vocab) for the small n the API allows.
+  int32_t count = 0;
+  for (int64_t i = 0; i < vocab && n > 0; ++i) {
+    const float v = raw[i];
+    if (count == n && !(v > raw[top_ids[n - 1]])) continue;
+    int32_t j = count < n ? count++ : n - 1;
+    while (j > 0 && raw[top_ids[j - 1]] < v) {
+      top_ids[j] = top_ids[j - 1];
+      --j;
+    }
+    top_ids[j] = int32_t(i);
+  }
+  for (int32_t j = 0; j < count; ++j) top_logprobs[j] = float(double(raw[top_ids[j]]) - lse);
+  for (int32_t j = count; j < top_capacity; ++j) {
+    top_ids[j] = -1;
+    top_logprobs[j] = -std::numeric_limits<float>::infinity();
+  }
+}
+
+void RowSampler::probabilities(const pllm_sample_row& row, const float* raw, int64_t vocab, float* probs) {
+  const pllm_sampling_params& p = *row.params;
+  penalize(row, raw, vocab);
+  std::fill(probs, probs + vocab, 0.0f);
+  if (is_greedy(p)) {
+    probs[argmax(vocab)] = 1.0f;
+    return;
+  }
+  filter(p, vocab);
+  for (int32_t id : kept_) probs[id] = float(weights_[std::size_t(id)] / kept_total_);
+}
+
+}  // namespace pagedllm::sampler

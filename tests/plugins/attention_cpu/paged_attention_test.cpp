@@ -1,0 +1,125 @@
+// attention_cpu: both kernels against a dense reference attention, through the
+// real plugin .so. Every scenario poisons the whole pool with NaN first, fills
+// the sequences' contexts by chunked prefill (checked too), then runs a mixed
+// batch: decode sequences first, then prefill chunks on top of cached context.
+
+#include <catch2/catch.hpp>
+
+#include "tests/plugins/attention_cpu/paged_scenario.h"
+
+using namespace attention_test;
+
+namespace {
+
+struct Variant {
+  const char* name;
+  const char* options;
+};
+
+const Variant kVariants[] = {
+    {"reference", R"({"variant": "reference"})"},
+    {"optimized/1 thread", R"({"variant": "optimized", "num_threads": 1})"},
+    {"optimized/3 threads", R"({"variant": "optimized", "num_threads": 3})"},
+};
+
+// Context lengths and final query lengths of the mixed batch: four decodes
+// (one right at a block boundary for block size 16/32, one with a single
+// cached token), then prefill chunks with and without cached context.
+struct SeqPlan {
+  int32_t context_len;
+  int32_t query_len;
+};
+const std::vector<SeqPlan> kMixed = {{37, 1}, {1, 1}, {32, 1}, {63, 1}, {20, 13}, {0, 9}, {31, 5}};
+
+void check_scenario(const Config& config, uint32_t seed) {
+  std::vector<int32_t> seq_lens;
+  for (const auto& s : kMixed) seq_lens.push_back(s.context_len + s.query_len);
+  Scenario scenario(config, seq_lens, seed);
+
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (const auto& v : kVariants) {
+    backends.push_back(std::make_unique<Backend>(v.options));
+    backends.back()->allocate_cache(scenario.spec(), scenario.num_device_blocks(), 2);
+    scenario.poison(*backends.back());
+  }
+  const Tolerance dense_tol = dense_tolerance(config.dtype);
+  // Variants against each other: both within dense_tol of the truth, so within
+  // twice of each other (f32 differences come from summation order only).
+  const Tolerance cross_tol{2 * dense_tol.atol, 2 * dense_tol.rtol};
+  double max_dense_error = 0;
+
+  auto check_step = [&](const std::vector<Chunk>& chunks, int32_t num_decode, const char* what) {
+    const auto expected = scenario.dense(chunks);
+    std::vector<std::vector<std::vector<float>>> got;
+    for (std::size_t i = 0; i < backends.size(); ++i) {
+      got.push_back(scenario.run_step(*backends[i], chunks, num_decode));
+      for (int32_t layer = 0; layer < config.num_layers; ++layer) {
+        INFO(what << ", variant " << kVariants[i].name << ", layer " << layer);
+        const std::string mismatch = compare(got[i][std::size_t(layer)], expected[std::size_t(layer)], dense_tol,
+                                             &max_dense_error);
+        REQUIRE(mismatch == "");
+        if (i > 0) {
+          INFO("against the reference variant");
+          REQUIRE(compare(got[i][std::size_t(layer)], got[0][std::size_t(layer)], cross_tol, nullptr) == "");
+        }
+      }
+    }
+  };
+
+  // Chunked prefill of the contexts, random chunk sizes.
+  std::vector<int32_t> written(kMixed.size(), 0);
+  std::uniform_int_distribution<int32_t> chunk_len(1, 2 * config.block_size + 3);
+  for (;;) {
+    std::vector<Chunk> chunks;
+    for (std::size_t s = 0; s < kMixed.size(); ++s) {
+      const int32_t left = kMixed[s].context_len - written[s];
+      if (left == 0) continue;
+      const int32_t len = std::min(left, chunk_len(scenario.rng()));
+      chunks.push_back({int32_t(s), written[s], len});
+      written[s] += len;
+    }
+    if (chunks.empty()) break;
+    check_step(chunks, 0, "context prefill step");
+  }
+
+  std::vector<Chunk> mixed;
+  int32_t num_decode = 0;
+  for (std::size_t s = 0; s < kMixed.size(); ++s) {
+    mixed.push_back({int32_t(s), kMixed[s].context_len, kMixed[s].query_len});
+    if (kMixed[s].query_len == 1) ++num_decode;
+  }
+  check_step(mixed, num_decode, "mixed decode + prefill step");
+  // The largest error seen, for the README's tolerance section (visible with -s).
+  INFO("max |plugin - dense| = " << max_dense_error);
+  SUCCEED();
+}
+
+}  // namespace
+
+TEST_CASE("paged attention equals dense attention, f32", "[attention_cpu][attention]") {
+  Config config;
+  config.group = GENERATE(1, 2, 4);
+  config.head_dim = GENERATE(64, 128, 13);
+  config.block_size = GENERATE(1, 16, 32);
+  CAPTURE(config.group, config.head_dim, config.block_size);
+  check_scenario(config, 1234u + uint32_t(config.group * 1000 + config.head_dim * 10 + config.block_size));
+}
+
+TEST_CASE("paged attention equals dense attention, f16 and bf16", "[attention_cpu][attention]") {
+  Config config;
+  config.dtype = GENERATE(PLLM_DTYPE_F16, PLLM_DTYPE_BF16);
+  config.group = GENERATE(1, 4);
+  config.head_dim = GENERATE(64, 13);
+  config.block_size = GENERATE(1, 16);
+  CAPTURE(int(config.dtype), config.group, config.head_dim, config.block_size);
+  check_scenario(config, 99u + uint32_t(config.group * 1000 + config.head_dim * 10 + config.block_size));
+}
+
+TEST_CASE("paged attention with several layers keeps layers apart", "[attention_cpu][attention]") {
+  Config config;
+  config.num_layers = 3;
+  config.group = 2;
+  config.block_size = 16;
+  config.head_dim = GENERATE(64, 128);
+  check_scenario(config, 7u);
+}

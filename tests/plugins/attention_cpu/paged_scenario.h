@@ -1,0 +1,337 @@
+#pragma once
+// A paged-attention scenario: sequences with dense per-position Q/K/V, their
+// blocks scattered over a permuted pool, and steps that write chunks of them
+// through one or more backends and compare every output with a dense
+// reference attention (plain softmax(QK^T * scale) V with a causal mask, in
+// double, over contiguous K/V).
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/plugins/attention_cpu/attention_harness.h"
+
+namespace attention_test {
+
+struct Config {
+  int32_t num_layers = 1;
+  int32_t num_kv_heads = 2;
+  int32_t group = 1;  // query heads per kv head (GQA ratio)
+  int32_t head_dim = 64;
+  int32_t block_size = 16;
+  pllm_dtype dtype = PLLM_DTYPE_F32;  // cache and activations
+  int32_t num_heads() const { return num_kv_heads * group; }
+};
+
+// Positions [begin, begin + len) of sequence `seq` are new in a step.
+struct Chunk {
+  int32_t seq;
+  int32_t begin;
+  int32_t len;
+};
+
+// Tolerance |got - ref| <= atol + rtol * |ref|.
+struct Tolerance {
+  double atol;
+  double rtol;
+};
+
+// Dense reference vs plugin: f32 accumulation over at most head_dim + context
+// (< 256 here) terms of magnitude <= 1 has a worst-case error of about
+// 256 * 2^-24 ~ 1.5e-5 and a typical one near sqrt(256) * 2^-24 ~ 1e-6; 2e-5
+// absolute (outputs are convex combinations of V in [-1, 1]) is safe without
+// hiding real bugs (a wrong key or a lost block shifts outputs by ~1e-2). For
+// f16/bf16 the test feeds values already representable in the format, so the
+// only extra error is the final rounding of the output: half an ulp, i.e. the
+// unit roundoff u (f16: 2^-11, bf16: 2^-8) relative; we allow 2u relative,
+// since a value within the f32 error of a rounding boundary may round to
+// either neighbour.
+inline Tolerance dense_tolerance(pllm_dtype dtype) {
+  if (dtype == PLLM_DTYPE_F16) return {2e-5, 2.0 * 0x1p-11};
+  if (dtype == PLLM_DTYPE_BF16) return {2e-5, 2.0 * 0x1p-8};
+  return {2e-5, 0.0};
+}
+
+class Scenario {
+ public:
+  Scenario(const Config& config, std::vector<int32_t> seq_lens, uint32_t seed, int32_t spare_blocks = 5)
+      : config_(config), seq_lens_(std::move(seq_lens)), rng_(seed) {
+    const int32_t bs = config_.block_size;
+    int32_t total = 0;
+    for (int32_t len : seq_lens_) {
+      const int32_t blocks = (len + bs - 1) / bs;
+      max_blocks_per_seq_ = std::max(max_blocks_per_seq_, blocks);
+      total += blocks;
+    }
+    num_device_blocks_ = total + spare_blocks;
+    // A permuted pool: sequences own scattered, non-contiguous blocks.
+    std::vector<int32_t> pool(static_cast<std::size_t>(num_device_blocks_));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng_);
+    std::size_t next = 0;
+    for (int32_t len : seq_lens_) {
+      std::vector<int32_t> table(std::size_t(max_blocks_per_seq_), -1);
+      for (int32_t i = 0; i < (len + bs - 1) / bs; ++i) table[std::size_t(i)] = pool[next++];
+      tables_.push_back(std::move(table));
+    }
+    std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+    auto fill = [&](std::size_t n) {
+      std::vector<float> v(n);
+      for (auto& x : v) x = round_to(config_.dtype, uniform(rng_));
+      return v;
+    };
+    const auto hd = std::size_t(config_.head_dim);
+    for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
+      for (int32_t len : seq_lens_) {
+        q_.push_back(fill(std::size_t(len) * std::size_t(config_.num_heads()) * hd));
+        k_.push_back(fill(std::size_t(len) * std::size_t(config_.num_kv_heads) * hd));
+        v_.push_back(fill(std::size_t(len) * std::size_t(config_.num_kv_heads) * hd));
+      }
+    }
+  }
+
+  const Config& config() const { return config_; }
+  int32_t num_device_blocks() const { return num_device_blocks_; }
+  std::vector<int32_t>& table(int32_t seq) { return tables_[std::size_t(seq)]; }
+  std::mt19937& rng() { return rng_; }
+  float scale() const { return 1.0f / std::sqrt(float(config_.head_dim)); }
+
+  pllm_kv_cache_spec spec() const {
+    pllm_kv_cache_spec s{};
+    s.struct_size = sizeof s;
+    s.num_layers = config_.num_layers;
+    s.num_kv_heads = config_.num_kv_heads;
+    s.head_dim = config_.head_dim;
+    s.block_size = config_.block_size;
+    s.dtype = config_.dtype;
+    return s;
+  }
+
+  // Fills every slot of the device pool with NaN K/V (through the write path:
+  // one single-token sequence per slot), so any read beyond a sequence's
+  // context shows up as NaN in its output.
+  void poison(Backend& backend) const {
+    const int32_t bs = config_.block_size;
+    const int32_t slots = num_device_blocks_ * bs;
+    StepBatch sb;
+    sb.block_size = bs;
+    sb.max_blocks_per_seq = 1;
+    for (int32_t slot = 0; slot < slots; ++slot) {
+      sb.token_ids.push_back(0);
+      sb.positions.push_back(0);
+      sb.slot_mapping.push_back(slot);
+      sb.query_start_loc.push_back(slot + 1);
+      sb.seq_lens.push_back(1);
+      sb.block_tables.push_back(slot / bs);
+    }
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    const auto hd = config_.head_dim;
+    TypedBuffer q(config_.dtype, std::vector<float>(std::size_t(slots * config_.num_heads() * hd), 0.0f));
+    TypedBuffer kv(config_.dtype, std::vector<float>(std::size_t(slots * config_.num_kv_heads * hd), nan));
+    TypedBuffer out(config_.dtype, std::vector<float>(q.size(), 0.0f));
+    const pllm_batch b = sb.batch();
+    backend.plan(b);
+    for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
+      pllm_attention_layer_args args = layer_args(q, kv, kv, out, slots);
+      backend.run(layer, args);
+    }
+  }
+
+  // Writes positions [0, len) of every sequence cheaply: each token is its own
+  // one-token "sequence" (attention over a single key), for benchmarks that
+  // need long contexts without paying for their prefill.
+  void fill(Backend& backend, const std::vector<int32_t>& lens) const {
+    std::vector<Chunk> tokens;
+    for (std::size_t s = 0; s < lens.size(); ++s) {
+      for (int32_t p = 0; p < lens[s]; ++p) tokens.push_back({int32_t(s), p, 1});
+    }
+    StepBatch sb = make_batch(tokens);
+    for (std::size_t i = 0; i < tokens.size(); ++i) {
+      sb.seq_lens[i] = 1;
+      const auto& table = tables_[std::size_t(tokens[i].seq)];
+      sb.block_tables[i * std::size_t(max_blocks_per_seq_)] = table[std::size_t(tokens[i].begin / config_.block_size)];
+    }
+    const pllm_batch b = sb.batch();
+    backend.plan(b);
+    for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
+      TypedBuffer q(config_.dtype, gather(q_, layer, tokens, config_.num_heads()));
+      TypedBuffer k(config_.dtype, gather(k_, layer, tokens, config_.num_kv_heads));
+      TypedBuffer v(config_.dtype, gather(v_, layer, tokens, config_.num_kv_heads));
+      TypedBuffer out(config_.dtype, std::vector<float>(q.size(), 0.0f));
+      pllm_attention_layer_args args = layer_args(q, k, v, out, b.num_tokens);
+      backend.run(layer, args);
+    }
+  }
+
+  // Blocks of the pool no sequence's table uses.
+  std::vector<int32_t> free_blocks() const {
+    std::vector<bool> used(static_cast<std::size_t>(num_device_blocks_), false);
+    for (const auto& t : tables_) {
+      for (int32_t b : t) {
+        if (b >= 0) used[std::size_t(b)] = true;
+      }
+    }
+    std::vector<int32_t> free;
+    for (int32_t b = 0; b < num_device_blocks_; ++b) {
+      if (!used[std::size_t(b)]) free.push_back(b);
+    }
+    return free;
+  }
+
+  // write = false: every row gets slot -1 and NaN K/V, so the step only reads
+  // the cache (and NaN in the output shows a row that was written anyway).
+  StepBatch make_batch(const std::vector<Chunk>& chunks, int32_t num_decode_seqs = 0, bool write = true) const {
+    const int32_t bs = config_.block_size;
+    StepBatch sb;
+    sb.block_size = bs;
+    sb.max_blocks_per_seq = max_blocks_per_seq_;
+    sb.num_decode_seqs = num_decode_seqs;
+    for (const Chunk& c : chunks) {
+      const auto& table = tables_[std::size_t(c.seq)];
+      for (int32_t p = c.begin; p < c.begin + c.len; ++p) {
+        sb.token_ids.push_back(p);
+        sb.positions.push_back(p);
+        sb.slot_mapping.push_back(write ? int64_t(table[std::size_t(p / bs)]) * bs + p % bs : -1);
+      }
+      sb.query_start_loc.push_back(int32_t(sb.slot_mapping.size()));
+      sb.seq_lens.push_back(c.begin + c.len);
+      sb.block_tables.insert(sb.block_tables.end(), table.begin(), table.end());
+    }
+    return sb;
+  }
+
+  // Runs one step (every layer) on `backend` and returns the outputs, one
+  // buffer per layer, as f32 [num_tokens, num_heads, head_dim].
+  std::vector<std::vector<float>> run_step(Backend& backend, const std::vector<Chunk>& chunks,
+                                           int32_t num_decode_seqs = 0, bool write = true) const {
+    const StepBatch sb = make_batch(chunks, num_decode_seqs, write);
+    const pllm_batch b = sb.batch();
+    backend.plan(b);
+    std::vector<std::vector<float>> outputs;
+    for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
+      TypedBuffer q(config_.dtype, gather(q_, layer, chunks, config_.num_heads()));
+      TypedBuffer k(config_.dtype, gather(k_, layer, chunks, config_.num_kv_heads));
+      TypedBuffer v(config_.dtype, gather(v_, layer, chunks, config_.num_kv_heads));
+      if (!write) {
+        for (std::size_t i = 0; i < k.size(); ++i) {
+          k.set(i, std::numeric_limits<float>::quiet_NaN());
+          v.set(i, std::numeric_limits<float>::quiet_NaN());
+        }
+      }
+      // A sentinel the kernels must overwrite everywhere.
+      TypedBuffer out(config_.dtype, std::vector<float>(q.size(), 1234.0f));
+      pllm_attention_layer_args args = layer_args(q, k, v, out, b.num_tokens);
+      backend.run(layer, args);
+      std::vector<float> o(out.size());
+      for (std::size_t i = 0; i < o.size(); ++i) o[i] = out.get(i);
+      outputs.push_back(std::move(o));
+    }
+    return outputs;
+  }
+
+  // The dense reference outputs of a step, per layer, in double.
+  std::vector<std::vector<double>> dense(const std::vector<Chunk>& chunks) const {
+    const int32_t hd = config_.head_dim, heads = config_.num_heads(), kvh = config_.num_kv_heads;
+    std::vector<std::vector<double>> outputs;
+    for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
+      std::vector<double> out;
+      for (const Chunk& c : chunks) {
+        const auto& q = q_[index(layer, c.seq)];
+        const auto& k = k_[index(layer, c.seq)];
+        const auto& v = v_[index(layer, c.seq)];
+        for (int32_t p = c.begin; p < c.begin + c.len; ++p) {
+          for (int32_t h = 0; h < heads; ++h) {
+            const int32_t g = h / config_.group;
+            std::vector<double> w(std::size_t(p) + 1);
+            double max_score = -std::numeric_limits<double>::infinity();
+            for (int32_t j = 0; j <= p; ++j) {
+              double dot = 0;
+              for (int32_t d = 0; d < hd; ++d) {
+                dot += double(q[(std::size_t(p) * heads + h) * hd + d]) * k[(std::size_t(j) * kvh + g) * hd + d];
+              }
+              w[std::size_t(j)] = dot * double(scale());
+              max_score = std::max(max_score, w[std::size_t(j)]);
+            }
+            double sum = 0;
+            for (auto& x : w) sum += (x = std::exp(x - max_score));
+            for (int32_t d = 0; d < hd; ++d) {
+              double acc = 0;
+              for (int32_t j = 0; j <= p; ++j) acc += w[std::size_t(j)] * v[(std::size_t(j) * kvh + g) * hd + d];
+              out.push_back(acc / sum);
+            }
+          }
+        }
+      }
+      outputs.push_back(std::move(out));
+    }
+    return outputs;
+  }
+
+ private:
+  std::size_t index(int32_t layer, int32_t seq) const {
+    return std::size_t(layer) * seq_lens_.size() + std::size_t(seq);
+  }
+
+  std::vector<float> gather(const std::vector<std::vector<float>>& data, int32_t layer, const std::vector<Chunk>& chunks,
+                            int32_t heads) const {
+    std::vector<float> rows;
+    const std::size_t row = std::size_t(heads) * std::size_t(config_.head_dim);
+    for (const Chunk& c : chunks) {
+      const auto& src = data[index(layer, c.seq)];
+      rows.insert(rows.end(), src.begin() + std::ptrdiff_t(std::size_t(c.begin) * row),
+                  src.begin() + std::ptrdiff_t(std::size_t(c.begin + c.len) * row));
+    }
+    return rows;
+  }
+
+  pllm_attention_layer_args layer_args(TypedBuffer& q, TypedBuffer& k, TypedBuffer& v, TypedBuffer& out,
+                                       int64_t tokens) const {
+    pllm_attention_layer_args args{};
+    args.struct_size = sizeof args;
+    args.query = tensor3(q, tokens, config_.num_heads(), config_.head_dim);
+    args.key = tensor3(k, tokens, config_.num_kv_heads, config_.head_dim);
+    args.value = tensor3(v, tokens, config_.num_kv_heads, config_.head_dim);
+    args.output = tensor3(out, tokens, config_.num_heads(), config_.head_dim);
+    args.scale = scale();
+    return args;
+  }
+
+  Config config_;
+  std::vector<int32_t> seq_lens_;
+  std::mt19937 rng_;
+  int32_t max_blocks_per_seq_ = 0;
+  int32_t num_device_blocks_ = 0;
+  std::vector<std::vector<int32_t>> tables_;
+  std::vector<std::vector<float>> q_, k_, v_;  // [layer * num_seqs + seq]: [seq_len, heads, head_dim]
+};
+
+// The first element where |got - ref| > atol + rtol * |ref| (or got is not
+// finite), as a message; empty when all match. `max_error` gets the largest
+// absolute difference.
+template <class Ref>
+std::string compare(const std::vector<float>& got, const std::vector<Ref>& ref, Tolerance tol, double* max_error) {
+  if (got.size() != ref.size()) return "size " + std::to_string(got.size()) + " != " + std::to_string(ref.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double diff = std::abs(double(got[i]) - double(ref[i]));
+    if (!std::isfinite(got[i]) || diff > tol.atol + tol.rtol * std::abs(double(ref[i]))) {
+      std::ostringstream m;
+      m << "element " << i << ": got " << got[i] << ", expected " << double(ref[i]) << " (diff " << diff << ")";
+      return m.str();
+    }
+    worst = std::max(worst, diff);
+  }
+  if (max_error) *max_error = std::max(*max_error, worst);
+  return {};
+}
+
+}  // namespace attention_test
