@@ -105,12 +105,12 @@ TEST_CASE("plugin option errors point at the option, in the file or in --set", "
   CHECK_THAT(r.err, Contains(config.string() + ":6:5: sampler.options: plugin 'fixture_sampler' rejected its options: "
                                                "tie_brake: unknown option (did you mean 'tie_break'?)"));
 
-  r = run_command(host("--config '" + config.string() + "' --check --set sampler.options={tie_break: random}"));
+  r = run_command(host("--config '" + config.string() + "' --check --set 'sampler.options={tie_break: random}'"));
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("--set sampler.options={tie_break: random}: sampler.options"));
   CHECK_THAT(r.err, Contains("tie_break: must be one of lowest, highest"));
 
-  r = run_command(host("--config '" + config.string() + "' --check --set sampler.options={tie_break: highest}"));
+  r = run_command(host("--config '" + config.string() + "' --check --set 'sampler.options={tie_break: highest}'"));
   CHECK(r.exit_code == 0);
 }
 

@@ -38,7 +38,8 @@ typedef struct pllm_block_copy {
  *   token at position p of s:  block block_tables[s * max_blocks_per_seq + p / block_size],
  *                               offset p % block_size
  *   slot_mapping[t]:            block * block_size + offset where token row t's K/V go,
- *                               or -1 for a row whose K/V must not be written */
+ *                               or -1 for a row whose K/V must not be written (the row
+ *                               still attends over the cached positions before it) */
 typedef struct pllm_batch {
   uint32_t struct_size;
   int32_t num_seqs;

@@ -26,7 +26,7 @@ typedef struct pllm_sampling_params {
   uint32_t struct_size;
   float temperature;        /* 0 = greedy */
   float top_p;              /* 1 = off */
-  int32_t top_k;            /* 0 = off */
+  int32_t top_k;            /* 0 = off; negative is invalid (an API layer maps vLLM's -1 to 0) */
   float min_p;              /* 0 = off */
   float presence_penalty;   /* 0 = off */
   float frequency_penalty;  /* 0 = off */
@@ -44,7 +44,11 @@ typedef struct pllm_sample_row {
   int32_t num_prompt_tokens;
   const int32_t* output_token_ids;
   int32_t num_output_tokens;
-  /* Position in the request's random stream: the index of the token being sampled. */
+  /* Position in the request's random stream: the index of the token being
+   * sampled. The sampler draws from (seed, random_offset) alone, so a token does
+   * not depend on the rest of the batch; a consumer that needs several draws for
+   * one position (a speculator's accept test and resample) derives them from
+   * the seed by its own documented convention. */
   uint64_t random_offset;
 } pllm_sample_row;
 
@@ -62,8 +66,8 @@ typedef struct pllm_sample_output {
   int32_t* token_ids;          /* [num_rows] */
   float* logprobs;             /* [num_rows] log-probability of the sampled token */
   int32_t max_top_logprobs;    /* row capacity of the two arrays below; 0 = none */
-  int32_t* top_token_ids;      /* [num_rows * max_top_logprobs] */
-  float* top_logprobs;         /* [num_rows * max_top_logprobs] */
+  int32_t* top_token_ids;      /* [num_rows * max_top_logprobs]; unused entries -1 */
+  float* top_logprobs;         /* [num_rows * max_top_logprobs]; unused entries -infinity */
 } pllm_sample_output;
 
 typedef struct pllm_sampler_api {
