@@ -13,7 +13,13 @@ packages=(
   catch2
   # tokenizer fixtures (tools/tokenizer_fixtures/make_fixtures.py, run by /usr/bin/python3)
   python3-sentencepiece python3-regex
+  # the PyTorch fidelity oracle, the CPU training path (tools/train) and plots (all via /usr/bin/python3)
+  python3-torch python3-numpy python3-matplotlib
+  # the JavaScript test client (the official openai npm package, installed into tests/js by npm)
+  nodejs
 )
+# Debian ships npm as its own package; Node.js from elsewhere often bundles it.
+if ! command -v npm >/dev/null 2>&1; then packages+=(npm); fi
 
 missing=()
 for p in "${packages[@]}"; do
