@@ -113,6 +113,18 @@ ServerConfig read_server(YamlMapReader section) {
   s.port = static_cast<int>(section.get_int("port", s.port, 0, 65535));
   s.api_key = section.get_optional_string("api_key");
   if (s.api_key && s.api_key->empty()) section.fail("api_key", "must not be empty (leave it out, or null, for no key)");
+  s.io_threads = static_cast<int>(section.get_int("io_threads", s.io_threads, 1, 256));
+  s.max_request_body_bytes = section.get_bytes("max_request_body", s.max_request_body_bytes);
+  if (s.max_request_body_bytes < 1024) {
+    section.fail("max_request_body", fmt::format("must be at least 1KiB, got {} bytes", s.max_request_body_bytes));
+  }
+  s.max_concurrent_requests =
+      static_cast<int>(section.get_int("max_concurrent_requests", s.max_concurrent_requests, 1, 1 << 20));
+  constexpr double kDay = 86400.0;
+  s.keep_alive_timeout_s = section.get_double("keep_alive_timeout_s", s.keep_alive_timeout_s, 0.001, kDay);
+  s.request_timeout_s = section.get_double("request_timeout_s", s.request_timeout_s, 0.001, kDay);
+  s.send_timeout_s = section.get_double("send_timeout_s", s.send_timeout_s, 0.001, kDay);
+  s.shutdown_grace_period_s = section.get_double("shutdown_grace_period_s", s.shutdown_grace_period_s, 0.0, kDay);
   section.finish();
   return s;
 }

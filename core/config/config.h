@@ -46,8 +46,25 @@ struct SpeculativeConfig {
 
 struct ServerConfig {
   std::string host = "127.0.0.1";
-  int port = 8000;
+  int port = 8000;  // 0 = any free port (printed at start)
+  // When set, /v1/* requires "Authorization: Bearer <key>".
   std::optional<std::string> api_key;
+  // Threads running the HTTP event loop; connections and streams do not need one each.
+  int io_threads = 2;
+  // Larger request bodies are refused with 413.
+  std::uint64_t max_request_body_bytes = 8ull << 20;
+  // Engine requests (one per prompt) in flight at once; more are refused with 503.
+  int max_concurrent_requests = 1024;
+  // Seconds a connection may wait for (the header of) its next request.
+  double keep_alive_timeout_s = 60.0;
+  // Seconds a request body may take to arrive once its header has.
+  double request_timeout_s = 30.0;
+  // Seconds a response write may make no progress before the client counts as
+  // gone (its requests are aborted).
+  double send_timeout_s = 60.0;
+  // On SIGINT/SIGTERM: seconds in-flight requests may take to finish before
+  // they are aborted.
+  double shutdown_grace_period_s = 30.0;
 };
 
 struct HostConfig {

@@ -140,6 +140,45 @@ TEST_CASE("impossible values are errors naming the key", "[config]") {
   CHECK_THAT(config_error(kMinimal + "server: {api_key: \"\"}\n"), Contains("server.api_key: must not be empty"));
 }
 
+TEST_CASE("the server section's limits and timeouts", "[config]") {
+  const HostConfig defaults = parse_config(kMinimal, "/etc/pagedllm/test.yaml");
+  CHECK(defaults.server.io_threads == 2);
+  CHECK(defaults.server.max_request_body_bytes == (8ull << 20));
+  CHECK(defaults.server.max_concurrent_requests == 1024);
+  CHECK(defaults.server.keep_alive_timeout_s == 60.0);
+  CHECK(defaults.server.request_timeout_s == 30.0);
+  CHECK(defaults.server.send_timeout_s == 60.0);
+  CHECK(defaults.server.shutdown_grace_period_s == 30.0);
+
+  const HostConfig c = parse_config(kMinimal + R"(server:
+  io_threads: 4
+  max_request_body: 64KiB
+  max_concurrent_requests: 100
+  keep_alive_timeout_s: 5
+  request_timeout_s: 2.5
+  send_timeout_s: 10
+  shutdown_grace_period_s: 0
+)",
+                                    "/etc/pagedllm/test.yaml");
+  CHECK(c.server.io_threads == 4);
+  CHECK(c.server.max_request_body_bytes == 65536);
+  CHECK(c.server.max_concurrent_requests == 100);
+  CHECK(c.server.keep_alive_timeout_s == 5.0);
+  CHECK(c.server.request_timeout_s == 2.5);
+  CHECK(c.server.send_timeout_s == 10.0);
+  CHECK(c.server.shutdown_grace_period_s == 0.0);
+
+  CHECK_THAT(config_error(kMinimal + "server: {io_threads: 0}\n"), Contains("server.io_threads: must be in [1, 256]"));
+  CHECK_THAT(config_error(kMinimal + "server: {max_request_body: 100}\n"),
+             Contains("server.max_request_body: must be at least 1KiB, got 100 bytes"));
+  CHECK_THAT(config_error(kMinimal + "server: {max_concurrent_requests: 0}\n"),
+             Contains("server.max_concurrent_requests: must be in"));
+  CHECK_THAT(config_error(kMinimal + "server: {keep_alive_timeout_s: 0}\n"),
+             Contains("server.keep_alive_timeout_s: must be in"));
+  CHECK_THAT(config_error(kMinimal + "server: {send_timeout_s: soon}\n"), Contains("server.send_timeout_s"));
+  CHECK_THAT(config_error(kMinimal + "server: {max_streams: 3}\n"), Contains("server.max_streams: unknown key"));
+}
+
 TEST_CASE("required sections and keys are named when missing", "[config]") {
   CHECK_THAT(config_error("attention: {plugin: a}\nsampler: {plugin: s}\n"), Contains("model: is required"));
   CHECK_THAT(config_error("model: {plugin: m}\nattention: {plugin: a}\nsampler: {plugin: s}\n"),
