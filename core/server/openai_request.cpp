@@ -1,0 +1,400 @@
+#include "core/server/openai_request.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "core/server/api_error.h"
+#include "core/tokenizer/tokenizer_error.h"
+
+namespace pagedllm::server {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::int64_t kMaxInt = std::numeric_limits<int>::max();
+// OpenAI's default max_tokens for (legacy) completions; chat has none.
+constexpr int kCompletionDefaultMaxTokens = 16;
+
+// The value of `key`, or null when it is absent or null (null means unset).
+const json* field(const json& object, std::string_view key) {
+  const auto it = object.find(std::string(key));
+  if (it == object.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+[[noreturn]] void wrong_type(const std::string& param, std::string_view expected, const json& value) {
+  throw invalid_request(fmt::format("'{}' must be {}, got {}", param, expected, value.type_name()), param);
+}
+
+std::optional<bool> get_bool(const json& object, std::string_view key, const std::string& param) {
+  const json* v = field(object, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) wrong_type(param, "a boolean", *v);
+  return v->get<bool>();
+}
+
+std::optional<bool> get_bool(const json& object, std::string_view key) {
+  return get_bool(object, key, std::string(key));
+}
+
+std::int64_t as_int(const json& v, const std::string& param, std::int64_t min, std::int64_t max) {
+  if (!v.is_number_integer()) wrong_type(param, "an integer", v);
+  // Unsigned values beyond int64 are out of every range here.
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(max)) {
+    throw invalid_request(fmt::format("'{}' must be in [{}, {}], got {}", param, min, max, v.get<std::uint64_t>()), param);
+  }
+  const auto value = v.get<std::int64_t>();
+  if (value < min || value > max) {
+    throw invalid_request(fmt::format("'{}' must be in [{}, {}], got {}", param, min, max, value), param);
+  }
+  return value;
+}
+
+std::optional<int> get_int(const json& object, std::string_view key, std::int64_t min, std::int64_t max) {
+  const json* v = field(object, key);
+  if (!v) return std::nullopt;
+  return static_cast<int>(as_int(*v, std::string(key), min, max));
+}
+
+// A number in [min, max], or (min, max] when min_open.
+std::optional<float> get_number(const json& object, std::string_view key, double min, double max,
+                                bool min_open = false) {
+  const json* v = field(object, key);
+  if (!v) return std::nullopt;
+  const std::string param(key);
+  if (!v->is_number()) wrong_type(param, "a number", *v);
+  const double value = v->get<double>();
+  if (value > max || value < min || (min_open && value == min)) {
+    throw invalid_request(fmt::format("'{}' must be in {}{}, {}], got {}", param, min_open ? "(" : "[", min, max, value),
+                          param);
+  }
+  return static_cast<float>(value);
+}
+
+std::optional<std::string> get_string(const json& object, std::string_view key) {
+  const json* v = field(object, key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) wrong_type(std::string(key), "a string", *v);
+  return v->get<std::string>();
+}
+
+std::vector<std::string> get_stop_strings(const json& request) {
+  const json* v = field(request, "stop");
+  if (!v) return {};
+  std::vector<std::string> stop;
+  if (v->is_string()) {
+    stop.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_string()) wrong_type(fmt::format("stop[{}]", i), "a string", (*v)[i]);
+      stop.push_back((*v)[i].get<std::string>());
+    }
+  } else {
+    wrong_type("stop", "a string or an array of strings", *v);
+  }
+  for (const auto& s : stop) {
+    if (s.empty()) throw invalid_request("'stop' strings must not be empty", "stop");
+  }
+  return stop;
+}
+
+std::vector<std::int32_t> get_token_ids(const json& value, const std::string& param, std::int64_t vocab_size) {
+  if (!value.is_array()) wrong_type(param, "an array of token ids", value);
+  std::vector<std::int32_t> ids;
+  ids.reserve(value.size());
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const json& id = value[i];
+    const std::string where = fmt::format("{}[{}]", param, i);
+    if (!id.is_number_integer()) wrong_type(where, "a token id (an integer)", id);
+    if (id.is_number_unsigned() ? id.get<std::uint64_t>() >= static_cast<std::uint64_t>(vocab_size)
+                                : (id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= vocab_size)) {
+      throw invalid_request(fmt::format("'{}' is {}, not a token id of this model (0 to {})", where, id.dump(),
+                                        vocab_size - 1),
+                            param);
+    }
+    ids.push_back(static_cast<std::int32_t>(id.get<std::int64_t>()));
+  }
+  return ids;
+}
+
+std::int64_t vocab_size(const Engine& engine) {
+  const int model_vocab = engine.model().vocab_size;
+  return model_vocab > 0 ? model_vocab : static_cast<std::int64_t>(engine.tokenizer().vocab_size());
+}
+
+// "prompt": a string, an array of token ids, or a batch (an array of either).
+std::vector<PromptInput> parse_prompts(const json& request, const Engine& engine) {
+  const json* p = field(request, "prompt");
+  if (!p) throw invalid_request("'prompt' is required", "prompt");
+  const tokenizer::Tokenizer& tok = engine.tokenizer();
+  const std::int64_t vocab = vocab_size(engine);
+  auto from_text = [&](const std::string& text) {
+    try {
+      return PromptInput{tok.encode(text, /*add_special_tokens=*/true), text, std::nullopt};
+    } catch (const tokenizer::TokenizerError& e) {
+      throw invalid_request(fmt::format("the prompt cannot be tokenized: {}", e.what()), "prompt");
+    }
+  };
+  auto from_ids = [&](const json& ids, const std::string& param) {
+    PromptInput prompt;
+    prompt.token_ids = get_token_ids(ids, param, vocab);
+    prompt.text = tok.decode(prompt.token_ids, /*skip_special_tokens=*/true);
+    return prompt;
+  };
+  const char* kShapes = "a string, an array of token ids, or an array of strings or of token id arrays";
+  if (p->is_string()) return {from_text(p->get<std::string>())};
+  if (!p->is_array()) wrong_type("prompt", kShapes, *p);
+  if (p->empty()) throw invalid_request("'prompt' must not be empty", "prompt");
+  if ((*p)[0].is_number_integer()) return {from_ids(*p, "prompt")};
+  std::vector<PromptInput> prompts;
+  for (std::size_t i = 0; i < p->size(); ++i) {
+    const json& item = (*p)[i];
+    if (item.is_string()) {
+      prompts.push_back(from_text(item.get<std::string>()));
+    } else if (item.is_array()) {
+      prompts.push_back(from_ids(item, fmt::format("prompt[{}]", i)));
+    } else {
+      wrong_type(fmt::format("prompt[{}]", i), "a string or an array of token ids", item);
+    }
+  }
+  return prompts;
+}
+
+// Fields whose meaning this server does not implement: refused rather than
+// silently ignored, since ignoring them would change what the client gets.
+void reject_unsupported(const json& request, ApiKind kind) {
+  if (kind == ApiKind::kCompletion && field(request, "suffix")) {
+    throw invalid_request("'suffix' is not supported", "suffix");
+  }
+  if (const json* bias = field(request, "logit_bias"); bias && !bias->empty()) {
+    throw invalid_request("'logit_bias' is not supported", "logit_bias");
+  }
+  if (const json* best_of = field(request, "best_of"); best_of && !(best_of->is_number_integer() && *best_of == 1)) {
+    throw invalid_request("'best_of' other than 1 is not supported", "best_of");
+  }
+  if (kind == ApiKind::kChat) {
+    if (const json* tools = field(request, "tools"); tools && !tools->empty()) {
+      throw invalid_request("'tools' (function calling) is not supported", "tools");
+    }
+    if (const json* format = field(request, "response_format")) {
+      const json* type = format->is_object() ? field(*format, "type") : nullptr;
+      if (!type || *type != "text") {
+        throw invalid_request("'response_format' other than {\"type\": \"text\"} is not supported",
+                              "response_format");
+      }
+    }
+  }
+}
+
+std::string context_error(int max_len, int prompt_len, std::optional<int> max_tokens, const char* what) {
+  if (!max_tokens) {
+    return fmt::format("This model's maximum context length is {} tokens. However, your {} has {} tokens, which "
+                       "leaves no room for the completion. Please reduce the length of the {}.",
+                       max_len, what, prompt_len, what);
+  }
+  return fmt::format("This model's maximum context length is {} tokens. However, you requested {} tokens ({} in the "
+                     "{}, {} in the completion). Please reduce the length of the {} or completion.",
+                     max_len, static_cast<std::int64_t>(prompt_len) + *max_tokens, prompt_len, what, *max_tokens,
+                     what);
+}
+
+}  // namespace
+
+nlohmann::json parse_json_object(std::string_view body) {
+  json request = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (request.is_discarded()) {
+    throw invalid_request("We could not parse the JSON body of your request: it is not valid JSON.");
+  }
+  if (!request.is_object()) {
+    throw invalid_request(fmt::format("The request body must be a JSON object, got {}.", request.type_name()));
+  }
+  return request;
+}
+
+void check_model(const nlohmann::json& request, const Engine& engine) {
+  const auto model = get_string(request, "model");
+  const std::string& served = engine.model().served_name;
+  if (model && *model != served) {
+    throw not_found(fmt::format("The model `{}` does not exist. This server serves `{}`.", *model, served),
+                    std::string("model_not_found"));
+  }
+}
+
+std::vector<tokenizer::ChatMessage> parse_chat_messages(const nlohmann::json& request) {
+  const json* m = field(request, "messages");
+  if (!m) throw invalid_request("'messages' is required", "messages");
+  if (!m->is_array()) wrong_type("messages", "an array of messages", *m);
+  if (m->empty()) throw invalid_request("'messages' must not be empty", "messages");
+  std::vector<tokenizer::ChatMessage> messages;
+  for (std::size_t i = 0; i < m->size(); ++i) {
+    const json& message = (*m)[i];
+    const std::string param = fmt::format("messages[{}]", i);
+    if (!message.is_object()) wrong_type(param, "an object", message);
+    const json* role = field(message, "role");
+    if (!role) throw invalid_request(fmt::format("'{}.role' is required", param), param + ".role");
+    if (!role->is_string()) wrong_type(param + ".role", "a string", *role);
+    std::string role_name = role->get<std::string>();
+    if (role_name == "developer") role_name = "system";  // OpenAI's newer name for the system role
+    if (role_name != "system" && role_name != "user" && role_name != "assistant" && role_name != "tool") {
+      throw invalid_request(fmt::format("'{}.role' must be system, developer, user, assistant or tool, got '{}'",
+                                        param, role->get<std::string>()),
+                            param + ".role");
+    }
+    std::string content;
+    const json* c = field(message, "content");
+    if (!c) {
+      // Only an assistant turn may come without content (OpenAI: it had tool calls).
+      if (role_name != "assistant") {
+        throw invalid_request(fmt::format("'{}.content' is required", param), param + ".content");
+      }
+    } else if (c->is_string()) {
+      content = c->get<std::string>();
+    } else if (c->is_array()) {
+      // Content parts: text only, joined by newlines (as vLLM does).
+      for (std::size_t j = 0; j < c->size(); ++j) {
+        const json& part = (*c)[j];
+        const std::string part_param = fmt::format("{}.content[{}]", param, j);
+        if (!part.is_object()) wrong_type(part_param, "an object", part);
+        const json* type = field(part, "type");
+        if (!type || *type != "text") {
+          throw invalid_request(fmt::format("'{}.type' must be \"text\": only text content is supported", part_param),
+                                part_param + ".type");
+        }
+        const json* text = field(part, "text");
+        if (!text || !text->is_string()) {
+          throw invalid_request(fmt::format("'{}.text' must be a string", part_param), part_param + ".text");
+        }
+        if (j > 0) content += '\n';
+        content += text->get<std::string>();
+      }
+    } else {
+      wrong_type(param + ".content", "a string or an array of content parts", *c);
+    }
+    messages.push_back({std::move(role_name), std::move(content)});
+  }
+  return messages;
+}
+
+std::vector<std::int32_t> render_chat_prompt(const Engine& engine, const std::vector<tokenizer::ChatMessage>& messages,
+                                             bool add_generation_prompt, bool add_special_tokens) {
+  try {
+    const std::string text = engine.chat_template().render(messages, add_generation_prompt);
+    // The template writes BOS and the turn markers itself, hence no special
+    // tokens by default.
+    return engine.tokenizer().encode(text, add_special_tokens, /*parse_special=*/true);
+  } catch (const tokenizer::TokenizerError& e) {
+    throw invalid_request(fmt::format("The chat template of model `{}` cannot be applied: {}",
+                                      engine.model().served_name, e.what()),
+                          "messages");
+  }
+}
+
+std::vector<std::int32_t> parse_token_ids(const nlohmann::json& value, const std::string& param, const Engine& engine) {
+  return get_token_ids(value, param, vocab_size(engine));
+}
+
+GenerateRequest make_engine_request(const GenerationPlan& plan, std::size_t index) {
+  GenerateRequest request;
+  request.prompt_token_ids = plan.prompts.at(index).token_ids;
+  request.sampling = plan.sampling;
+  request.sampling.max_tokens = plan.prompts[index].max_tokens;
+  return request;
+}
+
+GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, const Engine& engine) {
+  const json request = parse_json_object(body);
+  check_model(request, engine);
+  reject_unsupported(request, kind);
+  const bool chat = kind == ApiKind::kChat;
+
+  GenerationPlan plan;
+  plan.kind = kind;
+  plan.model = engine.model().served_name;
+  plan.stream = get_bool(request, "stream").value_or(false);
+  if (const json* options = field(request, "stream_options")) {
+    if (!options->is_object()) wrong_type("stream_options", "an object", *options);
+    if (!plan.stream) {
+      throw invalid_request("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    }
+    plan.include_usage = get_bool(*options, "include_usage", "stream_options.include_usage").value_or(false);
+  }
+  get_string(request, "user");  // type-checked, otherwise unused
+
+  SamplingOptions& s = plan.sampling;
+  const GenerationDefaults& defaults = engine.generation_defaults();
+  s.n = get_int(request, "n", 1, engine.max_n()).value_or(1);
+  std::optional<int> max_tokens = get_int(request, "max_tokens", 1, kMaxInt);
+  if (chat) {
+    if (auto v = get_int(request, "max_completion_tokens", 1, kMaxInt)) max_tokens = v;
+  }
+  s.temperature = get_number(request, "temperature", 0.0, 2.0).value_or(defaults.temperature.value_or(1.0f));
+  s.top_p = get_number(request, "top_p", 0.0, 1.0, /*min_open=*/true).value_or(defaults.top_p.value_or(1.0f));
+  s.top_k = get_int(request, "top_k", -1, kMaxInt).value_or(defaults.top_k.value_or(0));
+  s.min_p = get_number(request, "min_p", 0.0, 1.0).value_or(0.0f);
+  s.presence_penalty = get_number(request, "presence_penalty", -2.0, 2.0).value_or(0.0f);
+  s.frequency_penalty = get_number(request, "frequency_penalty", -2.0, 2.0).value_or(0.0f);
+  s.repetition_penalty = get_number(request, "repetition_penalty", 0.0, 2.0, /*min_open=*/true)
+                             .value_or(defaults.repetition_penalty.value_or(1.0f));
+  if (const json* seed = field(request, "seed")) {
+    if (!seed->is_number_integer()) wrong_type("seed", "an integer", *seed);
+    // Any 64-bit integer: negative seeds are taken as their two's complement.
+    s.seed = seed->is_number_unsigned() ? seed->get<std::uint64_t>()
+                                        : static_cast<std::uint64_t>(seed->get<std::int64_t>());
+  }
+  s.stop = get_stop_strings(request);
+  if (const json* ids = field(request, "stop_token_ids")) s.stop_token_ids = get_token_ids(*ids, "stop_token_ids", vocab_size(engine));
+  s.include_stop_str_in_output = get_bool(request, "include_stop_str_in_output").value_or(false);
+  s.ignore_eos = get_bool(request, "ignore_eos").value_or(false);
+  s.skip_special_tokens = get_bool(request, "skip_special_tokens").value_or(true);
+  if (!s.ignore_eos) {
+    for (const std::int32_t eos : defaults.eos_token_ids) {
+      if (std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), eos) == s.stop_token_ids.end()) {
+        s.stop_token_ids.push_back(eos);
+        plan.eos_token_ids.push_back(eos);
+      }
+    }
+  }
+
+  const int max_logprobs = engine.max_logprobs();
+  if (chat) {
+    const bool logprobs = get_bool(request, "logprobs").value_or(false);
+    const std::optional<int> top = get_int(request, "top_logprobs", 0, max_logprobs);
+    if (top && !logprobs) throw invalid_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+    if (logprobs) plan.logprobs = top.value_or(0);
+  } else {
+    plan.logprobs = get_int(request, "logprobs", 0, max_logprobs);
+    plan.echo = get_bool(request, "echo").value_or(false);
+  }
+  s.logprobs = plan.logprobs;
+
+  if (chat) {
+    const auto messages = parse_chat_messages(request);
+    plan.prompts.push_back({render_chat_prompt(engine, messages, /*add_generation_prompt=*/true), {}, std::nullopt});
+  } else {
+    plan.prompts = parse_prompts(request, engine);
+  }
+
+  const int max_len = engine.model().max_model_len;
+  const char* what = chat ? "messages" : "prompt";
+  for (PromptInput& prompt : plan.prompts) {
+    const int length = static_cast<int>(prompt.token_ids.size());
+    if (length == 0) throw invalid_request(fmt::format("The {} must not be empty.", what), what);
+    if (max_len > 0 && length >= max_len) throw invalid_request(context_error(max_len, length, std::nullopt, what), what);
+    if (max_len > 0 && max_tokens && static_cast<std::int64_t>(length) + *max_tokens > max_len) {
+      throw invalid_request(context_error(max_len, length, max_tokens, what), chat && field(request, "max_completion_tokens")
+                                                                                 ? "max_completion_tokens"
+                                                                                 : "max_tokens");
+    }
+    prompt.max_tokens = max_tokens;
+    if (!max_tokens && !chat) {
+      prompt.max_tokens = max_len > 0 ? std::min(kCompletionDefaultMaxTokens, max_len - length)
+                                      : kCompletionDefaultMaxTokens;
+    }
+  }
+  return plan;
+}
+
+}  // namespace pagedllm::server

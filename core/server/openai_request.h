@@ -1,0 +1,75 @@
+#pragma once
+// The OpenAI request bodies of /v1/completions and /v1/chat/completions,
+// parsed, validated and tokenized into what the engine takes: one
+// GenerateRequest per prompt. No sockets here: this is unit-tested on its own.
+//
+// Unknown fields are ignored, as OpenAI does; a known field of the wrong type
+// or out of its range is a 400 naming it in `param`. null means "unset".
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/engine/engine.h"
+
+namespace pagedllm::server {
+
+enum class ApiKind { kCompletion, kChat };
+
+struct PromptInput {
+  std::vector<std::int32_t> token_ids;
+  // The prompt as text (decoded when it was given as ids): what echo prepends.
+  std::string text;
+  // Output tokens for this prompt (the request's max_tokens, or the endpoint's
+  // default fitted into what the context leaves); unset = up to the context limit.
+  std::optional<int> max_tokens;
+};
+
+struct GenerationPlan {
+  ApiKind kind = ApiKind::kCompletion;
+  std::string model;                 // the served name, as responses report it
+  std::vector<PromptInput> prompts;  // one engine request each; choices are prompt-major
+  SamplingOptions sampling;          // shared by every prompt (max_tokens: see PromptInput)
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions: the prompt text starts each choice
+  // Logprobs were asked: per token, the sampled token's logprob and this many
+  // alternatives (completions "logprobs": N; chat "logprobs": true + "top_logprobs": N).
+  std::optional<int> logprobs;
+  // Stop token ids that came from the model's EOS list rather than the user;
+  // a stop on one of them reports no stop_reason.
+  std::vector<std::int32_t> eos_token_ids;
+
+  int num_choices() const { return static_cast<int>(prompts.size()) * sampling.n; }
+};
+
+// The engine request for prompt `index` of `plan`.
+GenerateRequest make_engine_request(const GenerationPlan& plan, std::size_t index);
+
+// Parses a request body. Throws ApiError: 400 for malformed JSON, wrong types,
+// values out of range, prompts longer than the context; 404 model_not_found.
+GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, const Engine& engine);
+
+// The JSON object of a request body, or a 400.
+nlohmann::json parse_json_object(std::string_view body);
+
+// Chat messages (the "messages" field) as the chat template takes them.
+std::vector<tokenizer::ChatMessage> parse_chat_messages(const nlohmann::json& request);
+
+// Renders `messages` with the model's chat template and tokenizes the result
+// (special tokens written by the template are parsed as such). A model with
+// no chat template, or a conversation its format cannot express, is a 400.
+std::vector<std::int32_t> render_chat_prompt(const Engine& engine, const std::vector<tokenizer::ChatMessage>& messages,
+                                             bool add_generation_prompt, bool add_special_tokens = false);
+
+// An array of token ids of this model (`param` names the field in errors).
+std::vector<std::int32_t> parse_token_ids(const nlohmann::json& value, const std::string& param, const Engine& engine);
+
+// 404 model_not_found unless `request`'s "model" is absent, null or the served name.
+void check_model(const nlohmann::json& request, const Engine& engine);
+
+}  // namespace pagedllm::server

@@ -1,0 +1,239 @@
+#include "core/server/openai_response.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+namespace pagedllm::server {
+
+namespace {
+
+using nlohmann::json;
+
+// Logprobs as JSON numbers: the float's shortest decimal form (so -0.1f is
+// -0.1, not -0.10000000149011612); -inf and NaN become -9999 as in vLLM.
+double logprob_number(float value) {
+  if (!std::isfinite(value)) return -9999.0;
+  value = std::max(value, -9999.0f);
+  char text[32];
+  const auto result = std::to_chars(text, text + sizeof(text) - 1, value);
+  *result.ptr = '\0';
+  return std::strtod(text, nullptr);
+}
+
+// Unicode code points in valid UTF-8 text (what Python's len() counts).
+std::size_t code_points(const std::string& text) {
+  return static_cast<std::size_t>(
+      std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+json utf8_bytes(const std::string& text) {
+  json bytes = json::array();
+  for (const char c : text) bytes.push_back(static_cast<unsigned char>(c));
+  return bytes;
+}
+
+}  // namespace
+
+std::string dump_json(const json& value) { return value.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string sse_event(const json& value) { return "data: " + dump_json(value) + "\n\n"; }
+
+json finish_reason_json(std::optional<FinishReason> reason) {
+  if (!reason) return nullptr;
+  return to_string(*reason);
+}
+
+ResponseBuilder::ResponseBuilder(const GenerationPlan& plan, const tokenizer::Tokenizer& tokenizer, std::string id,
+                                 std::int64_t created)
+    : plan_(plan),
+      tokenizer_(tokenizer),
+      id_(std::move(id)),
+      created_(created),
+      choices_(static_cast<std::size_t>(plan.num_choices())),
+      usage_(plan.prompts.size()) {}
+
+std::string ResponseBuilder::token_text(std::int32_t id) const {
+  const std::int32_t ids[] = {id};
+  return tokenizer_.decode(ids, /*skip_special_tokens=*/false);
+}
+
+json ResponseBuilder::stop_reason(const SequenceDelta& delta) const {
+  if (delta.finish_reason != FinishReason::kStop) return nullptr;
+  if (!delta.stop_string.empty()) return delta.stop_string;
+  const auto& eos = plan_.eos_token_ids;
+  if (delta.stop_token_id >= 0 && std::find(eos.begin(), eos.end(), delta.stop_token_id) == eos.end()) {
+    return delta.stop_token_id;
+  }
+  return nullptr;
+}
+
+json ResponseBuilder::logprobs_json(Choice& choice, const SequenceDelta& delta, const PromptInput* with_prompt) const {
+  if (plan_.kind == ApiKind::kChat) {
+    json content = json::array();
+    for (std::size_t i = 0; i < delta.token_ids.size(); ++i) {
+      const std::string token = token_text(delta.token_ids[i]);
+      json entry = {{"token", token}, {"logprob", nullptr}, {"bytes", utf8_bytes(token)}, {"top_logprobs", json::array()}};
+      if (i < delta.logprobs.size()) {
+        entry["logprob"] = logprob_number(delta.logprobs[i].logprob);
+        for (const auto& [id, logprob] : delta.logprobs[i].top) {
+          const std::string alt = token_text(id);
+          entry["top_logprobs"].push_back({{"token", alt}, {"logprob", logprob_number(logprob)}, {"bytes", utf8_bytes(alt)}});
+        }
+      }
+      content.push_back(std::move(entry));
+    }
+    return {{"content", std::move(content)}};
+  }
+  // The legacy completions shape: parallel arrays, text_offset into the choice's text.
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  auto add = [&](std::string token, json logprob, json top) {
+    offsets.push_back(choice.text_offset);
+    choice.text_offset += code_points(token);
+    tokens.push_back(std::move(token));
+    token_logprobs.push_back(std::move(logprob));
+    top_logprobs.push_back(std::move(top));
+  };
+  if (with_prompt) {
+    for (const std::int32_t id : with_prompt->token_ids) add(token_text(id), nullptr, nullptr);
+  }
+  for (std::size_t i = 0; i < delta.token_ids.size(); ++i) {
+    if (i >= delta.logprobs.size()) {
+      add(token_text(delta.token_ids[i]), nullptr, nullptr);
+      continue;
+    }
+    json top = json::object();
+    for (const auto& [id, logprob] : delta.logprobs[i].top) top[token_text(id)] = logprob_number(logprob);
+    add(token_text(delta.token_ids[i]), logprob_number(delta.logprobs[i].logprob), std::move(top));
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(offsets)}};
+}
+
+void ResponseBuilder::append_logprobs(json& into, json&& more) const {
+  if (into.is_null()) {
+    into = std::move(more);
+    return;
+  }
+  for (auto& [key, values] : more.items()) {
+    for (auto& value : values) into[key].push_back(std::move(value));
+  }
+}
+
+json ResponseBuilder::chunk(json choice) const {
+  json chunk = {{"id", id_},
+                {"object", plan_.kind == ApiKind::kChat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created_},
+                {"model", plan_.model},
+                {"choices", json::array({std::move(choice)})}};
+  // OpenAI: with include_usage every chunk has "usage", null until the last.
+  if (plan_.include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& output) {
+  PromptUsage& usage = usage_.at(prompt_index);
+  usage.prompt_tokens = output.num_prompt_tokens;
+  usage.cached_prompt_tokens = output.num_cached_prompt_tokens;
+  usage.generated_tokens = output.num_generated_tokens;
+
+  std::string events;
+  for (const SequenceDelta& delta : output.sequences) {
+    const std::size_t index = prompt_index * static_cast<std::size_t>(plan_.sampling.n) + static_cast<std::size_t>(delta.index);
+    Choice& choice = choices_.at(index);
+    const PromptInput* echoed = plan_.echo && !choice.started ? &plan_.prompts[prompt_index] : nullptr;
+    choice.started = true;
+    const std::string text = echoed ? echoed->text + delta.text : delta.text;
+    if (delta.finish_reason) {
+      choice.finish_reason = delta.finish_reason;
+      choice.stop_reason = stop_reason(delta);
+    }
+    json logprobs = plan_.logprobs ? logprobs_json(choice, delta, echoed) : json(nullptr);
+    if (!plan_.stream) {
+      choice.text += text;
+      if (plan_.logprobs) append_logprobs(choice.logprobs, std::move(logprobs));
+      continue;
+    }
+    const bool has_tokens = !delta.token_ids.empty() || echoed;
+    if (text.empty() && !delta.finish_reason && !(plan_.logprobs && has_tokens)) continue;
+    json c = {{"index", index}};
+    if (plan_.kind == ApiKind::kChat) {
+      json message = json::object();
+      if (!text.empty()) message["content"] = text;
+      c["delta"] = std::move(message);
+    } else {
+      c["text"] = text;
+    }
+    c["logprobs"] = std::move(logprobs);
+    c["finish_reason"] = finish_reason_json(delta.finish_reason);
+    c["stop_reason"] = delta.finish_reason ? choice.stop_reason : json(nullptr);
+    events += sse_event(chunk(std::move(c)));
+  }
+  return events;
+}
+
+std::string ResponseBuilder::stream_start() const {
+  std::string events;
+  if (plan_.kind != ApiKind::kChat) return events;
+  for (std::size_t i = 0; i < choices_.size(); ++i) {
+    events += sse_event(chunk({{"index", i},
+                               {"delta", {{"role", "assistant"}, {"content", ""}}},
+                               {"logprobs", nullptr},
+                               {"finish_reason", nullptr}}));
+  }
+  return events;
+}
+
+json ResponseBuilder::usage() const {
+  std::int64_t prompt = 0, cached = 0, generated = 0;
+  for (const PromptUsage& u : usage_) {
+    prompt += u.prompt_tokens;
+    cached += u.cached_prompt_tokens;
+    generated += u.generated_tokens;
+  }
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", generated},
+          {"total_tokens", prompt + generated},
+          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+}
+
+std::string ResponseBuilder::stream_end() const {
+  std::string events;
+  if (plan_.include_usage) {
+    json last = chunk(nullptr);
+    last["choices"] = json::array();
+    last["usage"] = usage();
+    events += sse_event(last);
+  }
+  events += kSseDone;
+  return events;
+}
+
+std::string ResponseBuilder::response_body() const {
+  const bool chat = plan_.kind == ApiKind::kChat;
+  json choices = json::array();
+  for (std::size_t i = 0; i < choices_.size(); ++i) {
+    const Choice& choice = choices_[i];
+    json c = {{"index", i}};
+    if (chat) {
+      c["message"] = {{"role", "assistant"}, {"content", choice.text}};
+    } else {
+      c["text"] = choice.text;
+    }
+    c["logprobs"] = choice.logprobs;
+    c["finish_reason"] = finish_reason_json(choice.finish_reason);
+    c["stop_reason"] = choice.stop_reason;
+    choices.push_back(std::move(c));
+  }
+  return dump_json({{"id", id_},
+                    {"object", chat ? "chat.completion" : "text_completion"},
+                    {"created", created_},
+                    {"model", plan_.model},
+                    {"choices", std::move(choices)},
+                    {"usage", usage()}});
+}
+
+}  // namespace pagedllm::server

@@ -1,0 +1,86 @@
+#pragma once
+// Engine outputs -> OpenAI response JSON: the whole response, or SSE chunks
+// ("data: {json}\n\n" ... "data: [DONE]\n\n") as outputs arrive. No sockets
+// here: this is unit-tested on its own.
+//
+// Choices are numbered prompt-major: prompt p's sequence s is choice p * n + s.
+// Usage counts each prompt's tokens once and every choice's generated tokens.
+// Prompt tokens have no logprobs in this engine: with echo and logprobs, their
+// entries are null.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/engine/engine.h"
+#include "core/server/openai_request.h"
+
+namespace pagedllm::server {
+
+class ResponseBuilder {
+ public:
+  // `plan` and `tokenizer` must outlive the builder. `id` is the response id
+  // ("cmpl-…", "chatcmpl-…"), `created` its Unix time.
+  ResponseBuilder(const GenerationPlan& plan, const tokenizer::Tokenizer& tokenizer, std::string id,
+                  std::int64_t created);
+
+  // Records one engine output of prompt `prompt_index`. Streaming: returns the
+  // SSE events it makes (possibly none); otherwise accumulates and returns "".
+  std::string add(std::size_t prompt_index, const RequestOutput& output);
+
+  // --- Streaming ---
+  // Events sent before any output (chat: each choice's assistant role).
+  std::string stream_start() const;
+  // The usage chunk when asked, then [DONE].
+  std::string stream_end() const;
+
+  // --- Not streaming ---
+  // The response body, once every prompt's output finished.
+  std::string response_body() const;
+
+  nlohmann::json usage() const;
+
+ private:
+  struct Choice {
+    std::string text;  // not streaming: all of it (after the echoed prompt)
+    bool started = false;
+    std::size_t text_offset = 0;  // completions logprobs: code points before the next token
+    nlohmann::json logprobs;      // not streaming: accumulated
+    std::optional<FinishReason> finish_reason;
+    nlohmann::json stop_reason;  // null, a stop string or a stop token id
+  };
+  struct PromptUsage {
+    int prompt_tokens = 0;
+    int cached_prompt_tokens = 0;
+    int generated_tokens = 0;
+  };
+
+  // The logprobs JSON for `delta`'s tokens (with the echoed prompt first when
+  // `with_prompt`), in the endpoint's shape; advances the choice's text offset.
+  nlohmann::json logprobs_json(Choice& choice, const SequenceDelta& delta, const PromptInput* with_prompt) const;
+  void append_logprobs(nlohmann::json& into, nlohmann::json&& more) const;
+  nlohmann::json chunk(nlohmann::json choice) const;
+  nlohmann::json stop_reason(const SequenceDelta& delta) const;
+  std::string token_text(std::int32_t id) const;
+
+  const GenerationPlan& plan_;
+  const tokenizer::Tokenizer& tokenizer_;
+  std::string id_;
+  std::int64_t created_;
+  std::vector<Choice> choices_;
+  std::vector<PromptUsage> usage_;
+};
+
+// "data: {json}\n\n"
+std::string sse_event(const nlohmann::json& value);
+// The stream's terminator.
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+// "stop" / "length"; null while running. kAborted never reaches a response.
+nlohmann::json finish_reason_json(std::optional<FinishReason> reason);
+// JSON text; invalid UTF-8 (never expected) is replaced rather than thrown on.
+std::string dump_json(const nlohmann::json& value);
+
+}  // namespace pagedllm::server
