@@ -360,6 +360,24 @@ TEST_CASE("RequestRejected is a 400; engine failure is a 500 or a last error eve
   CHECK_THAT(events[events.size() - 2]["error"]["message"].get<std::string>(), Contains("the sampler plugin failed"));
 }
 
+TEST_CASE("a stream reader that stops reading counts as gone after send_timeout_s", "[server][http][abort]") {
+  ServerConfig config = test_config();
+  config.send_timeout_s = 0.5;
+  FakeEngineOptions options;
+  options.max_model_len = 1 << 20;
+  options.step_interval = std::chrono::microseconds(100);
+  Served s(config, options);
+  TestConnection c(s.port(), std::chrono::seconds(10), 4096);
+  c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ");
+  const std::string body = json{{"prompt", "Hello there, world"}, {"n", 8}, {"max_tokens", 500000}, {"stream", true}}.dump();
+  c.send(std::to_string(body.size()) + "\r\n\r\n" + body);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(eventually([&] { return s.engine.aborted().size() == 1; }, std::chrono::seconds(30)));
+  INFO("aborted after " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s");
+  CHECK(s.engine.wait_idle(std::chrono::seconds(5)));
+  CHECK(eventually([&] { return s.server.requests_in_flight() == 0; }));
+}
+
 TEST_CASE("idle keep-alive connections time out", "[server][http]") {
   ServerConfig config = test_config();
   config.keep_alive_timeout_s = 0.2;

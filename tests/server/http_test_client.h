@@ -27,8 +27,12 @@ using HttpResponse = http::response<http::string_body>;
 
 class TestConnection {
  public:
-  explicit TestConnection(unsigned short port, std::chrono::milliseconds timeout = std::chrono::seconds(10))
+  // `receive_buffer` > 0 sets SO_RCVBUF (a small window makes a slow reader).
+  explicit TestConnection(unsigned short port, std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                          int receive_buffer = 0)
       : socket_(io_) {
+    socket_.open(boost::asio::ip::tcp::v4());
+    if (receive_buffer > 0) socket_.set_option(boost::asio::socket_base::receive_buffer_size(receive_buffer));
     socket_.connect({boost::asio::ip::make_address("127.0.0.1"), port});
     timeval tv{};
     tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
