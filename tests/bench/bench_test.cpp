@@ -1,0 +1,133 @@
+// pagedllm-bench: the workload and the statistics, then the tool end to end
+// against the fake server (JSON and plots).
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "tests/server/child_process.h"
+#include "tests/support/run_command.h"
+#include "tools/bench/bench_stats.h"
+#include "tools/bench/workload.h"
+
+using namespace pagedllm::bench;
+using pagedllm::testing::ChildProcess;
+using pagedllm::testing::run_command;
+using pagedllm::testing::TempDir;
+using Catch::Matchers::Contains;
+
+TEST_CASE("length ranges: N or MIN:MAX", "[bench]") {
+  CHECK(LengthRange::parse("128").min == 128);
+  CHECK(LengthRange::parse("128").max == 128);
+  const LengthRange r = LengthRange::parse("64:256");
+  CHECK(r.min == 64);
+  CHECK(r.max == 256);
+  CHECK(r.str() == "64:256");
+  for (const char* bad : {"", "0", "-3", "abc", "5:", ":5", "9:3", "1.5"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(LengthRange::parse(bad), std::invalid_argument);
+  }
+}
+
+TEST_CASE("workloads: exact lengths from the pool, Poisson arrivals, same seed same workload", "[bench]") {
+  const std::vector<std::int32_t> pool{10, 20, 30};
+  WorkloadSpec spec;
+  spec.num_requests = 2000;
+  spec.input_len = {4, 8};
+  spec.output_len = {16, 16};
+  spec.request_rate = 50.0;
+  spec.seed = 7;
+  const auto a = make_workload(spec, pool);
+  REQUIRE(a.size() == 2000);
+  int min_len = 100, max_len = 0;
+  for (const auto& r : a) {
+    min_len = std::min(min_len, static_cast<int>(r.prompt.size()));
+    max_len = std::max(max_len, static_cast<int>(r.prompt.size()));
+    CHECK(r.max_tokens == 16);
+    for (const auto id : r.prompt) CHECK((id == 10 || id == 20 || id == 30));
+  }
+  CHECK(min_len == 4);
+  CHECK(max_len == 8);
+  CHECK(a.front().arrival_s == 0.0);
+  // 2000 exponential gaps at rate 50: the last arrival near 40 s (sd ~0.9 s).
+  CHECK(std::abs(a.back().arrival_s - 40.0) < 5.0);
+  for (std::size_t i = 1; i < a.size(); ++i) CHECK(a[i].arrival_s >= a[i - 1].arrival_s);
+  const auto b = make_workload(spec, pool);
+  CHECK(b[1234].prompt == a[1234].prompt);
+  CHECK(b[1234].arrival_s == a[1234].arrival_s);
+  spec.seed = 8;
+  CHECK(make_workload(spec, pool)[1].prompt != a[1].prompt);
+  spec.request_rate.reset();
+  CHECK(make_workload(spec, pool).back().arrival_s == 0.0);
+}
+
+TEST_CASE("percentiles interpolate like numpy; the summary counts only successes", "[bench]") {
+  CHECK(percentile({}, 50) == 0.0);
+  CHECK(percentile({3, 1, 2}, 50) == 2.0);
+  CHECK(percentile({1, 2, 3, 4}, 50) == 2.5);
+  CHECK(percentile({1, 2, 3, 4}, 99) == Approx(3.97));
+  CHECK(percentile({5}, 99) == 5.0);
+  RequestRecord ok;
+  ok.success = true;
+  ok.input_tokens = 10;
+  ok.output_tokens = 20;
+  ok.ttft_s = 0.1;
+  ok.itl_s = {0.01, 0.03};
+  ok.e2e_s = 0.5;
+  RequestRecord failed;
+  failed.error = "HTTP 503";
+  const Summary s = summarize({ok, ok, failed}, 2.0);
+  CHECK(s.completed == 2);
+  CHECK(s.failed == 1);
+  CHECK(s.request_throughput == 1.0);
+  CHECK(s.output_throughput == 20.0);
+  CHECK(s.total_token_throughput == 30.0);
+  CHECK(s.ttft.mean == Approx(0.1));
+  CHECK(s.itl.p50 == Approx(0.02));
+  CHECK(s.e2e.p99 == Approx(0.5));
+  CHECK_THAT(format_summary(s), Contains("Output token throughput (tok/s):"));
+}
+
+TEST_CASE("pagedllm-bench against a server: summary, JSON, plots", "[bench]") {
+  ChildProcess server({PAGEDLLM_BINARY_DIR "/bin/pagedllm-fake-server", "--step-ms", "2"});
+  const std::string line = server.read_line();
+  REQUIRE_THAT(line, Contains("listening on "));
+  const std::string url = line.substr(line.find("http://"), line.find(" (ready") - line.find("http://"));
+  TempDir dir;
+  const auto json_path = dir.path() / "result.json";
+  const auto plots = dir.path() / "plots";
+  const auto r = run_command(std::string(PAGEDLLM_BINARY_DIR "/bin/pagedllm-bench") + " --url " + url +
+                             " --num-requests 24 --input-len 8:32 --output-len 12 --request-rate 200 --concurrency 8"
+                             " --json '" + json_path.string() + "' --plot-dir '" + plots.string() + "'");
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("Successful requests:"));
+  CHECK_THAT(r.out, Contains("Median TTFT (ms):"));
+  std::ifstream in(json_path);
+  const auto result = nlohmann::json::parse(in);
+  CHECK(result["summary"]["completed"] == 24);
+  CHECK(result["summary"]["failed"] == 0);
+  CHECK(result["summary"]["output_tokens"] == 24 * 12);
+  CHECK(result["summary"]["request_throughput"].get<double>() > 0);
+  CHECK(result["config"]["concurrency"] == 8);
+  REQUIRE(result["requests"].size() == 24);
+  for (const auto& req : result["requests"]) {
+    CHECK(req["success"] == true);
+    CHECK(req["output_tokens"] == 12);
+    CHECK(req["input_tokens"].get<int>() >= 8);
+    CHECK(req["ttft_s"].get<double>() > 0);
+    CHECK(req["itl_s"].size() >= 1);
+  }
+  for (const char* png : {"ttft.png", "itl.png", "e2e.png", "throughput.png"}) {
+    INFO(png);
+    CHECK(std::filesystem::file_size(plots / png) > 1000);
+  }
+  server.signal(SIGTERM);
+  CHECK(server.wait(std::chrono::seconds(10)) == 0);
+
+  const auto bad = run_command(std::string(PAGEDLLM_BINARY_DIR "/bin/pagedllm-bench") + " --input-len 0");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Contains("--input-len"));
+}
