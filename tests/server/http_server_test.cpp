@@ -4,9 +4,12 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "core/server/http_server.h"
 #include "tests/server/fake_engine.h"
@@ -133,9 +136,10 @@ TEST_CASE("HTTP/1.0 and Connection: close end the connection after the response"
 
 TEST_CASE("malformed HTTP gets a 400 and a closed connection; the server goes on", "[server][http]") {
   Served s;
+  static constexpr char kTlsHello[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n";  // NULs included
   for (const std::string& garbage : {std::string("GARBAGE\r\n\r\n"), std::string("GET / HTTP/1.1\r\nContent-Length: abc\r\n\r\n"),
                                     std::string("POST /v1/completions HTTP/9.9\r\n\r\n"),
-                                    std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n", 17)}) {
+                                    std::string(kTlsHello, sizeof(kTlsHello) - 1)}) {
     TestConnection c(s.port());
     c.send(garbage);
     const HttpResponse r = c.read_response();
@@ -260,7 +264,7 @@ TEST_CASE("a client that disconnects mid-stream has its request aborted", "[serv
     TestConnection c(s.port());
     TestConnection::Stream stream{c, {}};
     c.start_stream("/v1/completions", {{"prompt", "Hello there"}, {"max_tokens", 200}, {"stream", true}}, stream);
-    stream.read_until([](const std::string& body) { return sse_events(body).size() >= 2; });
+    stream.read_until([](const std::string& body) { return complete_events(body) >= 2; });
     if (rst) {
       c.reset();
     } else {
@@ -405,7 +409,8 @@ TEST_CASE("64 concurrent streams, a third of them abandoned mid-stream", "[serve
   Served s(test_config(), options);
   constexpr int kClients = 64;
   std::atomic<int> complete{0};
-  std::atomic<int> failures{0};
+  std::mutex errors_mutex;
+  std::vector<std::string> errors;
   std::vector<std::thread> clients;
   for (int i = 0; i < kClients; ++i) {
     clients.emplace_back([&, i] {
@@ -417,7 +422,7 @@ TEST_CASE("64 concurrent streams, a third of them abandoned mid-stream", "[serve
                         {"max_tokens", 30}, {"stream", true}},
                        stream);
         if (i % 3 == 0) {
-          stream.read_until([](const std::string& body) { return sse_events(body).size() >= 3; });
+          stream.read_until([](const std::string& body) { return complete_events(body) >= 3; });
           c.close();
           return;
         }
@@ -430,13 +435,14 @@ TEST_CASE("64 concurrent streams, a third of them abandoned mid-stream", "[serve
             content_chunks > 0) {
           ++complete;
         }
-      } catch (const std::exception&) {
-        ++failures;
+      } catch (const std::exception& e) {
+        const std::lock_guard lock(errors_mutex);
+        errors.push_back(fmt::format("client {}: {}", i, e.what()));
       }
     });
   }
   for (auto& t : clients) t.join();
-  CHECK(failures == 0);
+  CHECK(errors == std::vector<std::string>{});
   CHECK(complete == kClients - (kClients + 2) / 3);
   CHECK(s.engine.wait_idle(std::chrono::seconds(10)));
   CHECK(eventually([&] { return s.server.requests_in_flight() == 0; }));

@@ -122,6 +122,13 @@ class TestConnection {
   boost::beast::flat_buffer buffer_;
 };
 
+// Complete SSE events so far (the body may end inside one).
+inline std::size_t complete_events(const std::string& body) {
+  std::size_t count = 0;
+  for (std::size_t pos = body.find("\n\n"); pos != std::string::npos; pos = body.find("\n\n", pos + 2)) ++count;
+  return count;
+}
+
 // The JSON payloads of an SSE body ("[DONE]" as a string).
 inline std::vector<nlohmann::json> sse_events(const std::string& body) {
   std::vector<nlohmann::json> events;
