@@ -140,6 +140,10 @@ HostConfig read_root(const YAML::Node& root_node, SourceMap sources) {
     config.model.plugin = read_plugin_slot(model, "model");
     config.model.path = resolve_path(model.require_string("path"), model, "path");
     config.model.dtype = model.get_choice("dtype", "auto", {"auto", "f32", "f16", "bf16"});
+    if (model.is_set("chat_template")) {
+      config.model.chat_template =
+          model.get_choice("chat_template", "", {"chatml", "llama2", "llama3", "mistral", "zephyr"});
+    }
     model.finish();
   }
   config.device = read_device(root);

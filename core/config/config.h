@@ -36,6 +36,9 @@ struct ModelConfig {
   PluginSlot plugin;
   std::filesystem::path path;
   std::string dtype = "auto";  // auto | f32 | f16 | bf16
+  // A chat format ("chatml", "llama3", ...) that replaces the model's own
+  // template, or gives one to a model without a template.
+  std::optional<std::string> chat_template;
 };
 
 struct SpeculativeConfig {

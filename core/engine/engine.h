@@ -175,7 +175,9 @@ class Engine {
   virtual EngineMetrics metrics() const = 0;
 
   virtual const tokenizer::Tokenizer& tokenizer() const = 0;
-  virtual const tokenizer::ChatTemplate& chat_template() const = 0;
+  // The model's chat template (or the config's model.chat_template); nullptr
+  // when there is none, so chat requests must be refused.
+  virtual const tokenizer::ChatTemplate* chat_template() const = 0;
   virtual const ModelDescription& model() const = 0;
   virtual const GenerationDefaults& generation_defaults() const = 0;
   // Limits submit() enforces, for clients that check early.

@@ -1,5 +1,9 @@
 #include "core/host/cli_options.h"
 
+#include <charconv>
+#include <cmath>
+#include <type_traits>
+
 #include <fmt/format.h>
 
 namespace pagedllm {
@@ -7,7 +11,8 @@ namespace pagedllm {
 std::string usage_text() {
   return R"(Usage: pagedllm-host --config FILE [options]
 
-Serves the model the config describes (OpenAI-compatible HTTP API).
+Serves the model the config describes (OpenAI-compatible HTTP API), or with
+--prompt generates one completion and streams it to stdout.
 
 Options:
   --config FILE         the YAML config (see configs/serve.yaml)
@@ -16,6 +21,13 @@ Options:
   --set PATH=VALUE      override one config value, validated like the file
                         (repeatable; VALUE is YAML: --set scheduler.max_num_seqs=64,
                         --set attention.options.variant=reference)
+  --prompt TEXT         generate a completion of TEXT to stdout and exit
+    --max-tokens N      tokens to generate (default: up to the context limit)
+    --temperature T     0 = greedy (default: the model's generation_config, else 1)
+    --top-p P, --top-k K, --min-p P, --repetition-penalty R
+    --seed S            makes sampling reproducible
+    --stop STR          stop before STR (repeatable)
+    --ignore-eos        keep going past the end-of-sequence token
   --log-level LEVEL     trace, debug, info, warn, error or off (overrides logging.level)
   --version             print the host and SDK versions and exit
   --help                print this help and exit
@@ -24,8 +36,29 @@ Exit codes: 0 success, 2 usage or configuration error, 1 runtime error.
 )";
 }
 
+namespace {
+
+template <class T>
+T parse_number(const std::string& name, const std::string& text) {
+  T value{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end || text.empty()) {
+    throw UsageError(fmt::format("{} needs a number, got '{}'", name, text));
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value)) throw UsageError(fmt::format("{} needs a finite number, got '{}'", name, text));
+  }
+  return value;
+}
+
+}  // namespace
+
 CliOptions parse_cli(const std::vector<std::string>& args) {
   CliOptions options;
+  GenerateOptions generate;
+  bool generate_flag_seen = false;  // a generation flag, which needs --prompt
+  std::string first_generate_flag;
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     // Both "--flag value" and "--flag=value".
@@ -51,6 +84,28 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       options.overrides.push_back(take_value());
     } else if (name == "--log-level") {
       options.log_level = take_value();
+    } else if (name == "--prompt") {
+      options.generate = GenerateOptions{};
+      generate.prompt = take_value();
+    } else if (name == "--max-tokens" || name == "--temperature" || name == "--top-p" ||
+               name == "--top-k" || name == "--min-p" || name == "--repetition-penalty" ||
+               name == "--seed" || name == "--stop") {
+      if (!generate_flag_seen) first_generate_flag = name;
+      generate_flag_seen = true;
+      const std::string value = take_value();
+      if (name == "--max-tokens") generate.max_tokens = parse_number<int>(name, value);
+      if (name == "--temperature") generate.temperature = parse_number<float>(name, value);
+      if (name == "--top-p") generate.top_p = parse_number<float>(name, value);
+      if (name == "--top-k") generate.top_k = parse_number<int>(name, value);
+      if (name == "--min-p") generate.min_p = parse_number<float>(name, value);
+      if (name == "--repetition-penalty") generate.repetition_penalty = parse_number<float>(name, value);
+      if (name == "--seed") generate.seed = parse_number<std::uint64_t>(name, value);
+      if (name == "--stop") generate.stop.push_back(value);
+    } else if (name == "--ignore-eos") {
+      no_value();
+      if (!generate_flag_seen) first_generate_flag = name;
+      generate_flag_seen = true;
+      generate.ignore_eos = true;
     } else if (name == "--check") {
       no_value();
       options.check = true;
@@ -66,6 +121,13 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
   }
   if (!options.config_file && !options.version && !options.help) {
     throw UsageError("--config FILE is required");
+  }
+  if (generate_flag_seen && !options.generate) {
+    throw UsageError(fmt::format("{} only applies to one-shot generation: add --prompt TEXT", first_generate_flag));
+  }
+  if (options.generate) {
+    if (options.check) throw UsageError("--check and --prompt cannot be combined");
+    options.generate = std::move(generate);
   }
   return options;
 }

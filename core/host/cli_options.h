@@ -1,6 +1,7 @@
 #pragma once
 // pagedllm-host's command line.
 
+#include <cstdint>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -8,11 +9,27 @@
 
 namespace pagedllm {
 
+// One-shot generation (--prompt): unset fields take the model's
+// generation_config.json defaults, then the OpenAI defaults.
+struct GenerateOptions {
+  std::string prompt;
+  std::optional<int> max_tokens;
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int> top_k;
+  std::optional<float> min_p;
+  std::optional<float> repetition_penalty;
+  std::optional<std::uint64_t> seed;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+};
+
 struct CliOptions {
   std::optional<std::string> config_file;
   std::vector<std::string> overrides;  // --set path.to.key=value, in order
   std::optional<std::string> log_level;
   bool check = false;
+  std::optional<GenerateOptions> generate;  // --prompt given
   bool version = false;
   bool help = false;
 };

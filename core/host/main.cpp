@@ -13,6 +13,7 @@
 #include "core/config/config.h"
 #include "core/config/config_error.h"
 #include "core/host/cli_options.h"
+#include "core/host/one_shot.h"
 #include "core/host/plugin_check.h"
 #include "core/plugin/sdk_version.h"
 
@@ -64,6 +65,15 @@ int run(const std::vector<std::string>& args) {
   const PluginCheckReport report = load_configured_plugins(config, registry);
   for (const auto& error : report.errors) fmt::print(stderr, "pagedllm-host: config error: {}\n", error);
   if (!report.ok()) return kExitUsageError;
+
+  if (options.generate) {
+    try {
+      return run_one_shot(config, registry, *options.generate, stdout);
+    } catch (const ConfigError& e) {
+      fmt::print(stderr, "pagedllm-host: config error: {}\n", e.what());
+      return kExitUsageError;
+    }
+  }
 
   if (options.check) {
     fmt::print("pagedllm-host {} (plugin SDK {}): {} is valid\n\n", PAGEDLLM_HOST_VERSION, kHostSdkVersion.str(),

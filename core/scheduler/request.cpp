@@ -1,5 +1,7 @@
 #include "core/scheduler/request.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 namespace pagedllm {
@@ -16,8 +18,10 @@ const char* to_string(FinishReason reason) {
   return "unknown";
 }
 
-RequestRejected::RequestRejected(RequestId request, const std::string& reason)
+RequestRejected::RequestRejected(RequestId request, const std::string& reason, std::string param)
     : std::invalid_argument(fmt::format("request {} rejected: {}", request, reason)),
-      request_id_(request) {}
+      request_id_(request),
+      reason_(reason),
+      param_(std::move(param)) {}
 
 }  // namespace pagedllm

@@ -38,11 +38,17 @@ const char* to_string(FinishReason reason);
 // malformed parameters). The engine maps it to HTTP 400; the message carries the numbers.
 class RequestRejected : public std::invalid_argument {
  public:
-  RequestRejected(RequestId request, const std::string& reason);
+  // `param` names the offending request field ("max_tokens") when one is to blame.
+  RequestRejected(RequestId request, const std::string& reason, std::string param = {});
   RequestId request_id() const { return request_id_; }
+  // The reason alone, without the request id: what a client is shown.
+  const std::string& reason() const { return reason_; }
+  const std::string& param() const { return param_; }
 
  private:
   RequestId request_id_;
+  std::string reason_;
+  std::string param_;
 };
 
 }  // namespace pagedllm

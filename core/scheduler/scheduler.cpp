@@ -29,6 +29,43 @@ Scheduler::Scheduler(const SchedulerConfig& scheduler_config, const CacheConfig&
 
 // ---- Requests in ------------------------------------------------------------
 
+std::optional<std::string> Scheduler::admission_error(const Request& request,
+                                                     const SchedulerConfig& config,
+                                                     int block_size, int num_device_blocks) {
+  const auto prompt_len = static_cast<std::int64_t>(request.prompt_token_ids.size());
+  if (prompt_len == 0) return "the prompt is empty";
+  if (request.max_tokens < 1) return fmt::format("max_tokens={} must be >= 1", request.max_tokens);
+  if (request.n < 1 || request.n > config.max_num_seqs) {
+    return fmt::format("n={} must be between 1 and max_num_seqs={}", request.n,
+                       config.max_num_seqs);
+  }
+  const std::int64_t max_len = prompt_len + request.max_tokens;
+  if (config.max_model_len > 0 && max_len > config.max_model_len) {
+    return fmt::format("prompt ({} tokens) + max_tokens ({}) = {} exceeds max_model_len={}",
+                       prompt_len, request.max_tokens, max_len, config.max_model_len);
+  }
+  // Worst case: every sequence at full length plus lookahead, no block shared
+  // (after recompute preemption forks no longer share their prompt).
+  const std::int64_t blocks_per_sequence =
+      (max_len + config.num_lookahead_tokens + block_size - 1) / block_size;
+  if (blocks_per_sequence * request.n > num_device_blocks) {
+    return fmt::format(
+        "{} sequence(s) of up to {} tokens need {} KV blocks of {} tokens; the cache has {}",
+        request.n, max_len + config.num_lookahead_tokens, blocks_per_sequence * request.n,
+        block_size, num_device_blocks);
+  }
+  // Without chunking a (re)computed prompt is one batch row: after recompute
+  // preemption it can be as long as prompt + max_tokens - 1 for each sequence.
+  if (!config.enable_chunked_prefill &&
+      (max_len - 1) * request.n > config.max_num_batched_tokens) {
+    return fmt::format(
+        "without chunked prefill, {} x (prompt {} + max_tokens {} - 1) tokens must fit "
+        "max_num_batched_tokens={}",
+        request.n, prompt_len, request.max_tokens, config.max_num_batched_tokens);
+  }
+  return std::nullopt;
+}
+
 void Scheduler::add_request(Request request) {
   const RequestId id = request.id;
   const auto reject = [&](const std::string& reason) {
@@ -36,36 +73,8 @@ void Scheduler::add_request(Request request) {
     throw RequestRejected(id, reason);
   };
   if (requests_.contains(id)) reject("a request with this id is already in progress");
-  const auto prompt_len = static_cast<std::int64_t>(request.prompt_token_ids.size());
-  if (prompt_len == 0) reject("the prompt is empty");
-  if (request.max_tokens < 1) reject(fmt::format("max_tokens={} must be >= 1", request.max_tokens));
-  if (request.n < 1 || request.n > config_.max_num_seqs) {
-    reject(fmt::format("n={} must be between 1 and max_num_seqs={}", request.n,
-                       config_.max_num_seqs));
-  }
-  const std::int64_t max_len = prompt_len + request.max_tokens;
-  if (config_.max_model_len > 0 && max_len > config_.max_model_len) {
-    reject(fmt::format("prompt ({} tokens) + max_tokens ({}) = {} exceeds max_model_len={}",
-                       prompt_len, request.max_tokens, max_len, config_.max_model_len));
-  }
-  // Worst case: every sequence at full length plus lookahead, no block shared
-  // (after recompute preemption forks no longer share their prompt).
-  const std::int64_t blocks_per_sequence =
-      (max_len + config_.num_lookahead_tokens + kv_.block_size() - 1) / kv_.block_size();
-  if (blocks_per_sequence * request.n > kv_.num_device_blocks()) {
-    reject(fmt::format(
-        "{} sequence(s) of up to {} tokens need {} KV blocks of {} tokens; the cache has {}",
-        request.n, max_len + config_.num_lookahead_tokens, blocks_per_sequence * request.n,
-        kv_.block_size(), kv_.num_device_blocks()));
-  }
-  // Without chunking a (re)computed prompt is one batch row: after recompute
-  // preemption it can be as long as prompt + max_tokens - 1 for each sequence.
-  if (!config_.enable_chunked_prefill &&
-      (max_len - 1) * request.n > config_.max_num_batched_tokens) {
-    reject(fmt::format(
-        "without chunked prefill, {} x (prompt {} + max_tokens {} - 1) tokens must fit "
-        "max_num_batched_tokens={}",
-        request.n, prompt_len, request.max_tokens, config_.max_num_batched_tokens));
+  if (auto error = admission_error(request, config_, kv_.block_size(), kv_.num_device_blocks())) {
+    reject(*error);
   }
 
   SequenceGroup group;

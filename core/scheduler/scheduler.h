@@ -19,6 +19,7 @@
 #include <deque>
 #include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -44,6 +45,12 @@ class Scheduler {
   // (empty prompt, n or lengths beyond what the config or the KV cache can
   // ever hold). Never queues a request that cannot finish.
   void add_request(Request request);
+  // Why add_request() would refuse `request` under this configuration, or
+  // nullopt. Depends only on its arguments, so a client thread can check a
+  // request before queueing it for the scheduler's thread.
+  static std::optional<std::string> admission_error(const Request& request,
+                                                    const SchedulerConfig& config, int block_size,
+                                                    int num_device_blocks);
   // Ends a request in any state, releasing its blocks now. False if unknown.
   bool abort(RequestId request);
   // Ends every live sequence of a request (engine-detected stop).

@@ -289,7 +289,7 @@ void HttpSession::start_generation(ApiKind kind) {
       state_->request_submitted(id);
     } catch (const RequestRejected& e) {
       state_->release(count - static_cast<int>(i));
-      fail_exchange(invalid_request(e.what()));
+      fail_exchange(invalid_request(e.reason(), e.param().empty() ? std::nullopt : std::optional(e.param())));
       return;
     } catch (const EngineUnavailable& e) {
       state_->release(count - static_cast<int>(i));

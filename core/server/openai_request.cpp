@@ -280,8 +280,15 @@ std::vector<tokenizer::ChatMessage> parse_chat_messages(const nlohmann::json& re
 
 std::vector<std::int32_t> render_chat_prompt(const Engine& engine, const std::vector<tokenizer::ChatMessage>& messages,
                                              bool add_generation_prompt, bool add_special_tokens) {
+  const tokenizer::ChatTemplate* chat_template = engine.chat_template();
+  if (!chat_template) {
+    throw invalid_request(fmt::format("Model `{}` has no chat template, so it cannot serve chat completions. Use "
+                                      "/v1/completions, or name a chat format in the config (model.chat_template).",
+                                      engine.model().served_name),
+                          "messages");
+  }
   try {
-    const std::string text = engine.chat_template().render(messages, add_generation_prompt);
+    const std::string text = chat_template->render(messages, add_generation_prompt);
     // The template writes BOS and the turn markers itself, hence no special
     // tokens by default.
     return engine.tokenizer().encode(text, add_special_tokens, /*parse_special=*/true);
@@ -349,14 +356,6 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
   s.include_stop_str_in_output = get_bool(request, "include_stop_str_in_output").value_or(false);
   s.ignore_eos = get_bool(request, "ignore_eos").value_or(false);
   s.skip_special_tokens = get_bool(request, "skip_special_tokens").value_or(true);
-  if (!s.ignore_eos) {
-    for (const std::int32_t eos : defaults.eos_token_ids) {
-      if (std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), eos) == s.stop_token_ids.end()) {
-        s.stop_token_ids.push_back(eos);
-        plan.eos_token_ids.push_back(eos);
-      }
-    }
-  }
 
   const int max_logprobs = engine.max_logprobs();
   if (chat) {

@@ -40,9 +40,6 @@ struct GenerationPlan {
   // Logprobs were asked: per token, the sampled token's logprob and this many
   // alternatives (completions "logprobs": N; chat "logprobs": true + "top_logprobs": N).
   std::optional<int> logprobs;
-  // Stop token ids that came from the model's EOS list rather than the user;
-  // a stop on one of them reports no stop_reason.
-  std::vector<std::int32_t> eos_token_ids;
 
   int num_choices() const { return static_cast<int>(prompts.size()) * sampling.n; }
 };

@@ -62,11 +62,8 @@ std::string ResponseBuilder::token_text(std::int32_t id) const {
 json ResponseBuilder::stop_reason(const SequenceDelta& delta) const {
   if (delta.finish_reason != FinishReason::kStop) return nullptr;
   if (!delta.stop_string.empty()) return delta.stop_string;
-  const auto& eos = plan_.eos_token_ids;
-  if (delta.stop_token_id >= 0 && std::find(eos.begin(), eos.end(), delta.stop_token_id) == eos.end()) {
-    return delta.stop_token_id;
-  }
-  return nullptr;
+  if (delta.stop_token_id >= 0) return delta.stop_token_id;
+  return nullptr;  // EOS
 }
 
 json ResponseBuilder::logprobs_json(Choice& choice, const SequenceDelta& delta, const PromptInput* with_prompt) const {

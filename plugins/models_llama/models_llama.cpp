@@ -1,33 +1,94 @@
-// models_llama: the Llama-family architecture (Llama 2/3, TinyLlama,
-// Mistral-style GQA).
-//
-// Status: the plugin loads and validates its options, so configs naming it
-// pass --check; it cannot create a model yet. Weight loading and the forward
-// pass land with the "Llama on CPU, end to end" issue, and until then create()
-// refuses with PLLM_ERROR_UNSUPPORTED rather than pretend.
+// models_llama: the Llama-family architecture (HF LlamaForCausalLM: Llama 2/3,
+// TinyLlama, GQA models) on the CPU. This file is the SDK glue: options,
+// create, info, forward and get_tensor; the model is llama_model.h.
+
+#include <memory>
+#include <string>
 
 #include "pagedllm/sdk.hpp"
+#include "plugins/common/thread_pool.h"
+#include "plugins/models_llama/llama_model.h"
 
+namespace pagedllm::models_llama {
 namespace {
 
-class LlamaModel : public pllm::ModelPlugin {
+const char* dtype_name(pllm_dtype dtype) {
+  switch (dtype) {
+    case PLLM_DTYPE_F32: return "f32";
+    case PLLM_DTYPE_F16: return "f16";
+    case PLLM_DTYPE_BF16: return "bf16";
+    case PLLM_DTYPE_I32: return "i32";
+    case PLLM_DTYPE_I64: return "i64";
+    case PLLM_DTYPE_U8: return "u8";
+    case PLLM_DTYPE_I8: return "i8";
+    case PLLM_DTYPE_INVALID: return "invalid";
+  }
+  return "unknown";
+}
+
+class LlamaPlugin : public pllm::ModelPlugin {
  public:
-  // No options yet: any key is rejected as unknown.
   struct Options {
-    static Options parse(pllm::OptionReader&) { return {}; }
+    int32_t num_threads = 0;  // 0 = one per hardware thread
+    static Options parse(pllm::OptionReader& reader) {
+      Options o;
+      o.num_threads = reader.get_in_range<int32_t>("num_threads", 0, 0, 1024);
+      return o;
+    }
   };
 
-  LlamaModel(const Options&, const pllm_model_create_args& args) {
-    throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
-                      std::string("cannot load ") + (args.model_path ? args.model_path : "(no path)") +
-                          ": the Llama forward pass is not implemented yet");
+  LlamaPlugin(const Options& options, const pllm_model_create_args& args) {
+    if (args.device.type != PLLM_DEVICE_CPU) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama runs on the CPU only for now (device type " +
+                                                    std::to_string(int(args.device.type)) + ")");
+    }
+    if (args.dtype != PLLM_DTYPE_INVALID && args.dtype != PLLM_DTYPE_F32) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
+                        std::string("models_llama on the CPU computes in f32 (weights are widened at load); model "
+                                    "dtype ") +
+                            dtype_name(args.dtype) + " is not supported, use auto or f32");
+    }
+    if (!args.model_path || !*args.model_path) {
+      throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "models_llama: no model path");
+    }
+    model_ = std::make_unique<LlamaModel>(args.model_path, plugins::resolve_num_threads(options.num_threads));
+    const LlamaConfig& c = model_->config();
+    info_.struct_size = sizeof info_;
+    info_.architecture = "LlamaForCausalLM";
+    info_.vocab_size = c.vocab_size;
+    info_.hidden_size = c.hidden_size;
+    info_.num_layers = c.num_layers;
+    info_.num_heads = c.num_heads;
+    info_.num_kv_heads = c.num_kv_heads;
+    info_.head_dim = c.head_dim;
+    info_.max_position_embeddings = c.max_position_embeddings;
+    info_.dtype = PLLM_DTYPE_F32;
+    info_.bos_token_id = c.bos_token_id;
+    info_.num_eos_token_ids = static_cast<int32_t>(c.eos_token_ids.size());
+    info_.eos_token_ids = c.eos_token_ids.data();
+    pllm::log_info("models_llama: ", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_heads, " heads / ",
+                   c.num_kv_heads, " kv heads x ", c.head_dim, ", vocab ", c.vocab_size, ", ", model_->num_threads(),
+                   " threads");
   }
 
-  pllm_model_info info() { return {}; }
-  void forward(const pllm_batch&, pllm_attention_ref, pllm_forward_output&) {}
+  pllm_model_info info() { return info_; }
+
+  void forward(const pllm_batch& batch, pllm_attention_ref attention, pllm_forward_output& out) {
+    model_->forward(batch, attention, out);
+  }
+
+  pllm_tensor get_tensor(const char* name) {
+    if (!name) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "models_llama: get_tensor: null name");
+    return model_->tensor(name);
+  }
+
+ private:
+  std::unique_ptr<LlamaModel> model_;
+  pllm_model_info info_{};
 };
 
 }  // namespace
+}  // namespace pagedllm::models_llama
 
-PAGEDLLM_PLUGIN(LlamaModel, "models_llama", "0.1.0",
-                "Llama-family models (HF LlamaForCausalLM layout); forward pass not implemented yet")
+PAGEDLLM_PLUGIN(pagedllm::models_llama::LlamaPlugin, "models_llama", "0.2.0",
+                "Llama-family models (HF LlamaForCausalLM) on the CPU: f32, OpenBLAS, paged attention via the backend")

@@ -119,3 +119,55 @@ TEST_CASE("serving says it is not available yet and exits 1", "[host_cli]") {
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Contains("serving is not available yet"));
 }
+
+namespace {
+
+// A model directory for fixture_rule_model (see its source) with the
+// bytelevel_gpt2 tokenizer fixture, and a config serving it on the CPU.
+std::string write_rule_model_config(const TempDir& dir) {
+  const std::string tokenizer = PAGEDLLM_SOURCE_DIR "/tests/fixtures/tokenizer/bytelevel_gpt2";
+  run_command("cp '" + tokenizer + "/tokenizer.json' '" + tokenizer + "/tokenizer_config.json' '" +
+              dir.path().string() + "/'");
+  dir.write("config.json", R"({"vocab_size": 957, "eos_token_id": 956, "max_position_embeddings": 64})");
+  return dir
+      .write("serve.yaml", "model: {plugin: " + kFixtures + "/fixture_rule_model.so, path: .}\n"
+                           "attention: {plugin: attention_cpu}\nsampler: {plugin: sampler}\n"
+                           "cache: {block_size: 16, kv_cache_bytes: 1MiB}\n"
+                           "plugins: {search_paths: [" PAGEDLLM_BINARY_DIR "/plugins]}\n")
+      .string();
+}
+
+}  // namespace
+
+TEST_CASE("--prompt streams a completion to stdout and a summary to stderr", "[host_cli]") {
+  TempDir dir;
+  const std::string config = write_rule_model_config(dir);
+  const auto r = run_command(host("--config '" + config + "' --prompt 'def f():' --max-tokens 6 --temperature 0"));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_FALSE(r.out.empty());
+  CHECK_THAT(r.err, Contains("ready in"));
+  CHECK_THAT(r.err, Contains("6 generated (finish: length)"));
+  // Greedy is deterministic.
+  const auto again = run_command(host("--config '" + config + "' --prompt 'def f():' --max-tokens 6 --temperature 0"));
+  CHECK(again.out == r.out);
+}
+
+TEST_CASE("--prompt refuses bad generation settings with exit 2", "[host_cli]") {
+  TempDir dir;
+  const std::string config = write_rule_model_config(dir);
+  auto r = run_command(host("--config '" + config + "' --max-tokens 5"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("--max-tokens only applies to one-shot generation"));
+  r = run_command(host("--config '" + config + "' --prompt x --max-tokens lots"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("--max-tokens needs a number, got 'lots'"));
+  r = run_command(host("--config '" + config + "' --prompt x --max-tokens 100"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("maximum context length is 64 tokens"));
+  r = run_command(host("--config '" + config + "' --prompt x --temperature 9"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("temperature must be in [0, 2]"));
+  r = run_command(host("--config '" + config + "' --prompt x --check"));
+  CHECK(r.exit_code == 2);
+}

@@ -6,7 +6,6 @@
 
 #include "core/tokenizer/incremental_detokenizer.h"
 #include "core/tokenizer/stop_matcher.h"
-#include "core/tokenizer/tokenizer_error.h"
 
 namespace pagedllm::testing {
 
@@ -53,13 +52,6 @@ void FakeEngine::start() {
   thread_ = std::thread([this] { loop(); });
 }
 
-const tokenizer::ChatTemplate& FakeEngine::chat_template() const {
-  if (!chat_template_) {
-    throw tokenizer::TokenizerError(fmt::format("model '{}' has no chat template", options_.served_name));
-  }
-  return *chat_template_;
-}
-
 RequestId FakeEngine::submit(GenerateRequest request, OutputCallback on_output) {
   std::lock_guard lock(mutex_);
   if (!accepting_) throw EngineUnavailable("the engine is shutting down", std::chrono::seconds(1));
@@ -67,7 +59,10 @@ RequestId FakeEngine::submit(GenerateRequest request, OutputCallback on_output) 
   const RequestId id = next_id_++;
   const int prompt_len = static_cast<int>(request.prompt_token_ids.size());
   const int max_len = options_.max_model_len;
-  if (reject_next_) throw RequestRejected(id, *std::exchange(reject_next_, std::nullopt));
+  if (reject_next_) {
+    const auto [reason, param] = *std::exchange(reject_next_, std::nullopt);
+    throw RequestRejected(id, reason, param);
+  }
   if (prompt_len == 0) throw RequestRejected(id, "the prompt is empty");
   if (prompt_len >= max_len) throw RequestRejected(id, fmt::format("prompt of {} tokens >= max_model_len {}", prompt_len, max_len));
   if (request.sampling.max_tokens && prompt_len + *request.sampling.max_tokens > max_len) {
@@ -163,9 +158,9 @@ void FakeEngine::set_unavailable(std::optional<std::string> reason) {
   unavailable_ = std::move(reason);
 }
 
-void FakeEngine::reject_next(std::string reason) {
+void FakeEngine::reject_next(std::string reason, std::string param) {
   std::lock_guard lock(mutex_);
-  reject_next_ = std::move(reason);
+  reject_next_.emplace(std::move(reason), std::move(param));
 }
 
 void FakeEngine::fail_next_step(std::string error) {

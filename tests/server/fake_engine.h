@@ -48,7 +48,9 @@ class FakeEngine final : public Engine {
   std::string health_detail() const override;
   EngineMetrics metrics() const override;
   const tokenizer::Tokenizer& tokenizer() const override { return tokenizer_; }
-  const tokenizer::ChatTemplate& chat_template() const override;
+  const tokenizer::ChatTemplate* chat_template() const override {
+    return chat_template_ ? &*chat_template_ : nullptr;
+  }
   const ModelDescription& model() const override { return model_; }
   const GenerationDefaults& generation_defaults() const override { return options_.defaults; }
   int max_logprobs() const override { return 20; }
@@ -60,8 +62,8 @@ class FakeEngine final : public Engine {
   void set_health(bool healthy, std::string detail);
   // submit() throws EngineUnavailable(reason) while set.
   void set_unavailable(std::optional<std::string> reason);
-  // The next submit() throws RequestRejected(reason).
-  void reject_next(std::string reason);
+  // The next submit() throws RequestRejected(reason, param).
+  void reject_next(std::string reason, std::string param);
   // The next step fails: every request in flight ends with this error.
   void fail_next_step(std::string error);
 
@@ -97,7 +99,7 @@ class FakeEngine final : public Engine {
   std::string health_detail_;
   std::optional<std::string> unavailable_;
   std::optional<std::string> fail_next_;
-  std::optional<std::string> reject_next_;
+  std::optional<std::pair<std::string, std::string>> reject_next_;
   RequestId next_id_ = 1;
   std::map<RequestId, std::unique_ptr<Active>> active_;
   std::vector<GenerateRequest> requests_;

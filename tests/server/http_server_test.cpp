@@ -337,11 +337,11 @@ TEST_CASE("RequestRejected is a 400; engine failure is a 500 or a last error eve
   options.step_interval = std::chrono::milliseconds(5);
   Served s(test_config(), options);
   TestConnection c(s.port());
-  s.engine.reject_next("max_tokens (9000) exceeds what the KV cache can ever hold");
+  s.engine.reject_next("max_tokens (9000) exceeds what the KV cache can ever hold", "max_tokens");
   HttpResponse r = c.post("/v1/completions", kHello);
   CHECK(r.result_int() == 400);
-  CHECK(body_of(r)["error"]["type"] == "invalid_request_error");
-  CHECK_THAT(r.body(), Contains("exceeds what the KV cache can ever hold"));
+  CHECK(body_of(r)["error"] == json{{"message", "max_tokens (9000) exceeds what the KV cache can ever hold"},
+                                    {"type", "invalid_request_error"}, {"param", "max_tokens"}, {"code", nullptr}});
   s.engine.pause();
   c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
          std::to_string(kHello.dump().size()) + "\r\n\r\n" + kHello.dump());

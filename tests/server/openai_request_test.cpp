@@ -206,24 +206,23 @@ TEST_CASE("prompts longer than the context are 400s; the default max_tokens fits
             "max_completion_tokens", "maximum context length is 20 tokens");
 }
 
-TEST_CASE("generation defaults fill unset fields; EOS ids become stop tokens unless ignore_eos",
-          "[server][request]") {
+TEST_CASE("generation defaults fill unset fields", "[server][request]") {
   FakeEngineOptions options;
   options.defaults.temperature = 0.6f;
   options.defaults.top_p = 0.9f;
   options.defaults.top_k = 50;
   options.defaults.repetition_penalty = 1.1f;
-  options.defaults.eos_token_ids = {3, 4};
   FakeEngine engine(options);
   GenerationPlan plan = completion(engine, {{"prompt", "x"}, {"top_k", 10}, {"stop_token_ids", {4}}});
   CHECK(plan.sampling.temperature == 0.6f);
   CHECK(plan.sampling.top_p == 0.9f);
   CHECK(plan.sampling.top_k == 10);
   CHECK(plan.sampling.repetition_penalty == 1.1f);
-  CHECK(plan.sampling.stop_token_ids == std::vector<std::int32_t>{4, 3});
-  CHECK(plan.eos_token_ids == std::vector<std::int32_t>{3});  // 4 was the user's own
-  plan = completion(engine, {{"prompt", "x"}, {"ignore_eos", true}});
-  CHECK(plan.sampling.stop_token_ids.empty());
+  CHECK(plan.sampling.stop_token_ids == std::vector<std::int32_t>{4});  // EOS is the engine's business
+  plan = completion(engine, {{"prompt", "x"}, {"temperature", 0}, {"top_p", 1}, {"repetition_penalty", 1}});
+  CHECK(plan.sampling.temperature == 0.0f);  // a value the user sets wins
+  CHECK(plan.sampling.top_p == 1.0f);
+  CHECK(plan.sampling.repetition_penalty == 1.0f);
 }
 
 TEST_CASE("chat messages go through the model's chat template", "[server][request]") {
@@ -232,7 +231,7 @@ TEST_CASE("chat messages go through the model's chat template", "[server][reques
                          {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Hi"}}, {{"type", "text"}, {"text", "there"}}}}}};
   const GenerationPlan plan = chat(engine, {{"messages", messages}, {"max_tokens", 4}});
   const std::vector<tokenizer::ChatMessage> rendered{{"system", "Be brief."}, {"user", "Hi\nthere"}};
-  const std::string text = engine.chat_template().render(rendered, true);
+  const std::string text = engine.chat_template()->render(rendered, true);
   CHECK_THAT(text, Contains("<|start_header_id|>assistant<|end_header_id|>"));
   REQUIRE(plan.prompts.size() == 1);
   CHECK(plan.prompts[0].token_ids == engine.tokenizer().encode(text, false, true));
@@ -281,6 +280,6 @@ TEST_CASE("a model without a chat template refuses chat with a 400", "[server][r
   options.has_chat_template = false;
   FakeEngine engine(options);
   check_400(engine, ApiKind::kChat, {{"messages", {{{"role", "user"}, {"content", "hi"}}}}}, "messages",
-            "chat template of model `fake-model` cannot be applied");
+            "Model `fake-model` has no chat template");
   CHECK(completion(engine, {{"prompt", "x"}}).prompts.size() == 1);
 }

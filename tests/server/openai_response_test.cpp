@@ -79,14 +79,14 @@ TEST_CASE("batch prompts with n > 1 number their choices prompt-major", "[server
   ResponseBuilder builder(plan, engine.tokenizer(), "cmpl-2", 1);
   builder.add(1, output({delta(1, "b1", {1}, FinishReason::kStop), delta(0, "b0", {1}, FinishReason::kLength)}, true, 2, 2));
   auto a = output({delta(0, "a0", {1}, FinishReason::kLength), delta(1, "a1", {1}, FinishReason::kStop)}, true, 3, 2);
-  a.sequences[1].stop_string = "!";
+  a.sequences[1].stop_string.assign("END");
   a.num_cached_prompt_tokens = 2;
   builder.add(0, a);
   const json body = json::parse(builder.response_body());
   REQUIRE(body["choices"].size() == 4);
   CHECK(body["choices"][0]["text"] == "a0");
   CHECK(body["choices"][1]["text"] == "a1");
-  CHECK(body["choices"][1]["stop_reason"] == "!");
+  CHECK(body["choices"][1]["stop_reason"] == "END");
   CHECK(body["choices"][2]["text"] == "b0");
   CHECK(body["choices"][3]["text"] == "b1");
   for (int i = 0; i < 4; ++i) CHECK(body["choices"][i]["index"] == i);
@@ -234,16 +234,11 @@ TEST_CASE("chat logprobs: content entries with bytes and top alternatives", "[se
   CHECK(content[0]["top_logprobs"][1]["logprob"] == -2.5);
 }
 
-TEST_CASE("stop_reason names a stop string or token, but not an EOS from the model's defaults",
-          "[server][response]") {
-  pagedllm::testing::FakeEngineOptions options;
-  options.defaults.eos_token_ids = {7};
-  FakeEngine engine(options);
+TEST_CASE("stop_reason names a stop string or token, null for EOS", "[server][response]") {
+  FakeEngine engine;
   const GenerationPlan plan = plan_for(engine, ApiKind::kCompletion, {{"prompt", {"a", "b"}}});
   ResponseBuilder builder(plan, engine.tokenizer(), "cmpl-9", 5);
-  auto eos = output({delta(0, "x", {7}, FinishReason::kStop)}, true, 1, 1);
-  eos.sequences[0].stop_token_id = 7;
-  builder.add(0, eos);
+  builder.add(0, output({delta(0, "x", {7}, FinishReason::kStop)}, true, 1, 1));  // EOS: stop_token_id -1
   auto user_stop = output({delta(0, "y", {8}, FinishReason::kStop)}, true, 1, 1);
   user_stop.sequences[0].stop_token_id = 8;
   builder.add(1, user_stop);

@@ -1,0 +1,31 @@
+#pragma once
+// Turning a client's GenerateRequest into the scheduler's Request: defaults
+// filled, every field range-checked, the request checked against what the
+// model and the KV cache can ever hold. Runs on the client's thread inside
+// Engine::submit(), so a bad request is refused before it is queued.
+
+#include <cstdint>
+
+#include "core/config/engine_config.h"
+#include "core/engine/engine.h"
+#include "core/scheduler/request.h"
+
+namespace pagedllm {
+
+struct RequestLimits {
+  int vocab_size = 0;
+  int max_model_len = 0;
+  int max_n = 1;
+  int max_logprobs = 20;
+  int max_stop_strings = 16;
+  SchedulerConfig scheduler;
+  int block_size = 16;
+  int num_device_blocks = 0;
+};
+
+// Throws RequestRejected (request id -1) naming the field, the value and the
+// limit. The returned Request has no id yet and max_tokens resolved (unset =
+// the rest of the context).
+Request to_scheduler_request(const GenerateRequest& request, const RequestLimits& limits);
+
+}  // namespace pagedllm

@@ -1,0 +1,52 @@
+#pragma once
+// The dense CPU kernels of the Llama forward: linear layers on OpenBLAS,
+// parallelised over output columns on the plugin's own thread pool, and
+// row-parallel RMSNorm and SwiGLU. All f32, row-major.
+
+#include <algorithm>
+#include <cstdint>
+
+#include "plugins/common/thread_pool.h"
+
+namespace pagedllm::models_llama {
+
+using plugins::ThreadPool;
+
+// Runs fn(begin, end) over row ranges covering [0, rows) on the pool, in
+// about 4 ranges per thread; inline when all rows together cost less than
+// kInlineWork element operations (a wake-up of the pool costs more).
+template <class Fn>
+void parallel_rows(ThreadPool& pool, int64_t rows, int64_t work_per_row, Fn&& fn) {
+  constexpr int64_t kInlineWork = 1 << 15;
+  if (rows <= 0) return;
+  const int64_t chunks = std::min<int64_t>(rows, std::max<int64_t>(1, rows * work_per_row / kInlineWork));
+  const int64_t ranges = std::min<int64_t>(chunks, int64_t(pool.size()) * 4);
+  if (ranges <= 1) {
+    fn(int64_t(0), rows);
+    return;
+  }
+  pool.parallel_for(ranges, [&](int64_t r, int) { fn(rows * r / ranges, rows * (r + 1) / ranges); });
+}
+
+// out[m, n] = sum_k a[m, k] * w[n, k] (+ out[m, n] when `accumulate`): a
+// linear layer y = x W^T on HF's [out_features, in_features] weights. Rows of
+// a and out are lda / ldc floats apart. The n output columns are split
+// between the pool's threads, each running single-threaded OpenBLAS (sgemv
+// for one row, sgemm otherwise) on its slice of w.
+void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, const float* w, int64_t n, int64_t k, float* out,
+            int64_t ldc, bool accumulate);
+
+// out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for `rows` rows of `dim`
+// floats (row strides ld_x and ld_out).
+void rms_norm(ThreadPool& pool, const float* x, int64_t ld_x, int64_t rows, int64_t dim, const float* weight,
+              float eps, float* out, int64_t ld_out);
+
+// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i]: the SwiGLU of a
+// fused [gate | up] projection, `rows` rows of 2 * inter floats.
+void swiglu(ThreadPool& pool, const float* gate_up, int64_t rows, int64_t inter, float* out);
+
+// Makes OpenBLAS single-threaded: linear() parallelises over its own pool,
+// and OpenBLAS threads on top would oversubscribe the cores. Process-wide.
+void use_single_threaded_blas();
+
+}  // namespace pagedllm::models_llama

@@ -1,0 +1,54 @@
+#pragma once
+// The hyper-parameters of an HF LlamaForCausalLM directory (config.json, plus
+// eos ids from generation_config.json), parsed strictly: a missing required
+// key, a value of the wrong type or range, or inconsistent sizes are errors
+// naming the file and the key.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace pagedllm::models_llama {
+
+// config.json's rope_scaling: how inv_freq is rescaled (see rope.h).
+struct RopeScaling {
+  enum class Type { kNone, kLinear, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  // llama3 only.
+  double low_freq_factor = 0.0;
+  double high_freq_factor = 0.0;
+  double original_max_position_embeddings = 0.0;
+};
+
+struct LlamaConfig {
+  int32_t vocab_size = 0;
+  int32_t hidden_size = 0;
+  int32_t intermediate_size = 0;
+  int32_t num_layers = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;  // absent: num_heads (HF's default)
+  int32_t head_dim = 0;      // absent: hidden_size / num_heads
+  int32_t max_position_embeddings = 0;
+  double rms_norm_eps = 0.0;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  int32_t bos_token_id = -1;  // -1: none
+  // config.json's eos_token_id (an id or a list), then generation_config.json's
+  // ids not already listed (Llama 3 instruct models add <|eot_id|> there).
+  std::vector<int32_t> eos_token_ids;
+
+  int32_t q_size() const { return num_heads * head_dim; }
+  int32_t kv_size() const { return num_kv_heads * head_dim; }
+
+  // Reads `model_dir`/config.json (and generation_config.json when present).
+  // Throws pllm::Error: PLLM_ERROR_NOT_FOUND without config.json,
+  // PLLM_ERROR_UNSUPPORTED for another architecture or a feature this plugin
+  // lacks (biases, an activation other than silu, other rope scalings),
+  // PLLM_ERROR_INVALID_CONFIG otherwise.
+  static LlamaConfig load(const std::filesystem::path& model_dir);
+};
+
+}  // namespace pagedllm::models_llama

@@ -1,0 +1,68 @@
+#include "plugins/models_llama/rope.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace pagedllm::models_llama {
+
+std::vector<double> rope_inv_freq(const LlamaConfig& config) {
+  const int64_t half = config.head_dim / 2;
+  std::vector<double> inv_freq(static_cast<std::size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[std::size_t(i)] = 1.0 / std::pow(config.rope_theta, double(2 * i) / double(config.head_dim));
+  }
+  const RopeScaling& s = config.rope_scaling;
+  switch (s.type) {
+    case RopeScaling::Type::kNone:
+      break;
+    case RopeScaling::Type::kLinear:
+      for (double& f : inv_freq) f /= s.factor;
+      break;
+    case RopeScaling::Type::kLlama3: {
+      const double low_freq_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
+      const double high_freq_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
+      for (double& f : inv_freq) {
+        const double wavelen = 2.0 * std::numbers::pi / f;
+        if (wavelen > low_freq_wavelen) {
+          f /= s.factor;
+        } else if (wavelen >= high_freq_wavelen) {
+          const double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
+                                (s.high_freq_factor - s.low_freq_factor);
+          f = (1.0 - smooth) * f / s.factor + smooth * f;
+        }
+      }
+      break;
+    }
+  }
+  return inv_freq;
+}
+
+void rope_tables(const std::vector<double>& inv_freq, const int32_t* positions, int64_t rows, float* cos, float* sin) {
+  const auto half = static_cast<int64_t>(inv_freq.size());
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = double(positions[t]) * inv_freq[std::size_t(i)];
+      cos[t * half + i] = static_cast<float>(std::cos(angle));
+      sin[t * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+}
+
+void apply_rope(float* data, int64_t rows, int64_t row_stride, int64_t num_heads, int64_t head_dim, const float* cos,
+                const float* sin) {
+  const int64_t half = head_dim / 2;
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* c = cos + t * half;
+    const float* s = sin + t * half;
+    for (int64_t h = 0; h < num_heads; ++h) {
+      float* x = data + t * row_stride + h * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = x[i], b = x[i + half];
+        x[i] = a * c[i] - b * s[i];
+        x[i + half] = b * c[i] + a * s[i];
+      }
+    }
+  }
+}
+
+}  // namespace pagedllm::models_llama

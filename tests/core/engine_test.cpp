@@ -1,0 +1,489 @@
+// The engine end to end over real plugins: fixture_rule_model (whose greedy
+// continuation is known in closed form, see its source), the real
+// attention_cpu and sampler plugins, and the bytelevel_gpt2 tokenizer fixture.
+// Checks the request lifecycle: outputs, stop conditions, n > 1, seeds,
+// logprobs, abort, rejection, preemption, shutdown and engine failure.
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <algorithm>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/config/config.h"
+#include "core/engine/engine.h"
+#include "core/host/plugin_check.h"
+#include "tests/support/temp_dir.h"
+
+using namespace pagedllm;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int kMaxPositions = 256;
+
+// Everything a request produced, gathered from its outputs.
+struct Collected {
+  struct Sequence {
+    std::string text;
+    std::vector<std::int32_t> tokens;
+    std::vector<TokenLogprob> logprobs;
+    std::optional<FinishReason> finish_reason;
+    std::string stop_string;
+    std::int32_t stop_token_id = -1;
+  };
+  std::vector<Sequence> sequences;
+  std::optional<std::string> error;
+  int num_outputs = 0;
+  int num_prompt_tokens = 0;
+  int num_cached_prompt_tokens = 0;
+  bool finished = false;
+};
+
+// Gathers a request's outputs; wait() blocks until the last one.
+class Collector {
+ public:
+  OutputCallback callback() {
+    return [this](RequestOutput&& out) {
+      std::lock_guard lock(mutex_);
+      REQUIRE_FALSE(result_.finished);
+      ++result_.num_outputs;
+      result_.num_prompt_tokens = out.num_prompt_tokens;
+      result_.num_cached_prompt_tokens = out.num_cached_prompt_tokens;
+      for (SequenceDelta& delta : out.sequences) {
+        if (result_.sequences.size() <= static_cast<std::size_t>(delta.index)) {
+          result_.sequences.resize(static_cast<std::size_t>(delta.index) + 1);
+        }
+        Collected::Sequence& s = result_.sequences[static_cast<std::size_t>(delta.index)];
+        REQUIRE_FALSE(s.finish_reason.has_value());  // nothing after a sequence's end
+        s.text += delta.text;
+        s.tokens.insert(s.tokens.end(), delta.token_ids.begin(), delta.token_ids.end());
+        s.logprobs.insert(s.logprobs.end(), delta.logprobs.begin(), delta.logprobs.end());
+        s.finish_reason = delta.finish_reason;
+        s.stop_string = delta.stop_string;
+        s.stop_token_id = delta.stop_token_id;
+      }
+      if (out.error) result_.error = out.error;
+      result_.finished = out.finished;
+      done_.notify_all();
+    };
+  }
+  // Blocks until the first output arrived.
+  void wait_first() {
+    std::unique_lock lock(mutex_);
+    REQUIRE(done_.wait_for(lock, std::chrono::seconds(60), [&] { return result_.num_outputs > 0 || result_.finished; }));
+  }
+  Collected wait() {
+    std::unique_lock lock(mutex_);
+    REQUIRE(done_.wait_for(lock, std::chrono::seconds(120), [&] { return result_.finished; }));
+    return result_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable done_;
+  Collected result_;
+};
+
+// The rule fixture_rule_model follows: the greedy token after `token` at `position`.
+std::int32_t rule_next(std::int32_t token, int position, int vocab) {
+  return (7 * token + 3 * position + 1) % vocab;
+}
+
+std::vector<std::int32_t> rule_continuation(const std::vector<std::int32_t>& prompt, int count, int vocab) {
+  std::vector<std::int32_t> out;
+  std::int32_t token = prompt.back();
+  int position = static_cast<int>(prompt.size()) - 1;
+  for (int i = 0; i < count; ++i) {
+    token = rule_next(token, position++, vocab);
+    out.push_back(token);
+  }
+  return out;
+}
+
+class EngineFixture {
+ public:
+  // `eos` = -1: the tokenizer's <|endoftext|>.
+  explicit EngineFixture(const std::vector<std::string>& overrides = {}, int eos = -1) {
+    const fs::path tokenizer_dir = fs::path(PAGEDLLM_SOURCE_DIR) / "tests/fixtures/tokenizer/bytelevel_gpt2";
+    const fs::path model_dir = dir_.path() / "rule-model";
+    fs::create_directories(model_dir);
+    fs::copy_file(tokenizer_dir / "tokenizer.json", model_dir / "tokenizer.json");
+    fs::copy_file(tokenizer_dir / "tokenizer_config.json", model_dir / "tokenizer_config.json");
+    vocab_ = static_cast<int>(tokenizer::Tokenizer::from_model_dir(model_dir.string()).vocab_size());
+    if (eos < 0) eos = *tokenizer::Tokenizer::from_model_dir(model_dir.string()).eos_id();
+    dir_.write("rule-model/config.json", fmt::format(R"({{"vocab_size": {}, "eos_token_id": {},
+      "max_position_embeddings": {}}})", vocab_, eos, kMaxPositions));
+    const std::string yaml = fmt::format(R"(
+model: {{plugin: {fixtures}/fixture_rule_model.so, path: rule-model}}
+device: cpu
+attention: {{plugin: attention_cpu, options: {{variant: optimized, num_threads: 1}}}}
+sampler: {{plugin: sampler, options: {{num_threads: 1}}}}
+cache: {{block_size: 4, kv_cache_bytes: 1MiB, swap_space: 64KiB}}
+scheduler: {{max_num_seqs: 16, max_num_batched_tokens: 64}}
+plugins: {{search_paths: [{plugins}]}}
+)",
+                                         fmt::arg("fixtures", PAGEDLLM_FIXTURE_PLUGIN_DIR),
+                                         fmt::arg("plugins", PAGEDLLM_PLUGIN_DIR));
+    const fs::path file = dir_.write("engine.yaml", yaml);
+    config_ = load_config(file, overrides);
+    registry_ = std::make_unique<PluginRegistry>(make_plugin_registry(config_));
+    engine_ = Engine::create(config_, *registry_);
+  }
+
+  Engine& engine() { return *engine_; }
+  int vocab() const { return vocab_; }
+
+  GenerateRequest request(const std::string& prompt, int max_tokens) {
+    GenerateRequest r;
+    r.prompt_token_ids = engine_->tokenizer().encode(prompt);
+    r.sampling.max_tokens = max_tokens;
+    r.sampling.temperature = 0.0f;
+    r.sampling.ignore_eos = true;
+    return r;
+  }
+
+  Collected run(GenerateRequest r) {
+    Collector collector;
+    engine_->submit(std::move(r), collector.callback());
+    return collector.wait();
+  }
+
+ private:
+  testing::TempDir dir_;
+  HostConfig config_;
+  std::unique_ptr<PluginRegistry> registry_;
+  std::unique_ptr<Engine> engine_;
+  int vocab_ = 0;
+};
+
+void require_drained(const Engine& engine) {
+  // Gauges are published after each step; give the last one a moment.
+  for (int i = 0; i < 200; ++i) {
+    const EngineMetrics m = engine.metrics();
+    if (m.scheduler.num_running == 0 && m.scheduler.num_waiting == 0 && m.scheduler.num_swapped == 0 &&
+        m.scheduler.kv.num_free_device_blocks == m.scheduler.kv.num_device_blocks) {
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const EngineMetrics m = engine.metrics();
+  CHECK(m.scheduler.num_running == 0);
+  CHECK(m.scheduler.num_waiting == 0);
+  CHECK(m.scheduler.kv.num_free_device_blocks == m.scheduler.kv.num_device_blocks);
+}
+
+}  // namespace
+
+TEST_CASE("greedy output follows the model and max_tokens ends it with length", "[engine]") {
+  EngineFixture f;
+  f.engine().start();
+  GenerateRequest r = f.request("def fibonacci(n):", 12);
+  const std::vector<std::int32_t> prompt = r.prompt_token_ids;
+  const Collected out = f.run(std::move(r));
+  REQUIRE(out.sequences.size() == 1);
+  const auto expected = rule_continuation(prompt, 12, f.vocab());
+  CHECK(out.sequences[0].tokens == expected);
+  CHECK(out.sequences[0].finish_reason == FinishReason::kLength);
+  CHECK(out.sequences[0].text == f.engine().tokenizer().decode(expected, true));
+  CHECK(out.num_prompt_tokens == static_cast<int>(prompt.size()));
+  CHECK_FALSE(out.error);
+  require_drained(f.engine());
+  const EngineMetrics m = f.engine().metrics();
+  CHECK(m.generation_tokens_total == 12);
+  CHECK(m.prompt_tokens_total == static_cast<std::int64_t>(prompt.size()));
+  CHECK(m.requests_finished_length == 1);
+  CHECK(m.time_to_first_token.count() == 1);
+  CHECK(m.inter_token_latency.count() == 11);
+  CHECK(m.e2e_request_latency.count() == 1);
+}
+
+TEST_CASE("EOS ends a sequence unless ignore_eos; stop tokens end it too", "[engine]") {
+  // Make the 5th greedy token the model's EOS.
+  std::vector<std::int32_t> prompt;
+  int vocab = 0;
+  {
+    EngineFixture probe;
+    prompt = probe.engine().tokenizer().encode("import os");
+    vocab = probe.vocab();
+  }
+  const auto path = rule_continuation(prompt, 10, vocab);
+  // The EOS: the first token from the 4th on that does not appear before it.
+  std::size_t k = 3;
+  while (std::find(path.begin(), path.begin() + static_cast<long>(k), path[k]) != path.begin() + static_cast<long>(k)) ++k;
+  REQUIRE(k < 8);
+  const std::int32_t eos = path[k];
+  EngineFixture f({}, eos);
+  f.engine().start();
+
+  GenerateRequest r = f.request("import os", 10);
+  r.sampling.ignore_eos = false;
+  Collected out = f.run(r);
+  CHECK(out.sequences[0].tokens == std::vector<std::int32_t>(path.begin(), path.begin() + static_cast<long>(k) + 1));
+  CHECK(out.sequences[0].finish_reason == FinishReason::kStop);
+  CHECK(out.sequences[0].stop_token_id == -1);
+
+  r.sampling.ignore_eos = true;
+  out = f.run(r);
+  CHECK(out.sequences[0].tokens == path);
+  CHECK(out.sequences[0].finish_reason == FinishReason::kLength);
+
+  r.sampling.stop_token_ids = {path[0]};
+  out = f.run(r);
+  CHECK(out.sequences[0].tokens == std::vector<std::int32_t>(path.begin(), path.begin() + 1));
+  CHECK(out.sequences[0].finish_reason == FinishReason::kStop);
+  CHECK(out.sequences[0].stop_token_id == path[0]);
+  require_drained(f.engine());
+}
+
+TEST_CASE("stop strings cut the text across token boundaries", "[engine]") {
+  EngineFixture f;
+  f.engine().start();
+  const Collected full = f.run(f.request("class A:", 24));
+  const std::string text = full.sequences[0].text;
+  REQUIRE(text.size() > 12);
+  // A stop string in the middle of the text, very likely spanning tokens.
+  const std::string stop = text.substr(text.size() / 2, 4);
+  const std::string before = text.substr(0, text.find(stop));
+
+  GenerateRequest r = f.request("class A:", 24);
+  r.sampling.stop = {stop};
+  Collected out = f.run(r);
+  CHECK(out.sequences[0].text == before);
+  CHECK(out.sequences[0].finish_reason == FinishReason::kStop);
+  CHECK(out.sequences[0].stop_string == stop);
+  CHECK(out.sequences[0].tokens.size() < full.sequences[0].tokens.size());
+
+  r.sampling.include_stop_str_in_output = true;
+  out = f.run(r);
+  CHECK(out.sequences[0].text == before + stop);
+  require_drained(f.engine());
+}
+
+TEST_CASE("n > 1 forks share the prompt, sample independently and reproducibly", "[engine]") {
+  EngineFixture f;
+  f.engine().start();
+  GenerateRequest r = f.request("x = [", 16);
+  r.sampling.n = 4;
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 1234;
+  const Collected a = f.run(r);
+  const Collected b = f.run(r);
+  REQUIRE(a.sequences.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    CHECK(a.sequences[i].tokens.size() == 16);
+    CHECK(a.sequences[i].finish_reason == FinishReason::kLength);
+    CHECK(a.sequences[i].tokens == b.sequences[i].tokens);  // same seed, same outputs
+  }
+  // With a flat-ish distribution (logit slope 1/4 per id) forks diverge.
+  bool any_differ = false;
+  for (std::size_t i = 1; i < 4; ++i) any_differ |= a.sequences[i].tokens != a.sequences[0].tokens;
+  CHECK(any_differ);
+
+  // The first sequence of n equals the n = 1 request with the same seed.
+  r.sampling.n = 1;
+  const Collected single = f.run(r);
+  CHECK(single.sequences[0].tokens == a.sequences[0].tokens);
+  require_drained(f.engine());
+}
+
+TEST_CASE("a seeded request samples the same tokens whatever shares its batch", "[engine]") {
+  EngineFixture f;
+  f.engine().start();
+  GenerateRequest seeded = f.request("for i in range(10):", 20);
+  seeded.sampling.temperature = 0.8f;
+  seeded.sampling.top_p = 0.9f;
+  seeded.sampling.seed = 7;
+  const Collected alone = f.run(seeded);
+
+  std::vector<std::unique_ptr<Collector>> others;
+  for (int i = 0; i < 6; ++i) {
+    others.push_back(std::make_unique<Collector>());
+    GenerateRequest other = f.request(fmt::format("noise {}", i), 15 + i);
+    other.sampling.temperature = 1.0f;
+    f.engine().submit(std::move(other), others.back()->callback());
+  }
+  Collector crowded;
+  f.engine().submit(seeded, crowded.callback());
+  CHECK(crowded.wait().sequences[0].tokens == alone.sequences[0].tokens);
+  for (auto& c : others) c->wait();
+  require_drained(f.engine());
+}
+
+TEST_CASE("logprobs report the sampled token and the top alternatives", "[engine]") {
+  EngineFixture f;
+  f.engine().start();
+  GenerateRequest r = f.request("while True:", 6);
+  r.sampling.logprobs = 3;
+  const Collected out = f.run(r);
+  const auto& s = out.sequences[0];
+  REQUIRE(s.logprobs.size() == 6);
+  for (std::size_t i = 0; i < 6; ++i) {
+    CHECK(s.logprobs[i].token_id == s.tokens[i]);
+    REQUIRE(s.logprobs[i].top.size() == 3);
+    CHECK(s.logprobs[i].top[0].first == s.tokens[i]);  // greedy: the sampled token is the top one
+    CHECK(s.logprobs[i].top[0].second == Approx(s.logprobs[i].logprob));
+    CHECK(s.logprobs[i].top[1].second <= s.logprobs[i].top[0].second);
+    CHECK(s.logprobs[i].logprob <= 0.0f);
+  }
+}
+
+TEST_CASE("prefix caching: a repeated prompt reuses cached blocks and gives the same output", "[engine]") {
+  EngineFixture f;
+  f.engine().start();
+  const std::string prompt = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n";
+  const Collected first = f.run(f.request(prompt, 8));
+  const Collected second = f.run(f.request(prompt, 8));
+  CHECK(first.num_cached_prompt_tokens == 0);
+  CHECK(second.num_cached_prompt_tokens > 0);
+  CHECK(second.sequences[0].tokens == first.sequences[0].tokens);
+  CHECK(f.engine().metrics().scheduler.kv.prefix_cache_hit_tokens > 0);
+}
+
+TEST_CASE("under KV pressure requests are preempted and still produce the right tokens", "[engine]") {
+  const std::string mode = GENERATE(std::string("recompute"), std::string("swap"));
+  CAPTURE(mode);
+  // 40 blocks of 4 tokens: 8 requests of ~40 tokens cannot all stay resident.
+  EngineFixture f({"cache.kv_cache_bytes=" + std::to_string(40 * 2 * 2 * 4 * 8 * 4), "scheduler.max_model_len=96",
+                   "cache.swap_space=1MiB", "cache.enable_prefix_caching=false",
+                   "scheduler.preemption_mode=" + mode});
+  f.engine().start();
+  std::vector<std::unique_ptr<Collector>> collectors;
+  std::vector<std::vector<std::int32_t>> expected;
+  for (int i = 0; i < 8; ++i) {
+    GenerateRequest r = f.request(fmt::format("request number {} says hello", i), 30);
+    expected.push_back(rule_continuation(r.prompt_token_ids, 30, f.vocab()));
+    collectors.push_back(std::make_unique<Collector>());
+    f.engine().submit(std::move(r), collectors.back()->callback());
+  }
+  for (int i = 0; i < 8; ++i) {
+    const Collected out = collectors[static_cast<std::size_t>(i)]->wait();
+    CHECK(out.sequences[0].tokens == expected[static_cast<std::size_t>(i)]);
+  }
+  CHECK(f.engine().metrics().scheduler.num_preemptions() > 0);
+  require_drained(f.engine());
+}
+
+TEST_CASE("abort ends a running request within a step and frees its blocks", "[engine]") {
+  EngineFixture f({"model.options.step_delay_ms=5"});
+  f.engine().start();
+  Collector running;
+  const RequestId id = f.engine().submit(f.request("print('hello')", 200), running.callback());
+  running.wait_first();
+  CHECK(f.engine().abort(id));
+  const Collected out = running.wait();
+  CHECK(out.sequences[0].finish_reason == FinishReason::kAborted);
+  CHECK(out.sequences[0].tokens.size() < 200);
+  CHECK_FALSE(f.engine().abort(id));  // already finished
+  require_drained(f.engine());
+  CHECK(f.engine().metrics().requests_aborted == 1);
+
+  // A request aborted before the engine picked it up still gets its final output.
+  Collector queued;
+  const RequestId second = f.engine().submit(f.request("x", 5), queued.callback());
+  f.engine().abort(second);
+  const Collected q = queued.wait();
+  CHECK(q.finished);
+}
+
+TEST_CASE("bad requests are refused before queueing, naming the field", "[engine]") {
+  EngineFixture f;
+  const auto rejected_param = [&](GenerateRequest r) -> std::string {
+    try {
+      f.engine().submit(std::move(r), [](RequestOutput&&) {});
+    } catch (const RequestRejected& e) {
+      CHECK_FALSE(e.reason().empty());
+      return e.param();
+    }
+    return "(accepted)";
+  };
+  GenerateRequest ok = f.request("hello", 4);
+  GenerateRequest r = ok;
+  r.prompt_token_ids.clear();
+  CHECK(rejected_param(r) == "prompt");
+  r = ok;
+  r.prompt_token_ids.assign(kMaxPositions, 5);
+  CHECK(rejected_param(r) == "prompt");
+  r = ok;
+  r.prompt_token_ids.push_back(f.vocab());
+  CHECK(rejected_param(r) == "prompt");
+  r = ok;
+  r.sampling.max_tokens = kMaxPositions;
+  CHECK(rejected_param(r) == "max_tokens");
+  r = ok;
+  r.sampling.max_tokens = 0;
+  CHECK(rejected_param(r) == "max_tokens");
+  r = ok;
+  r.sampling.n = 17;
+  CHECK(rejected_param(r) == "n");
+  r = ok;
+  r.sampling.temperature = 2.5f;
+  CHECK(rejected_param(r) == "temperature");
+  r = ok;
+  r.sampling.top_p = 0.0f;
+  CHECK(rejected_param(r) == "top_p");
+  r = ok;
+  r.sampling.logprobs = 21;
+  CHECK(rejected_param(r) == "logprobs");
+  r = ok;
+  r.sampling.stop = {""};
+  CHECK(rejected_param(r) == "stop");
+  r = ok;
+  r.sampling.repetition_penalty = 0.0f;
+  CHECK(rejected_param(r) == "repetition_penalty");
+  CHECK(f.engine().metrics().scheduler.num_rejected == 0);  // never reached the scheduler
+}
+
+TEST_CASE("unset max_tokens runs to the context limit", "[engine]") {
+  EngineFixture f;
+  f.engine().start();
+  GenerateRequest r = f.request("a", 1);
+  r.sampling.max_tokens.reset();
+  const Collected out = f.run(r);
+  CHECK(static_cast<int>(out.sequences[0].tokens.size()) + out.num_prompt_tokens == kMaxPositions);
+  CHECK(out.sequences[0].finish_reason == FinishReason::kLength);
+}
+
+TEST_CASE("shutdown drains or aborts in-flight requests", "[engine]") {
+  const bool drain = GENERATE(true, false);
+  EngineFixture f({"model.options.step_delay_ms=2"});
+  f.engine().start();
+  std::vector<std::unique_ptr<Collector>> collectors;
+  for (int i = 0; i < 4; ++i) {
+    collectors.push_back(std::make_unique<Collector>());
+    f.engine().submit(f.request(fmt::format("job {}", i), 40), collectors.back()->callback());
+  }
+  f.engine().shutdown(drain ? ShutdownMode::kDrain : ShutdownMode::kAbort);
+  for (auto& c : collectors) {
+    const Collected out = c->wait();
+    CHECK(out.sequences[0].finish_reason == (drain ? FinishReason::kLength : FinishReason::kAborted));
+  }
+  CHECK_THROWS_AS(f.engine().submit(f.request("late", 4), [](RequestOutput&&) {}), EngineUnavailable);
+  CHECK_FALSE(f.engine().healthy());
+}
+
+TEST_CASE("a failing plugin fails the engine: requests end with the error, health says why", "[engine]") {
+  EngineFixture f({"model.options.fail_after_steps=3"});
+  f.engine().start();
+  CHECK(f.engine().healthy());
+  const Collected out = f.run(f.request("doomed", 20));
+  REQUIRE(out.error);
+  CHECK_THAT(*out.error, Catch::Contains("forward failed on purpose"));
+  CHECK(out.sequences[0].finish_reason == FinishReason::kAborted);
+  for (int i = 0; i < 100 && f.engine().healthy(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK_FALSE(f.engine().healthy());
+  CHECK_THAT(f.engine().health_detail(), Catch::Contains("forward failed on purpose"));
+  CHECK_THROWS_AS(f.engine().submit(f.request("after", 4), [](RequestOutput&&) {}), EngineUnavailable);
+}
+
+TEST_CASE("engine creation refuses a cache too small for one full-length sequence", "[engine]") {
+  CHECK_THROWS_WITH(EngineFixture({"cache.kv_cache_bytes=4KiB"}),
+                    Catch::Contains("kv_cache_bytes") && Catch::Contains("max_model_len"));
+}

@@ -1,0 +1,292 @@
+// models_llama through its C table: info from config.json, get_tensor, strict
+// options, refused devices/dtypes/batches, and every kind of bad model
+// directory refused with a message naming the file and the tensor or key.
+// Needs the generator (numpy), not the oracle.
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tests/plugins/models_llama/llama_harness.h"
+
+using namespace llama_test;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// The message of the error creating a model from `dir` (FAIL if it loads).
+std::string load_error(const std::filesystem::path& dir, const std::string& options = "{}",
+                       pllm_dtype dtype = PLLM_DTYPE_INVALID) {
+  try {
+    Model model(dir, options, dtype);
+  } catch (const pagedllm::PluginCallError& e) {
+    return e.what();
+  }
+  FAIL("the model loaded");
+  return {};
+}
+
+nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+void write_json(const std::filesystem::path& path, const nlohmann::json& value) {
+  std::ofstream(path, std::ios::trunc) << value.dump(2);
+}
+
+void edit_config(const std::filesystem::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json config = read_json(dir / "config.json");
+  edit(config);
+  write_json(dir / "config.json", config);
+}
+
+// Overwrites `bytes` at `offset` of `path`.
+void patch(const std::filesystem::path& path, std::size_t offset, const std::string& bytes) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(std::streamoff(offset));
+  f.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+}  // namespace
+
+TEST_CASE("models_llama: info comes from config.json and generation_config.json", "[models_llama]") {
+  if (!generator_available()) return;
+  TempDir dir;
+  make_model(dir.path(), "--head-dim 32 --num-layers 2");
+  Model model(dir.path(), R"({"num_threads": 2})");
+  const pllm_model_info info = model.info();
+  CHECK(std::string(info.architecture) == "LlamaForCausalLM");
+  CHECK(info.vocab_size == 964);
+  CHECK(info.hidden_size == 64);
+  CHECK(info.num_layers == 2);
+  CHECK(info.num_heads == 4);
+  CHECK(info.num_kv_heads == 2);
+  CHECK(info.head_dim == 32);
+  CHECK(info.max_position_embeddings == 512);
+  CHECK(info.dtype == PLLM_DTYPE_F32);
+  CHECK(info.bos_token_id == 959);
+  REQUIRE(info.num_eos_token_ids == 2);
+  CHECK(info.eos_token_ids[0] == 960);
+  CHECK(info.eos_token_ids[1] == 963);
+
+  SECTION("generation_config.json adds eos ids; a config without bos has none") {
+    edit_config(dir.path(), [](auto& c) {
+      c["eos_token_id"] = 960;
+      c.erase("bos_token_id");
+    });
+    write_json(dir.path() / "generation_config.json", {{"eos_token_id", {963, 1}}});
+    const Model reloaded(dir.path());
+    const pllm_model_info i2 = reloaded.info();
+    CHECK(i2.bos_token_id == -1);
+    REQUIRE(i2.num_eos_token_ids == 3);
+    CHECK(std::vector<int32_t>(i2.eos_token_ids, i2.eos_token_ids + 3) == std::vector<int32_t>{960, 963, 1});
+  }
+}
+
+TEST_CASE("models_llama: get_tensor serves HF names from the f32 layout", "[models_llama]") {
+  if (!generator_available()) return;
+  for (const bool tied : {false, true}) {
+    INFO("tied " << tied);
+    TempDir dir;
+    make_model(dir.path(), tied ? "--dtype bf16 --tie-word-embeddings" : "--dtype f16");
+    Model model(dir.path());
+    const pllm::safetensors::Checkpoint checkpoint(dir.path());
+    for (const char* name : {"model.embed_tokens.weight", "model.layers.1.self_attn.k_proj.weight",
+                             "model.layers.2.mlp.up_proj.weight", "model.norm.weight"}) {
+      INFO(name);
+      const pllm_tensor t = model.tensor(name);
+      const auto& stored = checkpoint.require(name);
+      CHECK(t.dtype == PLLM_DTYPE_F32);
+      CHECK(t.device.type == PLLM_DEVICE_CPU);
+      REQUIRE(std::vector<int64_t>(t.shape, t.shape + t.ndim) == stored.shape);
+      CHECK(t.strides[t.ndim - 1] == 1);
+      std::vector<float> expected(std::size_t(stored.numel()));
+      stored.to_f32(0, stored.numel(), expected.data());
+      CHECK(std::memcmp(t.data, expected.data(), expected.size() * sizeof(float)) == 0);
+    }
+    const pllm_tensor embed = model.tensor("model.embed_tokens.weight");
+    const pllm_tensor head = model.tensor("lm_head.weight");
+    CHECK(head.shape[0] == 964);
+    CHECK(head.shape[1] == 64);
+    CHECK((head.data == embed.data) == tied);  // tied: the embedding itself, shared
+    try {
+      model.tensor("model.layers.9.mlp.up_proj.weight");
+      FAIL("found a tensor that does not exist");
+    } catch (const pagedllm::PluginCallError& e) {
+      CHECK(e.status() == PLLM_ERROR_NOT_FOUND);
+      CHECK_THAT(e.what(), Contains("model.layers.9.mlp.up_proj.weight"));
+    }
+  }
+}
+
+TEST_CASE("models_llama: options, device and dtype are checked", "[models_llama]") {
+  if (!generator_available()) return;
+  TempDir dir;
+  make_model(dir.path(), "--num-layers 1");
+  const std::string typo = load_error(dir.path(), R"({"num_thread": 2})");
+  CHECK_THAT(typo, Contains("num_thread"));
+  CHECK_THAT(typo, Contains("did you mean 'num_threads'"));
+  CHECK_THAT(load_error(dir.path(), R"({"num_threads": -1})"), Contains("num_threads"));
+  CHECK_THAT(load_error(dir.path(), "{}", PLLM_DTYPE_BF16), Contains("model dtype bf16 is not supported"));
+  Model ok(dir.path(), "{}", PLLM_DTYPE_F32);
+
+  const std::string path = dir.path().string(), options = "{}";
+  pllm_model_create_args args = model_args(path, options);
+  args.device = {PLLM_DEVICE_CUDA, 0};
+  pllm_model* handle = nullptr;
+  pllm_error error{};
+  CHECK(Model::library()->api<pllm_model_api>().create(&args, &handle, &error) == PLLM_ERROR_UNSUPPORTED);
+  CHECK(handle == nullptr);
+  CHECK_THAT(error.message, Contains("CPU only"));
+}
+
+TEST_CASE("models_llama: bad batches are refused, not read out of bounds", "[models_llama]") {
+  if (!generator_available()) return;
+  TempDir dir;
+  make_model(dir.path(), "--num-layers 1");
+  PagedRunner runner(dir.path(), "{}", "{}");
+  runner.add_sequence({959, 964});
+  try {
+    runner.step({{0, 2}});
+    FAIL("token 964 of a 964-token vocabulary was accepted");
+  } catch (const pagedllm::PluginCallError& e) {
+    CHECK(e.status() == PLLM_ERROR_INVALID_ARGUMENT);
+    CHECK_THAT(e.what(), Contains("token_ids[1] = 964 is outside the vocabulary [0, 964)"));
+  }
+  runner.add_sequence({959, 1, 2});
+  try {
+    runner.step({{1, 3}}, {3}, {});
+    FAIL("logits row 3 of 3 rows was accepted");
+  } catch (const pagedllm::PluginCallError& e) {
+    CHECK_THAT(e.what(), Contains("logits_indices[0] = 3 is not a token row [0, 3)"));
+  }
+}
+
+TEST_CASE("models_llama: bad weight files name the file and the tensor", "[models_llama][weights]") {
+  if (!generator_available()) return;
+  TempDir dir;
+  make_model(dir.path(), "--num-layers 2");
+  const auto file = dir.path() / "model.safetensors";
+  const std::string file_name = file.string();
+
+  SECTION("truncated file") {
+    std::filesystem::resize_file(file, std::filesystem::file_size(file) - 100);
+    const std::string e = load_error(dir.path());
+    CHECK_THAT(e, Contains(file_name));
+    CHECK_THAT(e, Contains("tensor 'lm_head.weight'"));  // the last one, cut short
+    CHECK_THAT(e, Contains("truncated"));
+  }
+  SECTION("absurd header length") {
+    patch(file, 0, std::string("\x00\x00\x00\x00\x00\x00\x10\x00", 8));
+    const std::string e = load_error(dir.path());
+    CHECK_THAT(e, Contains(file_name));
+    CHECK_THAT(e, Contains("header length 4503599627370496 exceeds the limit"));
+  }
+  SECTION("header JSON garbage") {
+    patch(file, 8, "{\"model.embed_tokens.weight\": {\"dtype\": \x01");
+    const std::string e = load_error(dir.path());
+    CHECK_THAT(e, Contains(file_name));
+    CHECK_THAT(e, Contains("header is not valid JSON"));
+  }
+  SECTION("shape mismatch") {
+    rewrite_safetensors(file, [](std::vector<RawTensor>& tensors) {
+      for (RawTensor& t : tensors) {
+        if (t.name == "model.layers.1.self_attn.k_proj.weight") t.shape = {64, 32};
+      }
+    });
+    const std::string e = load_error(dir.path());
+    CHECK_THAT(e, Contains(file_name + ": tensor 'model.layers.1.self_attn.k_proj.weight' has shape [64, 32], "
+                                       "expected [32, 64]"));
+  }
+  SECTION("missing tensor") {
+    rewrite_safetensors(file, [](std::vector<RawTensor>& tensors) {
+      std::erase_if(tensors, [](const RawTensor& t) { return t.name == "model.layers.0.mlp.down_proj.weight"; });
+    });
+    const std::string e = load_error(dir.path());
+    CHECK_THAT(e, Contains(file_name + ": tensor 'model.layers.0.mlp.down_proj.weight' is missing"));
+  }
+  SECTION("wrong dtype") {
+    rewrite_safetensors(file, [](std::vector<RawTensor>& tensors) {
+      for (RawTensor& t : tensors) {
+        if (t.name == "model.norm.weight") {
+          t.dtype = "F64";
+          t.shape = {32};  // the same 256 bytes, as f64
+        }
+      }
+    });
+    const std::string e = load_error(dir.path());
+    CHECK_THAT(e, Contains(file_name + ": tensor 'model.norm.weight': dtype F64 is not supported"));
+  }
+  SECTION("lm_head missing from an untied model, present but unused in a tied one") {
+    rewrite_safetensors(file, [](std::vector<RawTensor>& tensors) {
+      std::erase_if(tensors, [](const RawTensor& t) { return t.name == "lm_head.weight"; });
+    });
+    CHECK_THAT(load_error(dir.path()), Contains("tensor 'lm_head.weight' is missing"));
+    edit_config(dir.path(), [](auto& c) { c["tie_word_embeddings"] = true; });
+    Model tied(dir.path());
+  }
+}
+
+TEST_CASE("models_llama: a missing shard names the index, the shard and a tensor", "[models_llama][weights]") {
+  if (!generator_available()) return;
+  TempDir dir;
+  make_model(dir.path(), "--num-layers 2 --shards 3 --dtype bf16");
+  Model ok(dir.path());
+  std::filesystem::remove(dir.path() / "model-00002-of-00003.safetensors");
+  const std::string e = load_error(dir.path());
+  CHECK_THAT(e, Contains((dir.path() / "model.safetensors.index.json").string()));
+  CHECK_THAT(e, Contains("shard 'model-00002-of-00003.safetensors' (holding tensor 'model."));
+  CHECK_THAT(e, Contains("does not exist"));
+}
+
+TEST_CASE("models_llama: bad config.json names the file and the key", "[models_llama][weights]") {
+  if (!generator_available()) return;
+  TempDir dir;
+  make_model(dir.path(), "--num-layers 1");
+  const std::string config = (dir.path() / "config.json").string();
+  struct Case {
+    const char* what;
+    std::function<void(nlohmann::json&)> edit;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"missing key", [](auto& c) { c.erase("rms_norm_eps"); }, "'rms_norm_eps' is required"},
+      {"missing size", [](auto& c) { c.erase("intermediate_size"); }, "'intermediate_size' is required"},
+      {"wrong type", [](auto& c) { c["hidden_size"] = "64"; }, "'hidden_size' must be an integer"},
+      {"zero", [](auto& c) { c["num_hidden_layers"] = 0; }, "'num_hidden_layers' must be in [1, 4096]"},
+      {"kv heads do not divide heads", [](auto& c) { c["num_key_value_heads"] = 3; },
+       "'num_key_value_heads' = 3 does not divide num_attention_heads = 4"},
+      {"hidden not a multiple of heads", [](auto& c) { c.erase("head_dim"); c["num_attention_heads"] = 6; c["num_key_value_heads"] = 2; },
+       "'hidden_size' = 64 is not a multiple of num_attention_heads = 6"},
+      {"odd head_dim", [](auto& c) { c["head_dim"] = 15; }, "'head_dim' = 15 must be even"},
+      {"eos outside the vocabulary", [](auto& c) { c["eos_token_id"] = {960, 5000}; },
+       "'eos_token_id' holds token id 5000, outside the vocabulary [0, 964)"},
+      {"unknown architecture", [](auto& c) { c["architectures"] = {"MistralForCausalLM"}; },
+       "'architectures' is [\"MistralForCausalLM\"]; models_llama loads LlamaForCausalLM only"},
+      {"unsupported rope scaling", [](auto& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
+       "'rope_scaling.rope_type' is \"yarn\""},
+      {"incomplete llama3 scaling", [](auto& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; },
+       "'rope_scaling.low_freq_factor' is required for rope_type llama3"},
+      {"biases", [](auto& c) { c["attention_bias"] = true; }, "'attention_bias' is true"},
+      {"activation", [](auto& c) { c["hidden_act"] = "gelu"; }, "'hidden_act' is \"gelu\""},
+  };
+  const nlohmann::json original = read_json(config);
+  for (const Case& c : cases) {
+    INFO(c.what);
+    nlohmann::json edited = original;
+    c.edit(edited);
+    write_json(config, edited);
+    const std::string e = load_error(dir.path());
+    CHECK_THAT(e, Contains(config + ": "));
+    CHECK_THAT(e, Contains(c.message));
+  }
+  write_json(config, original);
+  Model ok(dir.path());
+  std::filesystem::remove(config);
+  CHECK_THAT(load_error(dir.path()), Contains(config + ": cannot open"));
+}
