@@ -11,7 +11,8 @@ namespace pagedllm {
 std::string usage_text() {
   return R"(Usage: pagedllm-host --config FILE [options]
 
-Serves the model the config describes (OpenAI-compatible HTTP API), or with
+Serves the model the config describes (OpenAI-compatible HTTP API on
+server.host:server.port, until SIGINT or SIGTERM: docs/server.md), or with
 --prompt generates one completion and streams it to stdout.
 
 Options:

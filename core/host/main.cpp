@@ -1,6 +1,7 @@
 // pagedllm-host: the serving host. Exit codes: 0 success, 2 usage or
 // configuration error, 1 runtime error.
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "core/host/one_shot.h"
 #include "core/host/plugin_check.h"
 #include "core/plugin/sdk_version.h"
+#include "core/server/serve.h"
 
 namespace {
 
@@ -25,6 +27,7 @@ constexpr int kExitUsageError = 2;
 
 int run(const std::vector<std::string>& args) {
   using namespace pagedllm;
+  const auto started = std::chrono::steady_clock::now();
   CliOptions options;
   try {
     options = parse_cli(args);
@@ -82,10 +85,14 @@ int run(const std::vector<std::string>& args) {
     return kExitOk;
   }
 
-  fmt::print(stderr,
-             "pagedllm-host: serving is not available yet: the engine and the HTTP server have not landed. "
-             "Use --check to validate a config.\n");
-  return kExitRuntimeError;
+  try {
+    std::unique_ptr<Engine> engine = Engine::create(config, registry);
+    engine->start();
+    return server::serve(*engine, config.server, started);
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "pagedllm-host: config error: {}\n", e.what());
+    return kExitUsageError;
+  }
 }
 
 }  // namespace

@@ -2,9 +2,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <string>
 
 #include "pagedllm/sdk/version.h"
+#include "tests/server/child_process.h"
+#include "tests/server/http_test_client.h"
 #include "tests/support/run_command.h"
 
 using pagedllm::testing::run_command;
@@ -114,12 +117,6 @@ TEST_CASE("plugin option errors point at the option, in the file or in --set", "
   CHECK(r.exit_code == 0);
 }
 
-TEST_CASE("serving says it is not available yet and exits 1", "[host_cli]") {
-  const auto r = run_command(host("--config '" + kServe + "'"));
-  CHECK(r.exit_code == 1);
-  CHECK_THAT(r.err, Contains("serving is not available yet"));
-}
-
 namespace {
 
 // A model directory for fixture_rule_model (see its source) with the
@@ -170,4 +167,36 @@ TEST_CASE("--prompt refuses bad generation settings with exit 2", "[host_cli]") 
   CHECK_THAT(r.err, Contains("temperature must be in [0, 2]"));
   r = run_command(host("--config '" + config + "' --prompt x --check"));
   CHECK(r.exit_code == 2);
+}
+
+TEST_CASE("serve mode: listens, answers, drains and exits 0 on SIGTERM", "[host_cli]") {
+  TempDir dir;
+  const std::string config = write_rule_model_config(dir);
+  pagedllm::testing::ChildProcess server({kHost, "--config", config, "--set", "server.port=0"});
+  const std::string line = server.read_line();
+  INFO(line);
+  REQUIRE_THAT(line, Contains("pagedllm-host: listening on http://127.0.0.1:"));
+  CHECK_THAT(line, Contains("ready in"));
+  const auto port = static_cast<unsigned short>(std::stoi(line.substr(line.rfind(':') + 1)));
+  pagedllm::testing::TestConnection c(port);
+  CHECK(c.request(pagedllm::testing::http::verb::get, "/health").result_int() == 200);
+  const auto r = c.post("/v1/completions", {{"prompt", "def f():"}, {"max_tokens", 6}, {"temperature", 0}});
+  REQUIRE(r.result_int() == 200);
+  CHECK(nlohmann::json::parse(r.body())["usage"]["completion_tokens"] == 6);
+  server.signal(SIGTERM);
+  CHECK(server.wait(std::chrono::seconds(30)) == 0);
+}
+
+TEST_CASE("serve mode: a model that cannot be loaded, or a port in use, exits 1 with the reason", "[host_cli]") {
+  TempDir dir;
+  const std::string config = write_rule_model_config(dir);
+  auto r = run_command(host("--config '" + config + "' --set model.path=/nonexistent/model"));
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("/nonexistent/model"));
+
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor taken(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  r = run_command(host("--config '" + config + "' --set server.port=" + std::to_string(taken.local_endpoint().port())));
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Contains("cannot bind 127.0.0.1:" + std::to_string(taken.local_endpoint().port())));
 }
