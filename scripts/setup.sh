@@ -21,6 +21,16 @@ packages=(
 # Debian ships npm as its own package; Node.js from elsewhere often bundles it.
 if ! command -v npm >/dev/null 2>&1; then packages+=(npm); fi
 
+# The JavaScript test client: the openai package pinned by tests/js/package-lock.json.
+install_js_packages() {
+  local js
+  js="$(cd "$(dirname "$0")/.." && pwd)/tests/js"
+  if [[ ! -f $js/node_modules/.package-lock.json || $js/package-lock.json -nt $js/node_modules/.package-lock.json ]]; then
+    echo "setup: npm ci in tests/js"
+    (cd "$js" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
+}
+
 missing=()
 for p in "${packages[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
@@ -30,6 +40,7 @@ done
 
 if ((${#missing[@]} == 0)); then
   echo "setup: all ${#packages[@]} packages present"
+  install_js_packages
   exit 0
 fi
 
@@ -40,3 +51,4 @@ export DEBIAN_FRONTEND=noninteractive
 "${sudo_cmd[@]}" apt-get update -qq
 "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 echo "setup: done"
+install_js_packages
