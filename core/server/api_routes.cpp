@@ -9,6 +9,7 @@
 #include "core/server/openai_request.h"
 #include "core/server/openai_response.h"
 #include "core/server/prometheus_metrics.h"
+#include "core/server/request_fields.h"
 #include "core/tokenizer/tokenizer_error.h"
 
 namespace pagedllm::server {
@@ -49,20 +50,6 @@ json model_card(ServerState& state) {
 
 HttpReply json_reply(const json& value) { return {200, "application/json", dump_json(value), {}}; }
 
-const json* field(const json& object, const char* key) {
-  const auto it = object.find(key);
-  return it == object.end() || it->is_null() ? nullptr : &*it;
-}
-
-bool bool_field(const json& object, const char* key, bool fallback) {
-  const json* v = field(object, key);
-  if (!v) return fallback;
-  if (!v->is_boolean()) {
-    throw invalid_request(fmt::format("'{}' must be a boolean, got {}", key, v->type_name()), std::string(key));
-  }
-  return v->get<bool>();
-}
-
 // vLLM's POST /tokenize: {"prompt": "..."} or {"messages": [...]}.
 HttpReply tokenize(std::string_view body, ServerState& state) {
   const json request = parse_json_object(body);
@@ -70,23 +57,20 @@ HttpReply tokenize(std::string_view body, ServerState& state) {
   check_model(request, engine);
   std::vector<std::int32_t> ids;
   if (field(request, "messages")) {
-    ids = render_chat_prompt(engine, parse_chat_messages(request), bool_field(request, "add_generation_prompt", true),
-                             bool_field(request, "add_special_tokens", false));
+    ids = render_chat_prompt(engine, parse_chat_messages(request), get_bool(request, "add_generation_prompt").value_or(true),
+                             get_bool(request, "add_special_tokens").value_or(false));
   } else {
-    const json* prompt = field(request, "prompt");
+    const std::optional<std::string> prompt = get_string(request, "prompt");
     if (!prompt) throw invalid_request("'prompt' or 'messages' is required", "prompt");
-    if (!prompt->is_string()) {
-      throw invalid_request(fmt::format("'prompt' must be a string, got {}", prompt->type_name()), "prompt");
-    }
     try {
-      ids = engine.tokenizer().encode(prompt->get<std::string>(), bool_field(request, "add_special_tokens", true));
+      ids = engine.tokenizer().encode(*prompt, get_bool(request, "add_special_tokens").value_or(true));
     } catch (const tokenizer::TokenizerError& e) {
       throw invalid_request(fmt::format("the prompt cannot be tokenized: {}", e.what()), "prompt");
     }
   }
   json reply = {{"count", ids.size()}, {"max_model_len", engine.model().max_model_len}, {"tokens", ids},
                 {"token_strs", nullptr}};
-  if (bool_field(request, "return_token_strs", false)) {
+  if (get_bool(request, "return_token_strs").value_or(false)) {
     json strs = json::array();
     for (const std::int32_t id : ids) strs.push_back(engine.tokenizer().id_to_token(id).value_or(""));
     reply["token_strs"] = std::move(strs);
