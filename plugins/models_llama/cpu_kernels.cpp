@@ -16,9 +16,11 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, const floa
   // Column slices, 16-float multiples. Few rows (decode): the GEMM streams w
   // and each slice costs the same wherever it is cut, so two slices per thread
   // balance a thread slowed by a neighbour. Many rows (prefill): every slice
-  // re-packs all of `a`, so one wide slice per thread.
+  // re-packs all of `a`, so one wide slice per thread. Tiny products run on
+  // the calling thread: waking the pool costs more than they do.
+  constexpr int64_t kInlineMacs = int64_t(1) << 17;
   const int64_t threads = pool.size();
-  const int64_t target = threads == 1 ? 1 : (m <= 16 ? 2 * threads : threads);
+  const int64_t target = threads == 1 || m * n * k < kInlineMacs ? 1 : (m <= 16 ? 2 * threads : threads);
   int64_t slice = (n + target - 1) / target;
   slice = std::max<int64_t>(64, (slice + 15) / 16 * 16);
   const int64_t slices = (n + slice - 1) / slice;
