@@ -1,5 +1,6 @@
 #include "plugins/models_llama/llama_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -109,13 +110,15 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir) {
                    c.tie_word_embeddings ? " (lm_head is tied to the embedding)" : "");
   }
 
-  // Allocate the f32 layout, then convert tensor by tensor in parallel chunks.
+  // Allocate the f32 layout (each fused matrix once, at its full size), then
+  // convert tensor by tensor in parallel chunks.
+  std::map<std::vector<float>*, int64_t> sizes;
   for (const Part& part : parts) {
-    const int64_t rows_after = part.first_row + part.shape[0];
-    auto& storage = *part.storage;
     const int64_t width = part.shape.size() > 1 ? part.shape[1] : 1;
-    if (int64_t(storage.size()) < rows_after * width) storage.resize(std::size_t(rows_after * width));
+    int64_t& size = sizes[part.storage];
+    size = std::max(size, (part.first_row + part.shape[0]) * width);
   }
+  for (auto& [storage, size] : sizes) storage->resize(std::size_t(size));
   uint64_t done_bytes = 0;
   pllm::report_progress("loading weights", 0, total_bytes);
   for (std::size_t i = 0; i < parts.size(); ++i) {

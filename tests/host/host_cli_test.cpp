@@ -136,7 +136,7 @@ std::string write_rule_model_config(const TempDir& dir) {
 
 }  // namespace
 
-TEST_CASE("--prompt streams a completion to stdout and a summary to stderr", "[host_cli]") {
+TEST_CASE("one-shot generation (--prompt) streams a completion to stdout and a summary to stderr", "[host_cli]") {
   TempDir dir;
   const std::string config = write_rule_model_config(dir);
   const auto r = run_command(host("--config '" + config + "' --prompt 'def f():' --max-tokens 6 --temperature 0"));
@@ -150,7 +150,7 @@ TEST_CASE("--prompt streams a completion to stdout and a summary to stderr", "[h
   CHECK(again.out == r.out);
 }
 
-TEST_CASE("--prompt refuses bad generation settings with exit 2", "[host_cli]") {
+TEST_CASE("one-shot generation (--prompt) refuses bad settings with exit 2", "[host_cli]") {
   TempDir dir;
   const std::string config = write_rule_model_config(dir);
   auto r = run_command(host("--config '" + config + "' --max-tokens 5"));

@@ -1,0 +1,422 @@
+#pragma once
+// Drives models_llama the way core will: the real models_llama and
+// attention_cpu .so files loaded through the host's registry, a paged KV cache
+// with permuted, non-contiguous block tables whose every slot first holds NaN
+// K/V, and hand-built pllm_batch steps; plus the Python side (the tiny-Llama
+// generator and the float64 PyTorch oracle). Shared by the fidelity tests and
+// the benchmark, so it throws std::runtime_error instead of using Catch.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/plugin/plugin_instance.h"
+#include "core/plugin/plugin_registry.h"
+#include "pagedllm/sdk.h"
+#include "pagedllm/sdk/cpp/safetensors.hpp"
+#include "tests/support/run_command.h"
+#include "tests/support/temp_dir.h"
+
+namespace llama_test {
+
+using pagedllm::testing::run_command;
+using pagedllm::testing::TempDir;
+
+inline void expect(bool condition, const std::string& message) {
+  if (!condition) throw std::runtime_error(message);
+}
+
+inline constexpr const char* kPython = "/usr/bin/python3";
+
+// ---- Python: generator and oracle --------------------------------------------
+
+inline bool python_has(const char* module) {
+  return run_command(std::string(kPython) + " -c 'import " + module + "'").exit_code == 0;
+}
+
+inline std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+// Writes a tiny Llama into `dir` (make_tiny_llama.py with `args`).
+inline void make_model(const std::filesystem::path& dir, const std::string& args = "") {
+  const auto r = run_command(std::string(kPython) + " " PAGEDLLM_SOURCE_DIR "/tools/testing/make_tiny_llama.py " +
+                             quote(dir.string()) + " " + args);
+  expect(r.exit_code == 0, "make_tiny_llama.py failed: " + r.err);
+}
+
+using Matrix = std::vector<std::vector<double>>;  // rows of one sequence
+
+struct OracleOutput {
+  std::vector<Matrix> logits;  // [sequence][position][vocab]
+  std::vector<Matrix> hidden;  // [sequence][position][hidden], after the final norm
+};
+
+inline nlohmann::json run_oracle(const std::filesystem::path& model_dir, const char* mode, const nlohmann::json& input) {
+  TempDir io;
+  const auto in = io.write("in.json", input.dump());
+  const auto out = io.path() / "out.json";
+  const auto r = run_command(std::string(kPython) + " " PAGEDLLM_SOURCE_DIR "/tools/testing/llama_reference.py " +
+                             mode + " --model " + quote(model_dir.string()) + " --input " + quote(in.string()) +
+                             " --output " + quote(out.string()));
+  expect(r.exit_code == 0, std::string("llama_reference.py ") + mode + " failed: " + r.err);
+  std::ifstream file(out);
+  return nlohmann::json::parse(file);
+}
+
+inline OracleOutput oracle_logits(const std::filesystem::path& model_dir,
+                                  const std::vector<std::vector<int32_t>>& sequences) {
+  const nlohmann::json result = run_oracle(model_dir, "logits", {{"sequences", sequences}});
+  return {result["logits"].get<std::vector<Matrix>>(), result["hidden"].get<std::vector<Matrix>>()};
+}
+
+// ---- Editing checkpoints ------------------------------------------------------
+
+// A tensor of a safetensors file as raw bytes, for tests that alter files.
+struct RawTensor {
+  std::string name;
+  std::string dtype;  // the safetensors name: "F32", "I64", ...
+  std::vector<int64_t> shape;
+  std::string bytes;
+  void set_f32(const std::vector<float>& values) {
+    dtype = "F32";
+    bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  }
+};
+
+// Reads `path`, lets `edit` change, drop or add tensors, and writes the file
+// back, tensors back to back in their new order.
+template <class Edit>
+void rewrite_safetensors(const std::filesystem::path& path, Edit&& edit) {
+  std::vector<RawTensor> tensors;
+  {
+    const pllm::safetensors::File file(path);
+    for (const auto& t : file.tensors()) {
+      tensors.push_back({t.name, pllm::safetensors::dtype_name(t.dtype), t.shape,
+                         std::string(reinterpret_cast<const char*>(t.data), t.nbytes)});
+    }
+  }
+  edit(tensors);
+  nlohmann::json header = nlohmann::json::object();
+  std::string data;
+  for (const RawTensor& t : tensors) {
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
+    data += t.bytes;
+  }
+  const std::string text = header.dump();
+  const uint64_t length = text.size();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&length), 8);
+  out << text << data;
+}
+
+// ---- Plugins ------------------------------------------------------------------
+
+inline pagedllm::PluginRegistry& registry() {
+  static pagedllm::PluginRegistry r({PAGEDLLM_BINARY_DIR "/plugins"});
+  return r;
+}
+
+class Attention {
+ public:
+  explicit Attention(const std::string& options) {
+    pllm_attention_create_args args{};
+    args.struct_size = sizeof args;
+    args.options_json = options.c_str();
+    args.device = {PLLM_DEVICE_CPU, 0};
+    instance_ = pagedllm::create_plugin_instance<pllm_attention_api, pllm_attention_backend>(
+        registry().load("attention_cpu", PLLM_PLUGIN_KIND_ATTENTION, "attention.plugin"), args);
+  }
+  pllm_attention_ref ref() const { return {&instance_.api(), instance_.get()}; }
+  void allocate(const pllm_kv_cache_spec& spec, int64_t blocks) {
+    call([&](pllm_error* e) { return instance_.api().allocate_cache(instance_.get(), &spec, blocks, 0, e); }, "allocate");
+  }
+  void plan(const pllm_batch& batch) {
+    call([&](pllm_error* e) { return instance_.api().plan(instance_.get(), &batch, e); }, "plan");
+  }
+  void run(int32_t layer, const pllm_attention_layer_args& args) {
+    call([&](pllm_error* e) { return instance_.api().run(instance_.get(), layer, &args, e); }, "run");
+  }
+
+ private:
+  template <class F>
+  void call(F&& f, const char* what) {
+    pllm_error error{};
+    pagedllm::check_plugin_call(f(&error), error, instance_.library(), what);
+  }
+  pagedllm::AttentionInstance instance_;
+};
+
+// The args point into `path` and `options`, which must outlive the create call.
+inline pllm_model_create_args model_args(const std::string& path, const std::string& options,
+                                         pllm_dtype dtype = PLLM_DTYPE_INVALID) {
+  pllm_model_create_args args{};
+  args.struct_size = sizeof args;
+  args.options_json = options.c_str();
+  args.model_path = path.c_str();
+  args.device = {PLLM_DEVICE_CPU, 0};
+  args.dtype = dtype;
+  return args;
+}
+
+class Model {
+ public:
+  // Throws pagedllm::PluginCallError when the plugin refuses.
+  Model(const std::filesystem::path& dir, const std::string& options = "{}", pllm_dtype dtype = PLLM_DTYPE_INVALID) {
+    const std::string path = dir.string();
+    instance_ = pagedllm::create_plugin_instance<pllm_model_api, pllm_model>(library(), model_args(path, options, dtype));
+  }
+  static std::shared_ptr<pagedllm::PluginLibrary> library() {
+    return registry().load("models_llama", PLLM_PLUGIN_KIND_MODEL, "model.plugin");
+  }
+  pllm_model_info info() const {
+    pllm_model_info out{};
+    out.struct_size = sizeof out;
+    pllm_error error{};
+    pagedllm::check_plugin_call(instance_.api().get_info(instance_.get(), &out, &error), error, instance_.library(),
+                                "get_info");
+    return out;
+  }
+  pllm_forward_output forward(const pllm_batch& batch, pllm_attention_ref attention) {
+    pllm_forward_output out{};
+    out.struct_size = sizeof out;
+    pllm_error error{};
+    pagedllm::check_plugin_call(instance_.api().forward(instance_.get(), &batch, attention, &out, &error), error,
+                                instance_.library(), "forward");
+    return out;
+  }
+  pllm_tensor tensor(const char* name) const {
+    pllm_tensor out{};
+    pllm_error error{};
+    pagedllm::check_plugin_call(instance_.api().get_tensor(instance_.get(), name, &out, &error), error,
+                                instance_.library(), "get_tensor");
+    return out;
+  }
+
+ private:
+  pagedllm::ModelInstance instance_;
+};
+
+// ---- A paged run --------------------------------------------------------------
+
+// Rows of a [rows, cols] f32 host tensor, honouring its row stride.
+inline std::vector<std::vector<float>> rows_of(const pllm_tensor& t) {
+  expect(t.dtype == PLLM_DTYPE_F32 && t.ndim == 2 && t.strides[1] == 1, "not a row-major [rows, cols] f32 tensor");
+  std::vector<std::vector<float>> rows;
+  for (int64_t r = 0; r < t.shape[0]; ++r) {
+    const float* row = static_cast<const float*>(t.data) + r * t.strides[0];
+    rows.emplace_back(row, row + t.shape[1]);
+  }
+  return rows;
+}
+
+// One model over a paged cache of `num_blocks` blocks, handed out to sequences
+// from a shuffled pool as they grow (so block tables are permuted and
+// non-contiguous). Every slot of every layer holds NaN K/V before the first
+// step: a read beyond a sequence's context turns its logits into NaN.
+class PagedRunner {
+ public:
+  struct Chunk {
+    int32_t seq;
+    int32_t len;  // the sequence's next `len` tokens are new in this step
+  };
+  struct Row {
+    int32_t seq;
+    int32_t position;
+  };
+  struct Step {
+    std::vector<Row> token_rows;  // what each token row of the batch is
+    std::vector<std::vector<float>> logits, hidden;
+  };
+
+  PagedRunner(const std::filesystem::path& model_dir, const std::string& model_options,
+              const std::string& attention_options, int32_t block_size = 4, int32_t num_blocks = 96, uint32_t seed = 7)
+      : model_(model_dir, model_options), attention_(attention_options), block_size_(block_size), rng_(seed) {
+    info_ = model_.info();
+    pllm_kv_cache_spec spec{};
+    spec.struct_size = sizeof spec;
+    spec.num_layers = info_.num_layers;
+    spec.num_kv_heads = info_.num_kv_heads;
+    spec.head_dim = info_.head_dim;
+    spec.block_size = block_size;
+    spec.dtype = info_.dtype;
+    attention_.allocate(spec, num_blocks);
+    free_blocks_.resize(std::size_t(num_blocks));
+    std::iota(free_blocks_.begin(), free_blocks_.end(), 0);
+    std::shuffle(free_blocks_.begin(), free_blocks_.end(), rng_);
+    poison(num_blocks);
+  }
+
+  Model& model() { return model_; }
+  const pllm_model_info& info() const { return info_; }
+
+  int32_t add_sequence(std::vector<int32_t> tokens) {
+    sequences_.push_back({std::move(tokens), 0, {}});
+    return int32_t(sequences_.size() - 1);
+  }
+  void append_token(int32_t seq, int32_t token) { sequences_[std::size_t(seq)].tokens.push_back(token); }
+  int32_t computed(int32_t seq) const { return sequences_[std::size_t(seq)].computed; }
+
+  // Runs one step over `chunks` (decodes must come first), with logits and
+  // hidden states for every token row.
+  Step step(const std::vector<Chunk>& chunks) {
+    int32_t tokens = 0;
+    for (const Chunk& c : chunks) tokens += c.len;
+    std::vector<int32_t> all(std::size_t(tokens), 0);
+    std::iota(all.begin(), all.end(), 0);
+    return step(chunks, all, all);
+  }
+
+  // The same, with logits for `logits_rows` and hidden states for
+  // `hidden_rows` only (token rows of the batch, in the order asked).
+  Step step(const std::vector<Chunk>& chunks, const std::vector<int32_t>& logits_rows,
+            const std::vector<int32_t>& hidden_rows) {
+    Step result;
+    Batch b;
+    b.query_start_loc.push_back(0);
+    bool decodes_done = false;
+    int32_t num_decode = 0;
+    for (const Chunk& c : chunks) {
+      Sequence& s = sequences_[std::size_t(c.seq)];
+      expect(s.computed + c.len <= int32_t(s.tokens.size()), "a chunk runs past its sequence's tokens");
+      const bool decode = c.len == 1 && s.computed > 0;
+      expect(!decode || !decodes_done, "decodes must come first, as core lays them out");
+      if (decode) ++num_decode; else decodes_done = true;
+      const int32_t seq_len = s.computed + c.len;
+      while (int32_t(s.blocks.size()) * block_size_ < seq_len) {
+        expect(!free_blocks_.empty(), "the block pool is exhausted");
+        s.blocks.push_back(free_blocks_.back());
+        free_blocks_.pop_back();
+      }
+      for (int32_t p = s.computed; p < seq_len; ++p) {
+        b.token_ids.push_back(s.tokens[std::size_t(p)]);
+        b.positions.push_back(p);
+        b.slot_mapping.push_back(int64_t(s.blocks[std::size_t(p / block_size_)]) * block_size_ + p % block_size_);
+        result.token_rows.push_back({c.seq, p});
+      }
+      b.query_start_loc.push_back(int32_t(b.token_ids.size()));
+      b.seq_lens.push_back(seq_len);
+      std::vector<int32_t> table(std::size_t(kMaxBlocksPerSeq), -1);
+      expect(s.blocks.size() <= table.size(), "a sequence needs more than kMaxBlocksPerSeq blocks");
+      std::copy(s.blocks.begin(), s.blocks.end(), table.begin());
+      b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
+    }
+    pllm_batch batch = b.view(block_size_, num_decode);
+    batch.num_logits = int32_t(logits_rows.size());
+    batch.logits_indices = logits_rows.data();
+    batch.num_hidden = int32_t(hidden_rows.size());
+    batch.hidden_indices = hidden_rows.data();
+    attention_.plan(batch);
+    const pllm_forward_output out = model_.forward(batch, attention_.ref());
+    expect(out.logits.shape[0] == int64_t(logits_rows.size()) && out.logits.shape[1] == info_.vocab_size,
+           "logits have the wrong shape");
+    result.logits = rows_of(out.logits);
+    if (hidden_rows.empty()) {
+      expect(out.hidden.ndim == 0, "hidden states returned though none were asked for");
+    } else {
+      expect(out.hidden.shape[0] == int64_t(hidden_rows.size()) && out.hidden.shape[1] == info_.hidden_size,
+             "hidden states have the wrong shape");
+      result.hidden = rows_of(out.hidden);
+    }
+    for (const Chunk& c : chunks) sequences_[std::size_t(c.seq)].computed += c.len;
+    return result;
+  }
+
+ private:
+  static constexpr int32_t kMaxBlocksPerSeq = 48;
+
+  struct Sequence {
+    std::vector<int32_t> tokens;
+    int32_t computed;
+    std::vector<int32_t> blocks;
+  };
+  struct Batch {
+    std::vector<int32_t> token_ids, positions, query_start_loc, seq_lens, block_tables;
+    std::vector<int64_t> slot_mapping;
+    pllm_batch view(int32_t block_size, int32_t num_decode) const {
+      pllm_batch b{};
+      b.struct_size = sizeof b;
+      b.num_seqs = int32_t(seq_lens.size());
+      b.num_tokens = int32_t(token_ids.size());
+      b.num_decode_seqs = num_decode;
+      for (std::size_t s = 0; s < seq_lens.size(); ++s) {
+        b.max_query_len = std::max(b.max_query_len, query_start_loc[s + 1] - query_start_loc[s]);
+        b.max_seq_len = std::max(b.max_seq_len, seq_lens[s]);
+      }
+      b.block_size = block_size;
+      b.max_blocks_per_seq = kMaxBlocksPerSeq;
+      b.token_ids = token_ids.data();
+      b.positions = positions.data();
+      b.slot_mapping = slot_mapping.data();
+      b.query_start_loc = query_start_loc.data();
+      b.seq_lens = seq_lens.data();
+      b.block_tables = block_tables.data();
+      return b;
+    }
+  };
+
+  // NaN K/V into every slot of every layer, through the backend's write path:
+  // one single-token sequence per slot.
+  void poison(int32_t num_blocks) {
+    const int32_t slots = num_blocks * block_size_;
+    Batch b;
+    b.query_start_loc.push_back(0);
+    for (int32_t slot = 0; slot < slots; ++slot) {
+      b.token_ids.push_back(0);
+      b.positions.push_back(0);
+      b.slot_mapping.push_back(slot);
+      b.query_start_loc.push_back(slot + 1);
+      b.seq_lens.push_back(1);
+      std::vector<int32_t> table(std::size_t(kMaxBlocksPerSeq), -1);
+      table[0] = slot / block_size_;
+      b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
+    }
+    const pllm_batch batch = b.view(block_size_, 0);
+    const int64_t heads = info_.num_heads, kv_heads = info_.num_kv_heads, d = info_.head_dim;
+    std::vector<float> q(std::size_t(slots * heads * d), 0.0f), out(q.size());
+    std::vector<float> kv(std::size_t(slots * kv_heads * d), std::numeric_limits<float>::quiet_NaN());
+    auto view = [&](std::vector<float>& data, int64_t h) {
+      pllm_tensor t{};
+      t.data = data.data();
+      t.dtype = PLLM_DTYPE_F32;
+      t.device = {PLLM_DEVICE_CPU, 0};
+      t.ndim = 3;
+      t.shape[0] = slots;
+      t.shape[1] = h;
+      t.shape[2] = d;
+      t.strides[0] = h * d;
+      t.strides[1] = d;
+      t.strides[2] = 1;
+      return t;
+    };
+    pllm_attention_layer_args args{};
+    args.struct_size = sizeof args;
+    args.query = view(q, heads);
+    args.key = view(kv, kv_heads);
+    args.value = view(kv, kv_heads);
+    args.output = view(out, heads);
+    args.scale = 1.0f;
+    attention_.plan(batch);
+    for (int32_t layer = 0; layer < info_.num_layers; ++layer) attention_.run(layer, args);
+  }
+
+  Model model_;
+  Attention attention_;
+  pllm_model_info info_{};
+  int32_t block_size_;
+  std::mt19937 rng_;
+  std::vector<int32_t> free_blocks_;
+  std::vector<Sequence> sequences_;
+};
+
+}  // namespace llama_test
