@@ -49,10 +49,12 @@ struct AttentionProblem {
 // time through the block table, two-pass softmax. Obviously correct, slow.
 void reference_attention(const AttentionProblem& problem);
 
-// Blocked, GQA-grouped, online-softmax kernel, parallel over work items.
+// Blocked, GQA-grouped, online-softmax kernel, parallel over work items;
+// prefill chunks go through tiled cblas_sgemm (flash-attention style).
 class OptimizedAttention {
  public:
-  explicit OptimizedAttention(int num_threads) : pool_(num_threads), scratch_(static_cast<std::size_t>(pool_.size())) {}
+  // Also sets OpenBLAS to one thread, process-wide (the pool is the parallelism).
+  explicit OptimizedAttention(int num_threads);
   void run(const AttentionProblem& problem);
   int num_threads() const { return pool_.size(); }
 

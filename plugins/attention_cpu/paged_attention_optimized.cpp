@@ -4,19 +4,33 @@
 //    All query heads of the GQA group that share the kv head are processed
 //    together, so each K/V tile is read (and, for f16/bf16, converted) once per
 //    group instead of once per query head, and K/V are never duplicated.
-//  * The context is walked one block at a time: a block of one kv head is a
-//    contiguous block_size x head_dim tile (see kv_cache.h).
+//    Row r of an item is (token r / group, head r % group).
 //  * Online softmax (running max m, running sum l, rescaled accumulator), all
 //    in f32: one pass over the context.
-//  * Inner loops are unit-stride: the dot product uses GCC vector extensions
-//    with four independent 4-lane accumulators (float addition is not
-//    associative, so the compiler would not split a scalar reduction itself);
-//    the V update is a plain axpy that -O3 vectorises.
+//  * Two paths per item:
+//    - tiled (>= kMinTiledRows rows: prefill chunks): the item's query rows
+//      form a [rows x head_dim] matrix; the context is walked kKeyTile keys at
+//      a time, gathered from the blocks into a contiguous f32 K and V tile
+//      (f16/bf16 converted once per tile); S = scale Q K^T and acc += P V are
+//      cblas_sgemm calls (flash-attention style), with the causal mask and the
+//      online softmax applied to S in between. Rows that see none of a tile
+//      (causal) are left out of both GEMMs.
+//    - per-row (decodes, short chunks): one block at a time, dot products and
+//      an axpy per key; a GEMM with <16 rows would not pay for itself.
+//  * The element-wise loops (dot products, softmax with a polynomial exp,
+//    axpy, f16/bf16 conversion) are compiled for AVX-512, AVX2 and baseline
+//    x86-64 and picked at load time (GCC target_clones), like models_llama.
 //  * Items are sorted by estimated cost (longest first) and handed out by the
 //    thread pool's atomic counter, which balances long prefill chunks against
-//    many short decodes.
+//    many short decodes. A step too small to split runs on the calling thread
+//    without waking the pool.
+//  * BLAS: OpenBLAS is told to use one thread (process-wide, as models_llama
+//    does): parallelism comes from this kernel's own pool.
+
+#include <cblas.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -28,36 +42,139 @@
 namespace pagedllm::attention_cpu {
 namespace {
 
-typedef float v4f __attribute__((vector_size(16)));
+#define PAGEDLLM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
-inline v4f load4(const float* p) {
-  v4f v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
+constexpr int32_t kKeyTile = 128;       // keys per K/V tile in the tiled path
+constexpr int32_t kMinTiledRows = 16;   // items with fewer rows take the per-row path
+constexpr int64_t kMinParallelWork = 1 << 18;  // multiply-adds below which the pool is not woken
+
+// exp(x) for x in [-87.3, 88.3] (clamped outside): Cephes' expf (the same as
+// models_llama's): x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial for e^r;
+// relative error below 1.5 ulp. No call, branch or errno, so loops vectorise.
+// Only ever called with x <= 0 here (scores minus their running max).
+inline float exp_approx(float x) {
+  x = std::min(88.3f, std::max(-87.3f, x));
+  const float n = (x * 1.44269504088896341f + 0x1.8p23f) - 0x1.8p23f;  // round to nearest
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;        // x - n ln2, in two steps
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);  // times 2^n
 }
 
+typedef float v8f __attribute__((vector_size(32)));
+
+// Dot product with two independent 8-lane accumulators (float addition is not
+// associative, so the compiler would not split a scalar reduction itself).
+// GCC lowers v8f to whatever the clone's target has (2 x SSE, AVX2, ...).
 inline float dot(const float* a, const float* b, int64_t n) {
-  v4f acc0 = {0, 0, 0, 0}, acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  v8f acc0 = {0, 0, 0, 0, 0, 0, 0, 0}, acc1 = acc0;
   int64_t d = 0;
   for (; d + 16 <= n; d += 16) {
-    acc0 += load4(a + d) * load4(b + d);
-    acc1 += load4(a + d + 4) * load4(b + d + 4);
-    acc2 += load4(a + d + 8) * load4(b + d + 8);
-    acc3 += load4(a + d + 12) * load4(b + d + 12);
+    v8f a0, a1, b0, b1;
+    std::memcpy(&a0, a + d, sizeof a0);
+    std::memcpy(&b0, b + d, sizeof b0);
+    std::memcpy(&a1, a + d + 8, sizeof a1);
+    std::memcpy(&b1, b + d + 8, sizeof b1);
+    acc0 += a0 * b0;
+    acc1 += a1 * b1;
   }
-  for (; d + 4 <= n; d += 4) acc0 += load4(a + d) * load4(b + d);
-  const v4f acc = (acc0 + acc1) + (acc2 + acc3);
-  float sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  for (; d + 8 <= n; d += 8) {
+    v8f a0, b0;
+    std::memcpy(&a0, a + d, sizeof a0);
+    std::memcpy(&b0, b + d, sizeof b0);
+    acc0 += a0 * b0;
+  }
+  const v8f acc = acc0 + acc1;
+  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   for (; d < n; ++d) sum += a[d] * b[d];
   return sum;
 }
 
-inline void axpy(float* __restrict y, float a, const float* __restrict x, int64_t n) {
-  for (int64_t d = 0; d < n; ++d) y[d] += a * x[d];
+// Per-row path: one query row against the first `limit` keys of one block,
+// updating the row's online-softmax state (m, l, acc).
+PAGEDLLM_VECTOR_CLONES
+void attend_block(const float* q, const float* k, const float* v, int32_t limit, int64_t hd, float scale,
+                  float* __restrict scores, float* __restrict acc, float* m, float* l) {
+  float block_max = -std::numeric_limits<float>::infinity();
+  for (int32_t j = 0; j < limit; ++j) {
+    scores[j] = dot(q, k + j * hd, hd) * scale;
+    block_max = std::max(block_max, scores[j]);
+  }
+  if (block_max > *m) {
+    const float correction = exp_approx(*m - block_max);  // ~0 on the first block (m = -inf, acc = l = 0)
+    *l *= correction;
+    for (int64_t d = 0; d < hd; ++d) acc[d] *= correction;
+    *m = block_max;
+  }
+  const float row_max = *m;
+  float sum = 0.0f;
+  for (int32_t j = 0; j < limit; ++j) {
+    scores[j] = exp_approx(scores[j] - row_max);
+    sum += scores[j];
+  }
+  *l += sum;
+  for (int32_t j = 0; j < limit; ++j) {
+    const float w = scores[j];
+    const float* __restrict vj = v + j * hd;
+    for (int64_t d = 0; d < hd; ++d) acc[d] += w * vj[d];
+  }
 }
 
-inline void scale_in_place(float* y, float a, int64_t n) {
-  for (int64_t d = 0; d < n; ++d) y[d] *= a;
+// Tiled path: the online-softmax step between the two GEMMs. For each of
+// `rows` rows of S (row stride ld), keys [0, limit(r)) are visible, with
+// limit(r) = min(nk, first_limit + r / group): turns scores into weights
+// exp(s - m) (0 for masked keys), rescales the row's accumulator when its
+// max grows and adds the weights to l.
+PAGEDLLM_VECTOR_CLONES
+void softmax_tile(float* __restrict s, int32_t rows, int32_t nk, int32_t ld, int32_t first_limit, int32_t group,
+                  float* __restrict acc, int64_t hd, float* __restrict m, float* __restrict l) {
+  for (int32_t r = 0; r < rows; ++r) {
+    float* sr = s + int64_t(r) * ld;
+    const int32_t limit = std::min(nk, first_limit + r / group);
+    float block_max = -std::numeric_limits<float>::infinity();
+    for (int32_t j = 0; j < limit; ++j) block_max = std::max(block_max, sr[j]);
+    if (block_max > m[r]) {
+      const float correction = exp_approx(m[r] - block_max);
+      l[r] *= correction;
+      float* ar = acc + r * hd;
+      for (int64_t d = 0; d < hd; ++d) ar[d] *= correction;
+      m[r] = block_max;
+    }
+    const float row_max = m[r];
+    float sum = 0.0f;
+    for (int32_t j = 0; j < limit; ++j) {
+      sr[j] = exp_approx(sr[j] - row_max);
+      sum += sr[j];
+    }
+    for (int32_t j = limit; j < nk; ++j) sr[j] = 0.0f;
+    l[r] += sum;
+  }
+}
+
+PAGEDLLM_VECTOR_CLONES
+void f16_to_f32_n(const std::uint16_t* __restrict src, float* __restrict dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src[i]);
+}
+
+PAGEDLLM_VECTOR_CLONES
+void bf16_to_f32_n(const std::uint16_t* __restrict src, float* __restrict dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src[i]);
+}
+
+template <class Cache>
+void copy_as_f32(const Cache* src, float* dst, int64_t n) {
+  if constexpr (std::is_same_v<Cache, float>) {
+    std::memcpy(dst, src, std::size_t(n) * sizeof(float));
+  } else if constexpr (std::is_same_v<Cache, f16_t>) {
+    f16_to_f32_n(reinterpret_cast<const std::uint16_t*>(src), dst, n);
+  } else {
+    bf16_to_f32_n(reinterpret_cast<const std::uint16_t*>(src), dst, n);
+  }
 }
 
 // The first `rows` rows of a cache tile as f32: the tile itself for f32
@@ -70,10 +187,13 @@ const float* tile_as_f32(const Cache* tile, int64_t rows, int64_t head_dim, floa
     (void)buffer;
     return tile;
   } else {
-    const int64_t n = rows * head_dim;
-    for (int64_t i = 0; i < n; ++i) buffer[i] = to_f32(tile[i]);
+    copy_as_f32(tile, buffer, rows * head_dim);
     return buffer;
   }
+}
+
+void grow(std::vector<float>& v, int64_t n) {
+  if (v.size() < std::size_t(n)) v.resize(std::size_t(n));
 }
 
 template <class Cache>
@@ -85,19 +205,23 @@ void run_item(const AttentionProblem& p, const OptimizedAttention::WorkItem& ite
   const int32_t first = b.query_start_loc[item.seq];
   const int32_t query_len = b.query_start_loc[item.seq + 1] - first;
   const int32_t context_len = b.seq_lens[item.seq] - query_len;
-  const int32_t num_rows = (item.row_end - item.row_begin) * group;  // row r = token (r / group), head (r % group)
+  const int32_t num_rows = (item.row_end - item.row_begin) * group;
+  const bool tiled = num_rows >= kMinTiledRows;
 
-  auto grow = [](std::vector<float>& v, int64_t n) {
-    if (v.size() < std::size_t(n)) v.resize(std::size_t(n));
-  };
   grow(sc.q, num_rows * hd);
   grow(sc.acc, num_rows * hd);
   grow(sc.m, num_rows);
   grow(sc.l, num_rows);
-  grow(sc.s, bs);
-  if constexpr (!std::is_same_v<Cache, float>) {
-    grow(sc.k_tile, bs * hd);
-    grow(sc.v_tile, bs * hd);
+  if (tiled) {
+    grow(sc.s, int64_t(num_rows) * kKeyTile);
+    grow(sc.k_tile, kKeyTile * hd);
+    grow(sc.v_tile, kKeyTile * hd);
+  } else {
+    grow(sc.s, bs);
+    if constexpr (!std::is_same_v<Cache, float>) {
+      grow(sc.k_tile, bs * hd);
+      grow(sc.v_tile, bs * hd);
+    }
   }
 
   for (int32_t r = 0; r < num_rows; ++r) {
@@ -111,48 +235,57 @@ void run_item(const AttentionProblem& p, const OptimizedAttention::WorkItem& ite
 
   const auto* keys = reinterpret_cast<const Cache*>(p.key_cache);
   const auto* values = reinterpret_cast<const Cache*>(p.value_cache);
+  const int32_t first_position = context_len + item.row_begin;  // of row 0
   const int32_t last_position = context_len + item.row_end - 1;
-  const int32_t num_blocks = last_position / bs + 1;
   const int32_t* table = b.block_tables + int64_t(item.seq) * b.max_blocks_per_seq;
-  float* scores = sc.s.data();
+  auto tile_offset = [&](int32_t block) { return (int64_t(table[block]) * p.num_kv_heads + item.kv_head) * bs * hd; };
 
-  for (int32_t blk = 0; blk < num_blocks; ++blk) {
-    const int32_t start = blk * bs;
-    const int32_t valid = std::min(bs, last_position + 1 - start);  // tokens of this block anyone attends to
-    const int64_t tile_offset = (int64_t(table[blk]) * p.num_kv_heads + item.kv_head) * bs * hd;
-    const float* k = tile_as_f32(keys + tile_offset, valid, hd, sc.k_tile.data());
-    const float* v = tile_as_f32(values + tile_offset, valid, hd, sc.v_tile.data());
-
-    for (int32_t r = 0; r < num_rows; ++r) {
-      const int32_t position = context_len + item.row_begin + r / group;
-      const int32_t limit = std::min(valid, position + 1 - start);  // causal: keys [start, position]
-      if (limit <= 0) continue;
-      const float* q = sc.q.data() + r * hd;
-      float block_max = -std::numeric_limits<float>::infinity();
-      for (int32_t j = 0; j < limit; ++j) {
-        scores[j] = dot(q, k + j * hd, hd) * p.scale;
-        block_max = std::max(block_max, scores[j]);
+  if (tiled) {
+    for (int32_t start = 0; start <= last_position; start += kKeyTile) {
+      const int32_t nk = std::min(kKeyTile, last_position + 1 - start);
+      // Gather keys/values [start, start + nk) from their blocks.
+      for (int32_t pos = start; pos < start + nk;) {
+        const int32_t blk = pos / bs, off = pos % bs;
+        const int32_t run = std::min(bs - off, start + nk - pos);
+        const int64_t src = tile_offset(blk) + int64_t(off) * hd;
+        copy_as_f32(keys + src, sc.k_tile.data() + int64_t(pos - start) * hd, run * hd);
+        copy_as_f32(values + src, sc.v_tile.data() + int64_t(pos - start) * hd, run * hd);
+        pos += run;
       }
-      float* acc = sc.acc.data() + r * hd;
-      float& m = sc.m[std::size_t(r)];
-      float& l = sc.l[std::size_t(r)];
-      if (block_max > m) {
-        const float correction = std::exp(m - block_max);  // exp(-inf) = 0 on the first block
-        l *= correction;
-        scale_in_place(acc, correction, hd);
-        m = block_max;
-      }
-      for (int32_t j = 0; j < limit; ++j) {
-        const float w = std::exp(scores[j] - m);
-        l += w;
-        axpy(acc, w, v + j * hd, hd);
+      // Rows before r0 (positions < start) see none of this tile.
+      const int32_t r0 = std::max(0, start - first_position) * group;
+      const int32_t rows = num_rows - r0;
+      float* s = sc.s.data() + int64_t(r0) * kKeyTile;
+      float* acc = sc.acc.data() + r0 * hd;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, int(hd), p.scale, sc.q.data() + r0 * hd,
+                  int(hd), sc.k_tile.data(), int(hd), 0.0f, s, kKeyTile);
+      // Row r0's position is first_position + r0 / group; it sees keys up to it.
+      const int32_t first_limit = first_position + r0 / group + 1 - start;
+      softmax_tile(s, rows, nk, kKeyTile, first_limit, group, acc, hd, sc.m.data() + r0, sc.l.data() + r0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, int(hd), nk, 1.0f, s, kKeyTile,
+                  sc.v_tile.data(), int(hd), 1.0f, acc, int(hd));
+    }
+  } else {
+    const int32_t num_blocks = last_position / bs + 1;
+    for (int32_t blk = 0; blk < num_blocks; ++blk) {
+      const int32_t start = blk * bs;
+      const int32_t valid = std::min(bs, last_position + 1 - start);  // tokens of this block anyone attends to
+      const float* k = tile_as_f32(keys + tile_offset(blk), valid, hd, sc.k_tile.data());
+      const float* v = tile_as_f32(values + tile_offset(blk), valid, hd, sc.v_tile.data());
+      for (int32_t r = 0; r < num_rows; ++r) {
+        const int32_t position = first_position + r / group;
+        const int32_t limit = std::min(valid, position + 1 - start);  // causal: keys [start, position]
+        if (limit <= 0) continue;
+        attend_block(sc.q.data() + r * hd, k, v, limit, hd, p.scale, sc.s.data(), sc.acc.data() + r * hd,
+                     &sc.m[std::size_t(r)], &sc.l[std::size_t(r)]);
       }
     }
   }
 
   for (int32_t r = 0; r < num_rows; ++r) {
     float* acc = sc.acc.data() + r * hd;
-    scale_in_place(acc, 1.0f / sc.l[std::size_t(r)], hd);
+    const float inv = 1.0f / sc.l[std::size_t(r)];
+    for (int64_t d = 0; d < hd; ++d) acc[d] *= inv;
     const int32_t t = first + item.row_begin + r / group;
     const int32_t h = item.kv_head * group + r % group;
     store_f32(acc, p.output.dtype, p.output.row(t, h), hd);
@@ -161,11 +294,19 @@ void run_item(const AttentionProblem& p, const OptimizedAttention::WorkItem& ite
 
 }  // namespace
 
+OptimizedAttention::OptimizedAttention(int num_threads)
+    : pool_(num_threads), scratch_(static_cast<std::size_t>(pool_.size())) {
+  // Process-wide (as in models_llama): BLAS calls from inside the pool must
+  // not start BLAS threads of their own.
+  openblas_set_num_threads(1);
+}
+
 void OptimizedAttention::run(const AttentionProblem& p) {
   const pllm_batch& b = *p.batch;
   const int32_t group = p.num_heads / p.num_kv_heads;
-  // Enough rows per item to amortise each tile over the group, few enough
-  // that a long prefill chunk splits across threads.
+  // Enough rows per item to amortise each tile over the group (and to make
+  // the tiled path's GEMMs worthwhile), few enough that a long prefill chunk
+  // splits across threads.
   const int32_t rows_per_item = std::max(1, 64 / group);
 
   items_.clear();
@@ -182,6 +323,8 @@ void OptimizedAttention::run(const AttentionProblem& p) {
     return int64_t(w.row_end - w.row_begin) * (context_len + w.row_end);
   };
   std::stable_sort(items_.begin(), items_.end(), [&](const WorkItem& a, const WorkItem& c) { return cost(a) > cost(c); });
+  int64_t work = 0;  // multiply-adds of Q K^T and P V, roughly
+  for (const WorkItem& w : items_) work += cost(w) * group * p.head_dim * 2;
 
   auto body = [&](int64_t index, int worker) {
     const WorkItem& item = items_[std::size_t(index)];
@@ -198,6 +341,11 @@ void OptimizedAttention::run(const AttentionProblem& p) {
         break;
     }
   };
+  if (work < kMinParallelWork) {
+    // Too little to split (e.g. a few decodes): waking the pool costs more.
+    for (std::size_t i = 0; i < items_.size(); ++i) body(int64_t(i), 0);
+    return;
+  }
   pool_.parallel_for(int64_t(items_.size()), body);
 }
 

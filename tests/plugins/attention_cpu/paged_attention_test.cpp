@@ -31,9 +31,15 @@ struct SeqPlan {
 };
 const std::vector<SeqPlan> kMixed = {{37, 1}, {1, 1}, {32, 1}, {63, 1}, {20, 13}, {0, 9}, {31, 5}};
 
-void check_scenario(const Config& config, uint32_t seed) {
+// Long prefill chunks for the optimized kernel's tiled path (64 / group rows
+// per item, 128-key tiles): chunk lengths that are multiples of neither, a
+// chunk starting mid-block and just past a key-tile boundary (130), cached
+// context longer than the chunk (300 > 200), a fresh prefill, and a decode.
+const std::vector<SeqPlan> kLongPrefill = {{300, 200}, {0, 150}, {5, 1}, {130, 77}};
+
+void check_scenario(const Config& config, uint32_t seed, const std::vector<SeqPlan>& plans = kMixed) {
   std::vector<int32_t> seq_lens;
-  for (const auto& s : kMixed) seq_lens.push_back(s.context_len + s.query_len);
+  for (const auto& s : plans) seq_lens.push_back(s.context_len + s.query_len);
   Scenario scenario(config, seq_lens, seed);
 
   std::vector<std::unique_ptr<Backend>> backends;
@@ -67,12 +73,12 @@ void check_scenario(const Config& config, uint32_t seed) {
   };
 
   // Chunked prefill of the contexts, random chunk sizes.
-  std::vector<int32_t> written(kMixed.size(), 0);
+  std::vector<int32_t> written(plans.size(), 0);
   std::uniform_int_distribution<int32_t> chunk_len(1, 2 * config.block_size + 3);
   for (;;) {
     std::vector<Chunk> chunks;
-    for (std::size_t s = 0; s < kMixed.size(); ++s) {
-      const int32_t left = kMixed[s].context_len - written[s];
+    for (std::size_t s = 0; s < plans.size(); ++s) {
+      const int32_t left = plans[s].context_len - written[s];
       if (left == 0) continue;
       const int32_t len = std::min(left, chunk_len(scenario.rng()));
       chunks.push_back({int32_t(s), written[s], len});
@@ -84,9 +90,9 @@ void check_scenario(const Config& config, uint32_t seed) {
 
   std::vector<Chunk> mixed;
   int32_t num_decode = 0;
-  for (std::size_t s = 0; s < kMixed.size(); ++s) {
-    mixed.push_back({int32_t(s), kMixed[s].context_len, kMixed[s].query_len});
-    if (kMixed[s].query_len == 1) ++num_decode;
+  for (std::size_t s = 0; s < plans.size(); ++s) {
+    mixed.push_back({int32_t(s), plans[s].context_len, plans[s].query_len});
+    if (plans[s].query_len == 1) ++num_decode;
   }
   check_step(mixed, num_decode, "mixed decode + prefill step");
   // The largest error seen, for the README's tolerance section (visible with -s).
@@ -122,4 +128,14 @@ TEST_CASE("paged attention with several layers keeps layers apart", "[attention_
   config.block_size = 16;
   config.head_dim = GENERATE(64, 128);
   check_scenario(config, 7u);
+}
+
+TEST_CASE("paged attention equals dense attention, long prefill chunks", "[attention_cpu][attention]") {
+  Config config;
+  config.dtype = GENERATE(PLLM_DTYPE_F32, PLLM_DTYPE_F16, PLLM_DTYPE_BF16);
+  config.group = GENERATE(1, 2, 4);
+  config.head_dim = GENERATE(64, 13);
+  config.block_size = GENERATE(1, 16, 32);
+  CAPTURE(int(config.dtype), config.group, config.head_dim, config.block_size);
+  check_scenario(config, 555u + uint32_t(config.group * 1000 + config.head_dim * 10 + config.block_size), kLongPrefill);
 }
