@@ -200,3 +200,16 @@ TEST_CASE("serve mode: a model that cannot be loaded, or a port in use, exits 1 
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Contains("cannot bind 127.0.0.1:" + std::to_string(taken.local_endpoint().port())));
 }
+
+TEST_CASE("configs/serve.yaml: greedy output of the embedded model is deterministic and the same with both attention variants", "[host_cli]") {
+  const std::string generate = "--config '" + kServe + "' --prompt 'def fibonacci(n):' --max-tokens 48 --temperature 0";
+  const auto first = run_command(host(generate));
+  INFO(first.err);
+  REQUIRE(first.exit_code == 0);
+  CHECK_THAT(first.err, Contains("48 generated"));
+  const auto again = run_command(host(generate));
+  CHECK(again.out == first.out);
+  const auto reference = run_command(host(generate + " --set attention.options.variant=reference"));
+  CHECK(reference.exit_code == 0);
+  CHECK(reference.out == first.out);
+}
