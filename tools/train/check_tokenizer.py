@@ -1,0 +1,77 @@
+#!/usr/bin/python3
+"""Checks that pagedllm's C++ tokenizer encodes exactly like the Python reference encoder
+(bpe.Encoder) with a tokenizer written by train_tokenizer.py, and that both round-trip.
+
+    /usr/bin/python3 tools/train/check_tokenizer.py --tokenizer models/pagedllm-tiny \
+        --bin build/bin/pagedllm-tokenize [--all]
+
+Texts: the held-out files of the pinned corpus (--all: every file), plus edge cases.
+With special tokens the C++ ids must be [<|endoftext|>] + the reference ids (the
+post-processor's BOS); with --no-special exactly the reference ids; --decode must give the
+text back. Exit status 0 when everything matches.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bpe  # noqa: E402
+import corpus  # noqa: E402
+
+EDGE_CASES = [
+    "", " ", "\n", "\n\n\n", "def fibonacci(n):", "    return x  \n\t\tpass\r\n",
+    "I'm don't you'll we've they're", "x = 1_000_000 + 3.14e-10j",
+    "héllo wörld — ünïcödé ÄÖÜ 你好 🙂🚀", "<|endoftext|> is text unless parsed",
+    "a" * 300, " " * 40 + "x",
+]
+
+
+def run(binary, tokenizer, args, text):
+    proc = subprocess.run([binary, "--tokenizer", tokenizer] + args, input=text.encode("utf-8"),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{binary} {' '.join(args)} failed: {proc.stderr.decode()}")
+    return proc.stdout.decode("utf-8")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tokenizer", required=True, help="model directory or tokenizer.json")
+    ap.add_argument("--bin", required=True, help="pagedllm-tokenize binary")
+    ap.add_argument("--archive", default=corpus.DEFAULT_ARCHIVE)
+    ap.add_argument("--all", action="store_true", help="every corpus file, not only the held-out ones")
+    args = ap.parse_args()
+
+    tj = args.tokenizer if args.tokenizer.endswith(".json") else os.path.join(args.tokenizer, "tokenizer.json")
+    enc = bpe.Encoder.from_file(tj)
+    bos = enc.specials["<|endoftext|>"]
+    train, heldout, _ = corpus.load_corpus(args.archive)
+    texts = [(f"edge case {i}", t) for i, t in enumerate(EDGE_CASES)] + heldout + (train if args.all else [])
+    failures, tokens, nbytes = 0, 0, 0
+    for name, text in texts:
+        want = enc.encode(text)
+        with_special = json.loads(run(args.bin, args.tokenizer, [], text))
+        plain = json.loads(run(args.bin, args.tokenizer, ["--no-special"], text))
+        decoded = run(args.bin, args.tokenizer, ["--decode"], json.dumps(plain))
+        problems = []
+        if plain != want:
+            first = next((i for i, (a, b) in enumerate(zip(plain, want)) if a != b), min(len(plain), len(want)))
+            problems.append(f"ids differ at {first} (C++ {plain[first:first + 5]}, Python {want[first:first + 5]})")
+        if with_special != [bos] + want:
+            problems.append("ids with special tokens are not [<|endoftext|>] + ids")
+        if decoded != text or enc.decode(want) != text:
+            problems.append("decode does not give the text back")
+        if problems:
+            failures += 1
+            print(f"FAIL {name}: " + "; ".join(problems))
+        tokens += len(want)
+        nbytes += len(text.encode("utf-8"))
+    print(f"{len(texts)} texts, {nbytes} bytes, {tokens} tokens ({nbytes / max(1, tokens):.3f} bytes/token): "
+          f"{'all match' if not failures else f'{failures} FAILED'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

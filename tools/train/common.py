@@ -1,0 +1,32 @@
+"""Shared helpers: thread setup (before torch is imported), devices, autocast, JSON logs."""
+import json
+import os
+import time
+
+
+def set_threads(n):
+    """Call before importing torch: OpenBLAS (Debian's torch uses it) keeps its own pool."""
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(n)
+    import torch
+    torch.set_num_threads(n)
+    return torch
+
+
+def autocast(torch, device, dtype):
+    """bf16 autocast (matmuls in bf16, fp32 master weights) or a no-op for fp32."""
+    kind = "cuda" if str(device).startswith("cuda") else "cpu"
+    if dtype == "fp32":
+        return torch.autocast(kind, enabled=False)
+    return torch.autocast(kind, dtype=torch.bfloat16)
+
+
+class JsonLog:
+    def __init__(self, path):
+        self.f = open(path, "a")
+        self.t0 = time.time()
+
+    def __call__(self, **record):
+        self.f.write(json.dumps(record) + "\n")
+        self.f.flush()
+        print(json.dumps(record), flush=True)
