@@ -259,7 +259,7 @@ void FakeEngine::step(std::vector<std::pair<OutputCallback, RequestOutput>>& del
               text += s.stop->finish();
             }
           }
-          delta.text = std::move(text);
+          for (int r = 0; r < options_.text_repeat; ++r) delta.text += text;
           if (!delta.finish_reason && s.generated >= a.max_tokens) delta.finish_reason = FinishReason::kLength;
         }
         if (a.generated == 1) metrics_.time_to_first_token.observe(std::chrono::duration<double>(now - a.arrival).count());

@@ -29,6 +29,8 @@ struct FakeEngineOptions {
   int max_model_len = 256;
   std::chrono::microseconds step_interval{500};
   bool has_chat_template = true;
+  // Each delta's text repeated this many times: bulky streams at little cost per event.
+  int text_repeat = 1;
   GenerationDefaults defaults;
 };
 

@@ -370,6 +370,7 @@ TEST_CASE("a stream reader that stops reading counts as gone after send_timeout_
   FakeEngineOptions options;
   options.max_model_len = 1 << 20;
   options.step_interval = std::chrono::microseconds(100);
+  options.text_repeat = 256;  // fill the socket buffers in few events, even under sanitizers
   Served s(config, options);
   TestConnection c(s.port(), std::chrono::seconds(10), 4096);
   c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ");
@@ -378,6 +379,23 @@ TEST_CASE("a stream reader that stops reading counts as gone after send_timeout_
   const auto start = std::chrono::steady_clock::now();
   REQUIRE(eventually([&] { return s.engine.aborted().size() == 1; }, std::chrono::seconds(30)));
   INFO("aborted after " << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() << " s");
+  CHECK(s.engine.wait_idle(std::chrono::seconds(5)));
+  CHECK(eventually([&] { return s.server.requests_in_flight() == 0; }));
+}
+
+TEST_CASE("a stream reader more than 16 MiB behind counts as gone", "[server][http][abort]") {
+  ServerConfig config = test_config();
+  config.send_timeout_s = 600;  // the backlog, not the stall, must end it
+  FakeEngineOptions options;
+  options.max_model_len = 1 << 20;
+  options.step_interval = std::chrono::microseconds(100);
+  options.text_repeat = 1024;
+  Served s(config, options);
+  TestConnection c(s.port(), std::chrono::seconds(10), 4096);
+  const std::string body = json{{"prompt", "Hello there, world"}, {"n", 8}, {"max_tokens", 500000}, {"stream", true}}.dump();
+  c.send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body);
+  REQUIRE(eventually([&] { return s.engine.aborted().size() == 1; }, std::chrono::seconds(60)));
   CHECK(s.engine.wait_idle(std::chrono::seconds(5)));
   CHECK(eventually([&] { return s.server.requests_in_flight() == 0; }));
 }
