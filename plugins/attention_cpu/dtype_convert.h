@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "plugins/common/dtype_name.h"
 #include "pagedllm/sdk/tensor.h"
 
 namespace pagedllm::attention_cpu {
@@ -116,18 +117,6 @@ inline bool is_float_dtype(pllm_dtype dtype) {
   return dtype == PLLM_DTYPE_F32 || dtype == PLLM_DTYPE_F16 || dtype == PLLM_DTYPE_BF16;
 }
 
-inline const char* dtype_name(pllm_dtype dtype) {
-  switch (dtype) {
-    case PLLM_DTYPE_F32: return "f32";
-    case PLLM_DTYPE_F16: return "f16";
-    case PLLM_DTYPE_BF16: return "bf16";
-    case PLLM_DTYPE_I32: return "i32";
-    case PLLM_DTYPE_I64: return "i64";
-    case PLLM_DTYPE_U8: return "u8";
-    case PLLM_DTYPE_I8: return "i8";
-    case PLLM_DTYPE_INVALID: return "invalid";
-  }
-  return "unknown";
-}
+using pagedllm::plugins::dtype_name;
 
 }  // namespace pagedllm::attention_cpu

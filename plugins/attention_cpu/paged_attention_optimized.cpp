@@ -37,34 +37,19 @@
 #include <type_traits>
 
 #include "plugins/attention_cpu/dtype_convert.h"
+#include "plugins/common/fast_exp.h"
 #include "plugins/attention_cpu/paged_attention.h"
 
 namespace pagedllm::attention_cpu {
 namespace {
 
-#define PAGEDLLM_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 
 constexpr int32_t kKeyTile = 128;       // keys per K/V tile in the tiled path
 constexpr int32_t kMinTiledRows = 16;   // items with fewer rows take the per-row path
 constexpr int64_t kMinParallelWork = 1 << 18;  // multiply-adds below which the pool is not woken
 
-// exp(x) for x in [-87.3, 88.3] (clamped outside): Cephes' expf (the same as
-// models_llama's): x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial for e^r;
-// relative error below 1.5 ulp. No call, branch or errno, so loops vectorise.
 // Only ever called with x <= 0 here (scores minus their running max).
-inline float exp_approx(float x) {
-  x = std::min(88.3f, std::max(-87.3f, x));
-  const float n = (x * 1.44269504088896341f + 0x1.8p23f) - 0x1.8p23f;  // round to nearest
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;        // x - n ln2, in two steps
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);  // times 2^n
-}
+using pagedllm::plugins::exp_approx;
 
 typedef float v8f __attribute__((vector_size(32)));
 

@@ -7,24 +7,13 @@
 
 #include "pagedllm/sdk.hpp"
 #include "plugins/common/thread_pool.h"
+#include "plugins/common/dtype_name.h"
 #include "plugins/models_llama/llama_model.h"
 
 namespace pagedllm::models_llama {
 namespace {
 
-const char* dtype_name(pllm_dtype dtype) {
-  switch (dtype) {
-    case PLLM_DTYPE_F32: return "f32";
-    case PLLM_DTYPE_F16: return "f16";
-    case PLLM_DTYPE_BF16: return "bf16";
-    case PLLM_DTYPE_I32: return "i32";
-    case PLLM_DTYPE_I64: return "i64";
-    case PLLM_DTYPE_U8: return "u8";
-    case PLLM_DTYPE_I8: return "i8";
-    case PLLM_DTYPE_INVALID: return "invalid";
-  }
-  return "unknown";
-}
+using pagedllm::plugins::dtype_name;
 
 class LlamaPlugin : public pllm::ModelPlugin {
  public:
