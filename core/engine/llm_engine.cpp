@@ -601,6 +601,7 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     std::size_t row = 0;  // index into output.sequences
     int sequence_index = 0;
     int logits_row = 0;
+    const Sequence* sequence = nullptr;  // the row's sequence (the parent when forking)
   };
   std::vector<Slot> slots;
   for (std::size_t r = 0; r < output.sequences.size(); ++r) {
@@ -611,8 +612,9 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     for (std::size_t s = 0; s < state->sequences.size(); ++s) {
       if (state->sequences[s].id == row.sequence_id) index = static_cast<int>(s);
     }
+    const Sequence* sequence = &state->sequences[static_cast<std::size_t>(index)];
     for (int j = 0; j < row.num_samples; ++j) {
-      slots.push_back({r, row.num_samples > 1 ? j : index, row.first_logits_index});
+      slots.push_back({r, row.num_samples > 1 ? j : index, row.first_logits_index, sequence});
     }
   }
 
@@ -660,11 +662,7 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
       }
     }
     max_top = std::max(max_top, options.logprobs.value_or(0));
-    const SequenceGroup* state = scheduler_->request_state(row.request_id);
-    const Sequence* sequence = nullptr;
-    for (const Sequence& s : state->sequences) {
-      if (s.id == row.sequence_id) sequence = &s;
-    }
+    const Sequence* sequence = slots[i].sequence;
     const std::size_t prompt_len = request.request.prompt_token_ids.size();
     const bool forking = row.num_samples > 1;
     pllm_sample_row& out = rows[i];
@@ -724,6 +722,8 @@ void LlmEngine::publish(const UpdateResult& result, const StepSamples& sampled) 
   const auto now = Clock::now();
   std::map<RequestId, RequestOutput> outputs;  // ordered: deterministic callback order
   std::int64_t new_tokens = 0;
+  std::vector<double> first_token_latencies;
+  std::vector<double> inter_token_gaps;
   for (const SequenceUpdate& update : result.sequences) {
     if (update.new_token_ids.empty() && !update.finish_reason) continue;
     LiveRequest& request = live(update.request_id);
@@ -753,13 +753,10 @@ void LlmEngine::publish(const UpdateResult& result, const StepSamples& sampled) 
     if (!update.new_token_ids.empty()) {
       if (!request.first_token) {
         request.first_token = now;
-        update_metrics([&](EngineMetrics& m) {
-          m.time_to_first_token.observe(seconds_between(request.arrival, now));
-        });
+        first_token_latencies.push_back(seconds_between(request.arrival, now));
       }
       if (const auto last = request.last_token_time[index]) {
-        const double gap = seconds_between(*last, now);
-        update_metrics([&](EngineMetrics& m) { m.inter_token_latency.observe(gap); });
+        inter_token_gaps.push_back(seconds_between(*last, now));
       }
       request.last_token_time[index] = now;
     }
@@ -771,7 +768,12 @@ void LlmEngine::publish(const UpdateResult& result, const StepSamples& sampled) 
     if (delta.finish_reason) request.finished[index] = true;
     out.sequences.push_back(std::move(delta));
   }
-  update_metrics([&](EngineMetrics& m) { m.generation_tokens_total += new_tokens; });
+  // One lock for the step's observations, not one per sequence.
+  update_metrics([&](EngineMetrics& m) {
+    m.generation_tokens_total += new_tokens;
+    for (const double latency : first_token_latencies) m.time_to_first_token.observe(latency);
+    for (const double gap : inter_token_gaps) m.inter_token_latency.observe(gap);
+  });
 
   for (auto& [id, out] : outputs) {
     LiveRequest& request = live(id);
