@@ -3,7 +3,8 @@
 # plus the numbers and plots in docs/training.md. Run from the repository root:
 #
 #   tools/train/run_all.sh                        # CPU, one thread (as committed)
-#   DEVICE=cuda THREADS=8 tools/train/run_all.sh  # GPU machine (see docs/training.md)
+#   DEVICE=cuda THREADS=8 PY=python3 TRAIN_ARGS="--hidden 384 ..." tools/train/run_all.sh
+#                                                 # GPU machine (see docs/training.md)
 #
 # Every step is deterministic for a given machine and torch version (seeds: train.py 1234,
 # train_eagle.py 4321; the tokenizer has no randomness). Intermediate files go to $WORK;
@@ -17,6 +18,8 @@ WORK=${WORK:-build-train}
 MODEL=${MODEL:-models/pagedllm-tiny}
 EAGLE=${EAGLE:-models/pagedllm-tiny-eagle}
 DOCS=${DOCS:-docs/training}
+TRAIN_ARGS=${TRAIN_ARGS:-}   # extra flags for train.py (model size, steps, ...); none = as committed
+EAGLE_ARGS=${EAGLE_ARGS:-}   # extra flags for train_eagle.py
 
 # 0. The corpus archive is committed; on a Debian 12 machine it can be rebuilt and compared
 #    (elsewhere /usr/lib/python3.11 differs, and the committed archive is what counts).
@@ -29,13 +32,13 @@ fi
 
 # 2. Target model: 1300 steps x 4096 tokens (5.3M tokens, ~2.3 epochs).
 "$PY" tools/train/train.py --tokenizer "$WORK/tokenizer" --out "$WORK/target" \
-  --device "$DEVICE" --threads "$THREADS"
+  --device "$DEVICE" --threads "$THREADS" $TRAIN_ARGS
 "$PY" tools/train/export_hf.py --ckpt "$WORK/target/final.pt" --tokenizer "$WORK/tokenizer" --out "$MODEL"
 "$PY" tools/train/evaluate.py --model "$MODEL" --out "$WORK/eval.json" --threads "$THREADS"
 
 # 3. EAGLE-1 head on the exported target's features, then its offline acceptance.
 "$PY" tools/train/train_eagle.py --target "$MODEL" --out "$WORK/eagle" --export "$EAGLE" \
-  --device "$DEVICE" --threads "$THREADS"
+  --device "$DEVICE" --threads "$THREADS" $EAGLE_ARGS
 
 # 4. Plots and the logs/results that docs/training.md quotes.
 mkdir -p "$DOCS"
