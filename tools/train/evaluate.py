@@ -53,6 +53,25 @@ def greedy(torch, model, ids, max_new, eos_ids):
     return ids
 
 
+def sample(torch, model, ids, max_new, eos_ids, temperature, top_p, gen):
+    """Temperature + nucleus sampling with a seeded generator (generation_config.json's defaults)."""
+    ids = list(ids)
+    limit = model.config.max_position_embeddings
+    with torch.no_grad():
+        for _ in range(max_new):
+            if len(ids) >= limit:
+                break
+            probs = torch.softmax(model(torch.tensor([ids]))[0, -1] / temperature, dim=-1)
+            sorted_p, order = probs.sort(descending=True)
+            keep = (sorted_p.cumsum(0) - sorted_p) < top_p
+            sorted_p = sorted_p * keep
+            nxt = int(order[torch.multinomial(sorted_p / sorted_p.sum(), 1, generator=gen)])
+            ids.append(nxt)
+            if nxt in eos_ids:
+                break
+    return ids
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
@@ -60,6 +79,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--archive", default=None)
+    ap.add_argument("--sample-seed", type=int, default=0, help="seed of the sampled completions")
     args = ap.parse_args()
     torch = common.set_threads(args.threads)
     import bpe
@@ -94,6 +114,17 @@ def main():
         results["greedy"].append({"prompt": prompt, "prompt_ids": ids, "completion": completion,
                                   "completion_ids": out[len(ids):]})
         print(f"--- {prompt!r}\n{prompt}{completion}\n", flush=True)
+    with open(os.path.join(args.model, "generation_config.json")) as f:
+        gc = json.load(f)
+    results["sampled"] = {"temperature": gc["temperature"], "top_p": gc["top_p"], "seed": args.sample_seed,
+                          "completions": []}
+    gen = torch.Generator().manual_seed(args.sample_seed)
+    for prompt in PROMPTS:
+        ids = [cfg.bos_token_id] + enc.encode(prompt)
+        out = sample(torch, model, ids, args.max_new_tokens, eos, gc["temperature"], gc["top_p"], gen)
+        completion = enc.decode([i for i in out[len(ids):] if i not in eos])
+        results["sampled"]["completions"].append({"prompt": prompt, "completion": completion})
+        print(f"--- sampled {prompt!r}\n{prompt}{completion}\n", flush=True)
     results["seconds"] = round(time.time() - t0, 1)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1, ensure_ascii=False)

@@ -111,6 +111,7 @@ def export_eagle(torch, head_state, cfg, target_dir_name, out, extra, dtype="bf1
         "feature": "target final hidden state after model.norm (the input of lm_head)",
         "input": "fc(cat(embed_tokens(token[t+1]), feature[t])); layer 0 has no input_layernorm",
         "output": "predicted feature[t+1], fed to the target's lm_head; no final norm",
+        "positions": "the input at t has RoPE position t (the position of feature[t] in the target)",
     }
     config.update(extra)
     write_json(os.path.join(out, "config.json"), config)
