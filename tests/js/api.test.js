@@ -13,7 +13,7 @@ let client;
 let model;
 
 before(async () => {
-  server = await startServer([`server.api_key=${KEY}`, 'server.max_request_body=64KiB']);
+  server = await startServer([`server.api_key=${KEY}`, 'server.max_request_body=64KiB', 'scheduler.max_model_len=512']);
   client = server.client({ apiKey: KEY });
   model = (await client.models.list()).data[0].id;
 });

@@ -14,12 +14,12 @@ fi
 
 rm -rf "$work"
 mkdir -p "$work"
-/usr/bin/python3 "$repo/tools/testing/make_tiny_llama.py" "$work/tiny" >/dev/null
+/usr/bin/python3 "$repo/tools/testing/make_tiny_llama.py" --max-position-embeddings 16384 "$work/tiny" >/dev/null
 cat > "$work/serve.yaml" <<YAML
 model: {plugin: models_llama, path: tiny}
 attention: {plugin: attention_cpu}
 sampler: {plugin: sampler}
-cache: {block_size: 16, kv_cache_bytes: 32MiB, enable_prefix_caching: true}
+cache: {block_size: 16, kv_cache_bytes: 64MiB, enable_prefix_caching: true}
 scheduler: {max_num_seqs: 64, max_num_batched_tokens: 2048}
 server: {host: 127.0.0.1, port: 0, shutdown_grace_period_s: 10}
 plugins: {search_paths: [$plugins]}
