@@ -193,7 +193,7 @@ std::shared_ptr<PluginLibrary> PluginLibrary::load(const fs::path& file, SdkVers
     case PLLM_PLUGIN_KIND_SPECULATOR: {
       auto t = normalised_table<pllm_speculator_api>(file, name, d->kind_api, kSpeculatorApiSize_1_0);
       require_slots(file, name, {{"create", t.create}, {"destroy", t.destroy}, {"get_info", t.get_info},
-                                 {"propose", t.propose}, {"verify", t.verify}});
+                                 {"draft", t.draft}, {"verify", t.verify}});
       plugin->table_ = t;
       break;
     }

@@ -6,9 +6,10 @@
 #include <string>
 
 #include "pagedllm/sdk/cpp/error.hpp"
-#include "plugins/sampler/counter_rng.h"
+#include "plugins/common/counter_rng.h"
 
 namespace pagedllm::sampler {
+using plugins::uniform01;
 namespace {
 
 [[noreturn]] void invalid(int32_t row, const std::string& message) {

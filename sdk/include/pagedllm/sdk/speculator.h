@@ -12,13 +12,20 @@
 extern "C" {
 #endif
 
-/* A speculator proposes draft tokens from the target model's hidden states and
- * verifies them against the target's distribution by rejection sampling, so the
- * output distribution equals the target's. */
+/* A speculator is a draft model that proposes tokens from the target model's
+ * hidden states (EAGLE), plus the rejection sampler that verifies drafts
+ * against the target so that the output distribution equals the target's.
+ *
+ * Core owns the control flow: it plans the draft's batches (positions, slots,
+ * block tables), turns draft logits into draft tokens and their distribution q
+ * with the sampler plugin (the request's own temperature / top-k / top-p), and
+ * calls verify() with the target's distribution p. The draft's KV layers live
+ * in the same paged pool and block tables as the target's: draft layer i is
+ * attention layer (target num_layers + i). */
 typedef struct pllm_speculator pllm_speculator;
 
-/* The target model the draft head attaches to (weights such as the embeddings
- * and lm_head are shared through model_api->get_tensor). */
+/* The target model the draft attaches to. Weights such as the embeddings and
+ * lm_head are shared through model_api->get_tensor, not copied. */
 typedef struct pllm_speculator_target {
   const pllm_model_api* model_api;
   pllm_model* model;
@@ -27,50 +34,73 @@ typedef struct pllm_speculator_target {
 
 typedef struct pllm_speculator_create_args {
   uint32_t struct_size;
-  const char* options_json;
-  const char* draft_path; /* the draft checkpoint directory */
+  const char* options_json;   /* the plugin's options, already validated */
+  const char* draft_path;     /* the draft checkpoint directory */
   pllm_device device;
   pllm_speculator_target target;
-  int32_t num_speculative_tokens;
+  int32_t num_speculative_tokens; /* K: drafts proposed per step */
 } pllm_speculator_create_args;
 
+/* Filled by get_info(); the caller sets struct_size. The draft's KV heads and
+ * head_dim must equal the target's (one pool holds both). */
 typedef struct pllm_speculator_info {
   uint32_t struct_size;
   int32_t num_draft_layers; /* KV layers the draft needs, appended after the target's */
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t hidden_size;      /* width of the features it reads (the target's hidden_size) */
 } pllm_speculator_info;
 
-/* Draft K tokens for each sequence of `batch` (the step the target just ran),
- * starting from the target's hidden states at batch->hidden_indices. */
-typedef struct pllm_propose_args {
+/* One forward of the draft over a batch planned by core (attention->plan() has
+ * been called with `batch`). Row t is the draft's input at position
+ * batch->positions[t]: EAGLE's pair (feature of that position, token at the
+ * NEXT position). So batch->token_ids[t] is the token that follows position
+ * positions[t], and its K/V go to slot_mapping[t] in the draft layers.
+ *
+ * features: [num_tokens, hidden_size] f32, the target's hidden states (after
+ * its final norm) at those positions. Or ndim 0: continue a chain, where row t's
+ * feature is the draft's own predicted feature at logits row t of the previous
+ * draft() call (which then had num_logits == this batch's num_tokens). */
+typedef struct pllm_draft_args {
   uint32_t struct_size;
   const pllm_batch* batch;
-  pllm_tensor target_hidden;      /* [num_seqs, hidden_size] */
-  const int32_t* next_token_ids;  /* [num_seqs] the tokens the target just sampled */
-  pllm_attention_ref attention;   /* draft layers' KV live in the same pool */
-} pllm_propose_args;
+  pllm_tensor features;
+  pllm_attention_ref attention;
+} pllm_draft_args;
 
-typedef struct pllm_propose_output {
+typedef struct pllm_draft_output {
   uint32_t struct_size;
-  int32_t* draft_token_ids; /* [num_seqs * K], caller-owned */
-  pllm_tensor draft_probs;  /* [num_seqs, K, vocab] f32, plugin-owned until the next call */
-} pllm_propose_output;
+  /* [batch->num_logits, vocab_size] f32: the draft's logits for the token two
+   * positions after each logits row's position. Plugin-owned until the next call. */
+  pllm_tensor logits;
+} pllm_draft_output;
 
-/* Rejection sampling of K drafts per sequence against the target. */
+/* Rejection sampling of drafts, one row per sequence. For row s with
+ * n = num_drafts[s] drafts d_1..d_n:
+ *   accept d_i with probability min(1, p_i(d_i) / q_i(d_i)), in order; at the
+ *   first rejection emit a token from normalize(max(0, p_i - q_i)) and stop;
+ *   when all n are accepted emit a bonus token from p_{n+1}.
+ * greedy[s] != 0 takes the argmax path instead: accept while d_i == argmax p_i,
+ * then emit argmax of the first unmatched p_i (or of p_{n+1}).
+ * Randomness is a pure function of (seeds[s], random_offsets[s] + i) with the
+ * plugin's documented stream convention, so runs reproduce exactly. */
 typedef struct pllm_verify_args {
   uint32_t struct_size;
   int32_t num_seqs;
-  int32_t num_draft_tokens;        /* K */
+  int32_t max_draft_tokens;        /* K: the row stride of the arrays below */
+  const int32_t* num_drafts;       /* [num_seqs], each in 0..K */
   const int32_t* draft_token_ids;  /* [num_seqs * K] */
-  pllm_tensor draft_probs;         /* [num_seqs, K, vocab] f32 */
-  pllm_tensor target_probs;        /* [num_seqs, K + 1, vocab] f32 */
+  pllm_tensor draft_probs;         /* [num_seqs, K, vocab] f32: q_1..q_K */
+  pllm_tensor target_probs;        /* [num_seqs, K + 1, vocab] f32: p_1..p_{K+1} */
+  const uint8_t* greedy;           /* [num_seqs] */
   const uint64_t* seeds;           /* [num_seqs] */
-  const uint64_t* random_offsets;  /* [num_seqs] */
+  const uint64_t* random_offsets;  /* [num_seqs]: index of d_1 in the request's output */
 } pllm_verify_args;
 
 typedef struct pllm_verify_output {
   uint32_t struct_size;
-  int32_t* output_token_ids;  /* [num_seqs * (K + 1)]: accepted drafts, then a resampled or bonus token */
-  int32_t* num_output_tokens; /* [num_seqs], in 1..K+1 */
+  int32_t* output_token_ids;  /* [num_seqs * (K + 1)], caller-owned: accepted drafts, then one more */
+  int32_t* num_output_tokens; /* [num_seqs], each in 1..num_drafts[s] + 1 */
 } pllm_verify_output;
 
 typedef struct pllm_speculator_api {
@@ -79,8 +109,8 @@ typedef struct pllm_speculator_api {
                         pllm_error* error);
   void (*destroy)(pllm_speculator* self);
   pllm_status (*get_info)(pllm_speculator* self, pllm_speculator_info* out, pllm_error* error);
-  pllm_status (*propose)(pllm_speculator* self, const pllm_propose_args* args,
-                         pllm_propose_output* out, pllm_error* error);
+  pllm_status (*draft)(pllm_speculator* self, const pllm_draft_args* args,
+                       pllm_draft_output* out, pllm_error* error);
   pllm_status (*verify)(pllm_speculator* self, const pllm_verify_args* args,
                         pllm_verify_output* out, pllm_error* error);
 } pllm_speculator_api;

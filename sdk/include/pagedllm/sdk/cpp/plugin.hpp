@@ -24,7 +24,7 @@
 //   SamplerPlugin:    void sample(const pllm_sample_batch&, pllm_sample_output&);
 //                     void probabilities(const pllm_sample_batch&, pllm_tensor&);  (optional)
 //   SpeculatorPlugin: pllm_speculator_info info();
-//                     void propose(const pllm_propose_args&, pllm_propose_output&);
+//                     void draft(const pllm_draft_args&, pllm_draft_output&);
 //                     void verify(const pllm_verify_args&, pllm_verify_output&);
 //
 // A plugin that needs one-time setup gives its class `static void plugin_init()`
@@ -202,8 +202,8 @@ struct KindApi<T, PLLM_PLUGIN_KIND_SPECULATOR> {
         [](H* s, pllm_speculator_info* out, pllm_error* e) noexcept {
           return guard(e, [&] { copy_info_out(self_of<T>(s).info(), out); });
         },
-        [](H* s, const pllm_propose_args* args, pllm_propose_output* out, pllm_error* e) noexcept {
-          return guard(e, [&] { self_of<T>(s).propose(*args, *out); });
+        [](H* s, const pllm_draft_args* args, pllm_draft_output* out, pllm_error* e) noexcept {
+          return guard(e, [&] { self_of<T>(s).draft(*args, *out); });
         },
         [](H* s, const pllm_verify_args* args, pllm_verify_output* out, pllm_error* e) noexcept {
           return guard(e, [&] { self_of<T>(s).verify(*args, *out); });

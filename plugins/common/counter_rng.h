@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-namespace pagedllm::sampler {
+namespace pagedllm::plugins {
 
 inline std::uint64_t mix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -32,4 +32,4 @@ inline double uniform01(std::uint64_t seed, std::uint64_t offset) {
   return static_cast<double>(random_bits(seed, offset) >> 11) * 0x1p-53;
 }
 
-}  // namespace pagedllm::sampler
+}  // namespace pagedllm::plugins
