@@ -44,6 +44,10 @@ struct SchedulerConfig {
   // verifies 1 + K tokens, so it needs 1 + K slots. Not a YAML key of its own:
   // the engine sets it from speculative.num_speculative_tokens (0 without a speculator).
   int num_lookahead_tokens = 0;
+  // Slots past a speculative row's last token for the draft model's own KV:
+  // EAGLE's chain drafting writes K - 1 positions beyond the accepted tokens
+  // before the next step verifies them. Set by the engine, like the above.
+  int num_draft_slots = 0;
 };
 
 }  // namespace pagedllm

@@ -65,6 +65,9 @@ struct GenerateRequest {
   int priority = 0;  // under the priority policy: lower first
   // Requests with different salts never share prefix-cache blocks.
   std::string cache_salt;
+  // Use speculative decoding when the engine has a speculator (false: decode
+  // one token per step). Requests with n > 1 or logprobs never speculate.
+  bool speculative = true;
 };
 
 struct TokenLogprob {

@@ -48,8 +48,11 @@ struct EngineMetrics {
   std::int64_t requests_finished_stop = 0;    // EOS, stop token or stop string
   std::int64_t requests_finished_length = 0;  // max_tokens or the context limit
   std::int64_t requests_aborted = 0;          // client gone, shutdown, or engine failure
-  std::int64_t spec_decode_draft_tokens = 0;  // proposed by the speculator
+  std::int64_t spec_decode_num_drafts = 0;      // verifications (one per sequence and step with drafts)
+  std::int64_t spec_decode_draft_tokens = 0;    // drafts verified by the target
   std::int64_t spec_decode_accepted_tokens = 0;
+  // [i]: verifications that accepted draft i + 1 (so also drafts 1..i).
+  std::vector<std::int64_t> spec_decode_accepted_per_position;
   bool speculative_decoding_enabled = false;
 
   // --- Histograms (seconds) ---

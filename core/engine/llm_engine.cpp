@@ -24,6 +24,7 @@
 #include "core/engine/generation_config.h"
 #include "core/engine/request_validation.h"
 #include "core/engine/sequence_output.h"
+#include "core/engine/speculative_decoder.h"
 #include "core/host/plugin_check.h"
 #include "core/plugin/plugin_instance.h"
 #include "core/scheduler/scheduler.h"
@@ -131,6 +132,16 @@ class LlmEngine final : public Engine {
   using StepSamples = std::map<std::pair<RequestId, int>, SampledToken>;
   std::vector<SequenceSample> sample(const SchedulerOutput& output, const pllm_tensor& logits,
                                      StepSamples& sampled);
+  // Speculative decoding: rows of speculative requests, their verification,
+  // and drafting for the next step.
+  bool speculative_row(const ScheduledSequence& row) const;
+  // Token rows whose hidden state the draft reads; first_hidden_row[r] is where
+  // batch row r's begin among them (-1: none).
+  std::vector<std::int32_t> hidden_indices(const SchedulerOutput& output,
+                                           std::vector<std::int32_t>& first_hidden_row) const;
+  std::vector<SequenceSample> verify_drafts(const SchedulerOutput& output, const pllm_tensor& logits);
+  void propose_drafts(const SchedulerOutput& output, const pllm_tensor& hidden,
+                      const std::vector<std::int32_t>& first_hidden_row);
   void publish(const UpdateResult& result, const StepSamples& sampled);
   // Runs a client's callback; a callback that throws loses its output, not the engine.
   void deliver(const OutputCallback& callback, RequestOutput&& out);
@@ -146,6 +157,7 @@ class LlmEngine final : public Engine {
   AttentionInstance attention_;
   ModelInstance model_instance_;
   SamplerInstance sampler_;
+  std::unique_ptr<SpeculativeDecoder> speculative_;  // with a speculative: section
   pllm_model_info model_info_{};
   tokenizer::Tokenizer tokenizer_;
   std::optional<tokenizer::ChatTemplate> chat_template_;
@@ -188,12 +200,6 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
       tokenizer_(tokenizer::Tokenizer::from_model_dir(config.model.path.string())) {
   const PluginCheckReport report = load_configured_plugins(config, registry);
   if (!report.ok()) throw ConfigError(join(report.errors, "\n"));
-  if (config.speculative) {
-    throw ConfigError(fmt::format("{}: speculative: speculative decoding is not available in this "
-                                  "build yet (it lands with the spec_eagle plugin); remove the "
-                                  "'speculative' section",
-                                  config.sources.locate("speculative")));
-  }
   const auto library_of = [&](pllm_plugin_kind kind) {
     for (const ConfiguredPlugin& plugin : report.plugins) {
       if (plugin.kind == kind) return std::shared_ptr<const PluginLibrary>(plugin.library);
@@ -226,6 +232,20 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
   pllm_sampler_create_args sampler_args{sizeof(pllm_sampler_create_args), sampler_options.c_str(), device};
   sampler_ = create_plugin_instance<pllm_sampler_api, pllm_sampler>(
       library_of(PLLM_PLUGIN_KIND_SAMPLER), sampler_args);
+  if (config.speculative) {
+    const SpeculativeConfig& spec = *config.speculative;
+    const std::string spec_options = spec.plugin.options.dump();
+    const std::string draft_path = spec.draft.string();
+    pllm_speculator_create_args spec_args{
+        sizeof(pllm_speculator_create_args), spec_options.c_str(), draft_path.c_str(), device,
+        {&model_instance_.api(), model_instance_.get(), &model_info_}, spec.num_speculative_tokens};
+    log_->info("loading draft {} with {} (K={})", draft_path, spec.plugin.plugin, spec.num_speculative_tokens);
+    speculative_ = std::make_unique<SpeculativeDecoder>(
+        spec,
+        create_plugin_instance<pllm_speculator_api, pllm_speculator>(library_of(PLLM_PLUGIN_KIND_SPECULATOR),
+                                                                     spec_args),
+        model_info_, attention_, sampler_, config.cache.block_size);
+  }
 
   // ---- the model and its tokenizer must agree ----
   if (static_cast<int>(tokenizer_.vocab_size()) > model_info_.vocab_size) {
@@ -261,7 +281,9 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
   model_.hidden_size = model_info_.hidden_size;
 
   // ---- the KV cache: bytes per block from the backend, blocks from the budget ----
-  pllm_kv_cache_spec spec{sizeof(pllm_kv_cache_spec), model_info_.num_layers, model_info_.num_kv_heads,
+  // The draft's layers share the pool and the block tables, after the target's.
+  const int num_kv_layers = model_info_.num_layers + (speculative_ ? speculative_->num_draft_layers() : 0);
+  pllm_kv_cache_spec spec{sizeof(pllm_kv_cache_spec), num_kv_layers, model_info_.num_kv_heads,
                           model_info_.head_dim, config.cache.block_size, model_info_.dtype};
   std::uint64_t bytes_per_block = 0;
   check_plugin_call(attention_.api().bytes_per_block(attention_.get(), &spec, &bytes_per_block, &error),
@@ -294,7 +316,9 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
 
   SchedulerConfig scheduler_config = config.scheduler;
   scheduler_config.max_model_len = max_model_len;
-  scheduler_config.num_lookahead_tokens = 0;
+  const int num_speculative_tokens = speculative_ ? speculative_->num_speculative_tokens() : 0;
+  scheduler_config.num_lookahead_tokens = num_speculative_tokens;
+  scheduler_config.num_draft_slots = std::max(0, num_speculative_tokens - 1);
   try {
     scheduler_ = std::make_unique<Scheduler>(scheduler_config, config.cache, num_device_blocks,
                                              num_host_blocks_);
@@ -308,7 +332,9 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
   limits_.scheduler = scheduler_config;
   limits_.block_size = config.cache.block_size;
   limits_.num_device_blocks = num_device_blocks;
+  limits_.speculative_decoding = speculative_ != nullptr;
   metrics_.scheduler = scheduler_->stats();
+  metrics_.speculative_decoding_enabled = speculative_ != nullptr;
 
   log_->info("KV cache: {} blocks of {} tokens ({} bytes each, {} tokens) on {}, {} swap blocks; "
              "max_model_len={}",
@@ -544,8 +570,10 @@ bool LlmEngine::step() {
   batch.block_tables = b.block_tables.data();
   batch.num_logits = static_cast<std::int32_t>(b.logits_indices.size());
   batch.logits_indices = b.logits_indices.data();
-  batch.num_hidden = 0;
-  batch.hidden_indices = nullptr;
+  std::vector<std::int32_t> first_hidden_row;
+  const std::vector<std::int32_t> hidden_rows = hidden_indices(output, first_hidden_row);
+  batch.num_hidden = static_cast<std::int32_t>(hidden_rows.size());
+  batch.hidden_indices = hidden_rows.empty() ? nullptr : hidden_rows.data();
 
   pllm_error error{};
   check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),
@@ -567,9 +595,25 @@ bool LlmEngine::step() {
                                         model_info_.vocab_size));
     }
     samples = sample(output, forward.logits, sampled);
+    if (speculative_) {
+      std::vector<SequenceSample> verified = verify_drafts(output, forward.logits);
+      samples.insert(samples.end(), std::make_move_iterator(verified.begin()),
+                     std::make_move_iterator(verified.end()));
+    }
   }
   const UpdateResult result = scheduler_->update(output, samples);
   publish(result, sampled);
+  if (speculative_ && batch.num_hidden > 0) {
+    if (forward.hidden.dtype != PLLM_DTYPE_F32 || forward.hidden.ndim != 2 ||
+        forward.hidden.shape[0] != batch.num_hidden || forward.hidden.shape[1] != model_info_.hidden_size ||
+        forward.hidden.strides[1] != 1) {
+      throw PluginCallError(PLLM_ERROR_INTERNAL,
+                            fmt::format("plugin '{}': forward returned hidden states that are not f32 [{}, {}]",
+                                        model_instance_.library().name(), batch.num_hidden,
+                                        model_info_.hidden_size));
+    }
+    propose_drafts(output, forward.hidden, first_hidden_row);
+  }
 
   const auto finished = Clock::now();
   const std::int64_t duration = (finished - started).count();
@@ -606,7 +650,7 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
   std::vector<Slot> slots;
   for (std::size_t r = 0; r < output.sequences.size(); ++r) {
     const ScheduledSequence& row = output.sequences[r];
-    if (row.num_samples == 0) continue;
+    if (row.num_samples == 0 || row.num_draft_tokens > 0) continue;  // drafts: verify_drafts()
     const SequenceGroup* state = scheduler_->request_state(row.request_id);
     int index = 0;
     for (std::size_t s = 0; s < state->sequences.size(); ++s) {
@@ -638,6 +682,7 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     sample_logits.strides[1] = 1;
   }
 
+  if (slots.empty()) return {};
   std::vector<pllm_sample_row> rows(slots.size());
   int max_top = 0;
   for (std::size_t i = 0; i < slots.size(); ++i) {
@@ -716,6 +761,100 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     }
   }
   return samples;
+}
+
+bool LlmEngine::speculative_row(const ScheduledSequence& row) const {
+  if (!speculative_) return false;
+  const SequenceGroup* state = scheduler_->request_state(row.request_id);
+  return state != nullptr && state->request.speculative;
+}
+
+std::vector<std::int32_t> LlmEngine::hidden_indices(const SchedulerOutput& output,
+                                                    std::vector<std::int32_t>& first_hidden_row) const {
+  // The draft reads the target's feature at every position it fills its own KV for.
+  std::vector<std::int32_t> rows;
+  first_hidden_row.assign(output.sequences.size(), -1);
+  for (std::size_t r = 0; r < output.sequences.size(); ++r) {
+    if (!speculative_row(output.sequences[r])) continue;
+    first_hidden_row[r] = static_cast<std::int32_t>(rows.size());
+    for (std::int32_t t = output.batch.query_start_loc[r]; t < output.batch.query_start_loc[r + 1]; ++t) {
+      rows.push_back(t);
+    }
+  }
+  return rows;
+}
+
+std::vector<SequenceSample> LlmEngine::verify_drafts(const SchedulerOutput& output, const pllm_tensor& logits) {
+  std::vector<VerifyRequest> requests;
+  for (const ScheduledSequence& row : output.sequences) {
+    if (row.num_draft_tokens == 0) continue;
+    const SequenceGroup* state = scheduler_->request_state(row.request_id);
+    const Sequence* sequence = state->find_sequence(row.sequence_id);
+    const LiveRequest& request = live(row.request_id);
+    const std::span<const std::int32_t> tokens(sequence->token_ids);
+    const std::size_t prompt_len = request.request.prompt_token_ids.size();
+    requests.push_back({row.sequence_id,
+                        std::span<const std::int32_t>(sequence->draft_token_ids)
+                            .first(static_cast<std::size_t>(row.num_draft_tokens)),
+                        row.first_logits_index, &request.params.front(), tokens.first(prompt_len),
+                        tokens.subspan(prompt_len)});
+  }
+  if (requests.empty()) return {};
+  std::vector<std::vector<std::int32_t>> accepted;
+  update_metrics([&](EngineMetrics& m) { accepted = speculative_->verify(requests, logits, m); });
+  std::vector<SequenceSample> samples;
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    samples.push_back({requests[i].sequence, std::move(accepted[i]), {}});
+  }
+  return samples;
+}
+
+void LlmEngine::propose_drafts(const SchedulerOutput& output, const pllm_tensor& hidden,
+                               const std::vector<std::int32_t>& first_hidden_row) {
+  const int k = speculative_->num_speculative_tokens();
+  std::vector<DraftRequest> requests;
+  for (std::size_t r = 0; r < output.sequences.size(); ++r) {
+    const ScheduledSequence& row = output.sequences[r];
+    // Requests that ended this step are no longer speculative rows: nothing to draft.
+    if (first_hidden_row[r] < 0 || !speculative_row(row)) continue;
+    const std::int32_t row_hidden = first_hidden_row[r];
+    const SequenceGroup* state = scheduler_->request_state(row.request_id);
+    const Sequence* sequence = state->find_sequence(row.sequence_id);
+    if (sequence == nullptr || sequence->finished()) continue;  // its blocks are gone
+    const int computed = sequence->num_computed_tokens - row.num_computed_tokens;
+    if (computed <= 0) continue;
+    const LiveRequest& request = live(row.request_id);
+    DraftRequest draft;
+    draft.request = row.request_id;
+    draft.sequence = row.sequence_id;
+    draft.block_table = std::span<const std::int32_t>(output.batch.block_tables)
+                            .subspan(r * static_cast<std::size_t>(output.batch.max_blocks_per_seq),
+                                     static_cast<std::size_t>(output.batch.max_blocks_per_seq));
+    draft.first_position = row.num_computed_tokens;
+    for (int j = 0; j < computed; ++j) {
+      draft.next_tokens.push_back(sequence->token_ids[static_cast<std::size_t>(row.num_computed_tokens + j + 1)]);
+      draft.hidden_rows.push_back(row_hidden + j);
+    }
+    const std::size_t prompt_len = request.request.prompt_token_ids.size();
+    const int num_tokens = sequence->num_tokens();
+    const int outputs = num_tokens - static_cast<int>(prompt_len);
+    if (row.num_samples > 0) {
+      // Drafts the next step can use: within max_tokens and the context.
+      draft.num_drafts = std::min({k, state->request.max_tokens - outputs - 1,
+                                   limits_.max_model_len - num_tokens});
+      draft.num_drafts = std::max(0, draft.num_drafts);
+      draft.params = &request.params.front();
+    }
+    const std::span<const std::int32_t> tokens(sequence->token_ids);
+    draft.prompt = tokens.first(prompt_len);
+    draft.outputs = tokens.subspan(prompt_len);
+    requests.push_back(std::move(draft));
+  }
+  if (requests.empty()) return;
+  const std::vector<std::vector<std::int32_t>> drafts = speculative_->propose(requests, hidden);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (!drafts[i].empty()) scheduler_->set_draft_tokens(requests[i].sequence, drafts[i]);
+  }
 }
 
 void LlmEngine::publish(const UpdateResult& result, const StepSamples& sampled) {
@@ -854,6 +993,7 @@ void LlmEngine::end_request(RequestId id, LiveRequest& request, RequestOutput& o
     }
   });
   OutputCallback callback = std::move(request.callback);
+  if (speculative_) speculative_->forget(id);
   live_.erase(id);
   {
     std::lock_guard lock(mutex_);

@@ -24,6 +24,11 @@ void check_range(const char* name, float value, float low, float high, bool low_
 
 }  // namespace
 
+bool speculative_request(const GenerateRequest& request, const RequestLimits& limits) {
+  return limits.speculative_decoding && request.speculative && request.sampling.n == 1 &&
+         !request.sampling.logprobs;
+}
+
 Request to_scheduler_request(const GenerateRequest& request, const RequestLimits& limits) {
   const SamplingOptions& sampling = request.sampling;
   const auto prompt_len = static_cast<int>(request.prompt_token_ids.size());
@@ -88,7 +93,10 @@ Request to_scheduler_request(const GenerateRequest& request, const RequestLimits
   out.max_tokens = max_tokens;
   out.n = sampling.n;
   out.priority = request.priority;
-  out.cache_key = request.cache_salt;
+  out.speculative = speculative_request(request, limits);
+  // A speculative request's blocks also hold the draft's KV layer, which a
+  // plain request never writes: the two kinds share no cached blocks.
+  out.cache_key = out.speculative ? request.cache_salt + "\x1f" + "speculative" : request.cache_salt;
   if (auto error = Scheduler::admission_error(out, limits.scheduler, limits.block_size,
                                               limits.num_device_blocks)) {
     reject(sampling.n > 1 ? "n" : "max_tokens", *error);

@@ -21,7 +21,14 @@ struct RequestLimits {
   SchedulerConfig scheduler;
   int block_size = 16;
   int num_device_blocks = 0;
+  // The engine has a speculator (see speculative_request()).
+  bool speculative_decoding = false;
 };
+
+// Whether `request` takes part in speculative decoding on an engine with
+// `limits`: asked for (the default), n == 1 and no logprobs, whose per-token
+// values the verification path does not compute.
+bool speculative_request(const GenerateRequest& request, const RequestLimits& limits);
 
 // Throws RequestRejected (request id -1) naming the field, the value and the
 // limit. The returned Request has no id yet and max_tokens resolved (unset =

@@ -29,6 +29,7 @@ Options:
     --seed S            makes sampling reproducible
     --stop STR          stop before STR (repeatable)
     --ignore-eos        keep going past the end-of-sequence token
+    --no-speculation    decode one token per step even with a speculative: section
   --log-level LEVEL     trace, debug, info, warn, error or off (overrides logging.level)
   --version             print the host and SDK versions and exit
   --help                print this help and exit
@@ -107,6 +108,11 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       if (!generate_flag_seen) first_generate_flag = name;
       generate_flag_seen = true;
       generate.ignore_eos = true;
+    } else if (name == "--no-speculation") {
+      no_value();
+      if (!generate_flag_seen) first_generate_flag = name;
+      generate_flag_seen = true;
+      generate.speculative = false;
     } else if (name == "--check") {
       no_value();
       options.check = true;

@@ -22,6 +22,7 @@ struct GenerateOptions {
   std::optional<std::uint64_t> seed;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  bool speculative = true;
 };
 
 struct CliOptions {

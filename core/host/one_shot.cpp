@@ -34,6 +34,7 @@ int run_one_shot(const HostConfig& config, PluginRegistry& registry, const Gener
   sampling.seed = options.seed;
   sampling.stop = options.stop;
   sampling.ignore_eos = options.ignore_eos;
+  request.speculative = options.speculative;
 
   std::mutex mutex;
   std::condition_variable done_signal;
@@ -85,6 +86,22 @@ int run_one_shot(const HostConfig& config, PluginRegistry& registry, const Gener
              last.num_prompt_tokens, last.num_generated_tokens, reason, ttft,
              ttft > 0 ? last.num_prompt_tokens / ttft : 0.0,
              total > ttft ? decoded / (total - ttft) : 0.0);
+  const EngineMetrics metrics = engine->metrics();
+  if (metrics.spec_decode_num_drafts > 0) {
+    const auto drafts = static_cast<double>(metrics.spec_decode_num_drafts);
+    std::string per_position;
+    for (const std::int64_t accepted : metrics.spec_decode_accepted_per_position) {
+      per_position += fmt::format("{}{:.2f}", per_position.empty() ? "" : " ", static_cast<double>(accepted) / drafts);
+    }
+    fmt::print(stderr,
+               "pagedllm-host: speculative: {} verifications, {} of {} drafts accepted ({:.1f}%), mean "
+               "acceptance length {:.2f} tokens per step; acceptance rate by draft position: {}\n",
+               metrics.spec_decode_num_drafts, metrics.spec_decode_accepted_tokens, metrics.spec_decode_draft_tokens,
+               metrics.spec_decode_draft_tokens > 0 ? 100.0 * static_cast<double>(metrics.spec_decode_accepted_tokens) /
+                                                          static_cast<double>(metrics.spec_decode_draft_tokens)
+                                                    : 0.0,
+               1.0 + static_cast<double>(metrics.spec_decode_accepted_tokens) / drafts, per_position);
+  }
   return 0;
 }
 

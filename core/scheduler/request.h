@@ -24,6 +24,9 @@ struct Request {
   // Goes into every prefix-cache key: model / adapter id, optional cache salt.
   // Requests with different keys never share cached blocks.
   std::string cache_key;
+  // Takes part in speculative decoding: gets draft tokens to verify and the
+  // KV slots drafting needs (num_lookahead_tokens, num_draft_slots).
+  bool speculative = true;
 };
 
 enum class FinishReason {

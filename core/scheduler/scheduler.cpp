@@ -13,12 +13,13 @@ Scheduler::Scheduler(const SchedulerConfig& scheduler_config, const CacheConfig&
                      int num_device_blocks, int num_host_blocks)
     : config_(scheduler_config), kv_(cache_config, num_device_blocks, num_host_blocks) {
   if (config_.max_num_seqs < 1 || config_.max_num_batched_tokens < 1 ||
-      config_.num_lookahead_tokens < 0 || config_.max_num_partial_prefills < 1) {
+      config_.num_lookahead_tokens < 0 || config_.num_draft_slots < 0 ||
+      config_.max_num_partial_prefills < 1) {
     throw std::invalid_argument(fmt::format(
         "scheduler: max_num_seqs={}, max_num_batched_tokens={}, max_num_partial_prefills={} must "
-        "be >= 1 and num_lookahead_tokens={} >= 0",
+        "be >= 1 and num_lookahead_tokens={}, num_draft_slots={} >= 0",
         config_.max_num_seqs, config_.max_num_batched_tokens, config_.max_num_partial_prefills,
-        config_.num_lookahead_tokens));
+        config_.num_lookahead_tokens, config_.num_draft_slots));
   }
   if (1 + config_.num_lookahead_tokens > config_.max_num_batched_tokens) {
     throw std::invalid_argument(fmt::format(
@@ -46,12 +47,13 @@ std::optional<std::string> Scheduler::admission_error(const Request& request,
   }
   // Worst case: every sequence at full length plus lookahead, no block shared
   // (after recompute preemption forks no longer share their prompt).
-  const std::int64_t blocks_per_sequence =
-      (max_len + config.num_lookahead_tokens + block_size - 1) / block_size;
+  const std::int64_t lookahead =
+      request.speculative ? config.num_lookahead_tokens + config.num_draft_slots : 0;
+  const std::int64_t blocks_per_sequence = (max_len + lookahead + block_size - 1) / block_size;
   if (blocks_per_sequence * request.n > num_device_blocks) {
     return fmt::format(
         "{} sequence(s) of up to {} tokens need {} KV blocks of {} tokens; the cache has {}",
-        request.n, max_len + config.num_lookahead_tokens, blocks_per_sequence * request.n,
+        request.n, max_len + lookahead, blocks_per_sequence * request.n,
         block_size, num_device_blocks);
   }
   // Without chunking a (re)computed prompt is one batch row: after recompute
@@ -117,6 +119,19 @@ void Scheduler::finish_sequence(SequenceId sequence, FinishReason reason) {
   Sequence* found = state.find_sequence(sequence);
   if (!found->finished()) finish_sequence_in(*found, reason);
   remove_if_finished(request, nullptr);
+}
+
+void Scheduler::set_draft_tokens(SequenceId sequence, std::span<const std::int32_t> drafts) {
+  const auto owner = sequence_owner_.find(sequence);
+  PAGEDLLM_CHECK(owner != sequence_owner_.end(), "unknown sequence {}", sequence);
+  SequenceGroup& state = group(owner->second);
+  Sequence* found = state.find_sequence(sequence);
+  PAGEDLLM_CHECK(!found->finished(), "drafts for finished sequence {}", sequence);
+  PAGEDLLM_CHECK(static_cast<int>(drafts.size()) <=
+                     (state.request.speculative ? config_.num_lookahead_tokens : 0),
+                 "sequence {}: {} drafts with num_lookahead_tokens={} (speculative: {})", sequence,
+                 drafts.size(), config_.num_lookahead_tokens, state.request.speculative);
+  found->draft_token_ids.assign(drafts.begin(), drafts.end());
 }
 
 void Scheduler::finish_sequence_in(Sequence& sequence, FinishReason reason) {
@@ -223,7 +238,9 @@ std::optional<Scheduler::Plan> Scheduler::plan_rows(SequenceGroup& group, int to
       // Verifying fewer drafts is always correct; it keeps a short budget from stalling.
       row.num_drafts = std::min(static_cast<int>(sequence.draft_token_ids.size()), budget - 1);
       row.num_tokens = 1 + row.num_drafts;
-      row.num_slots = 1 + config_.num_lookahead_tokens;
+      row.num_slots = 1 + (group.request.speculative
+                               ? config_.num_lookahead_tokens + config_.num_draft_slots
+                               : 0);
     } else {
       int chunk = remaining;
       if (config_.enable_chunked_prefill) {
@@ -238,6 +255,8 @@ std::optional<Scheduler::Plan> Scheduler::plan_rows(SequenceGroup& group, int to
       if (chunk == 0) continue;
       row.num_tokens = chunk;
       row.num_slots = chunk;
+      // The prompt's last chunk starts drafting, which writes past its end.
+      if (chunk == remaining && group.request.speculative) row.num_slots += config_.num_draft_slots;
       if (chunk < remaining) plan.leaves_partial_prefill = true;
       if (threshold > 0 && remaining > threshold) plan.is_long_prefill = true;
     }
@@ -555,9 +574,11 @@ UpdateResult Scheduler::update(const SchedulerOutput& output,
                                update.new_token_ids.end());
     kv_.commit_computed_tokens(sequence->id, sequence->token_ids, sequence->num_computed_tokens);
     if (sample != nullptr) {
-      PAGEDLLM_CHECK(static_cast<int>(sample->draft_token_ids.size()) <= config_.num_lookahead_tokens,
-                     "sequence {}: {} drafts with num_lookahead_tokens={}", row.sequence_id,
-                     sample->draft_token_ids.size(), config_.num_lookahead_tokens);
+      PAGEDLLM_CHECK(static_cast<int>(sample->draft_token_ids.size()) <=
+                         (state.request.speculative ? config_.num_lookahead_tokens : 0),
+                     "sequence {}: {} drafts with num_lookahead_tokens={} (speculative: {})",
+                     row.sequence_id, sample->draft_token_ids.size(), config_.num_lookahead_tokens,
+                     state.request.speculative);
       sequence->draft_token_ids = sample->draft_token_ids;
     }
     if (!row.is_decode && sample != nullptr) state.forked = true;

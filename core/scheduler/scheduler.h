@@ -66,6 +66,10 @@ class Scheduler {
   // that reached max_tokens or max_model_len. `samples` has one entry per row
   // with num_samples > 0; rows of requests aborted since schedule() are skipped.
   UpdateResult update(const SchedulerOutput& output, std::span<const SequenceSample> samples);
+  // Gives a live sequence the drafts to verify at its next decode, when they
+  // are proposed after update() (the speculator drafts from the step's
+  // accepted tokens). At most num_lookahead_tokens, for speculative requests only.
+  void set_draft_tokens(SequenceId sequence, std::span<const std::int32_t> drafts);
 
   // ---- Introspection ------------------------------------------------------
   bool has_unfinished() const { return !requests_.empty(); }

@@ -1,5 +1,7 @@
 #include "core/scheduler/sequence_group.h"
 
+#include <utility>
+
 namespace pagedllm {
 
 int SequenceGroup::num_reserved_sequences() const {
@@ -20,7 +22,11 @@ std::vector<SequenceId> SequenceGroup::live_sequence_ids() const {
 }
 
 Sequence* SequenceGroup::find_sequence(SequenceId id) {
-  for (Sequence& sequence : sequences) {
+  return const_cast<Sequence*>(std::as_const(*this).find_sequence(id));
+}
+
+const Sequence* SequenceGroup::find_sequence(SequenceId id) const {
+  for (const Sequence& sequence : sequences) {
     if (sequence.id == id) return &sequence;
   }
   return nullptr;

@@ -43,6 +43,7 @@ struct SequenceGroup {
   int num_reserved_sequences() const;
   std::vector<SequenceId> live_sequence_ids() const;
   Sequence* find_sequence(SequenceId id);
+  const Sequence* find_sequence(SequenceId id) const;
   // Decoding: every live sequence has produced output and has exactly one uncomputed token.
   bool is_decoding() const;
   bool all_finished() const;

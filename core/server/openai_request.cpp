@@ -246,6 +246,7 @@ GenerateRequest make_engine_request(const GenerationPlan& plan, std::size_t inde
   request.prompt_token_ids = plan.prompts.at(index).token_ids;
   request.sampling = plan.sampling;
   request.sampling.max_tokens = plan.prompts[index].max_tokens;
+  request.speculative = plan.speculative;
   return request;
 }
 
@@ -259,6 +260,7 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
   plan.kind = kind;
   plan.model = engine.model().served_name;
   plan.stream = get_bool(request, "stream").value_or(false);
+  plan.speculative = get_bool(request, "speculative_decoding").value_or(true);
   if (const json* options = field(request, "stream_options")) {
     if (!options->is_object()) wrong_type("stream_options", "an object", *options);
     if (!plan.stream) {

@@ -40,6 +40,9 @@ struct GenerationPlan {
   // Logprobs were asked: per token, the sampled token's logprob and this many
   // alternatives (completions "logprobs": N; chat "logprobs": true + "top_logprobs": N).
   std::optional<int> logprobs;
+  // "speculative_decoding": false opts out of speculative decoding (default on
+  // when the server has a speculator).
+  bool speculative = true;
 
   int num_choices() const { return static_cast<int>(prompts.size()) * sampling.n; }
 };

@@ -104,6 +104,16 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
               m.spec_decode_draft_tokens);
     w.counter("pagedllm:spec_decode_num_accepted_tokens_total", "Draft tokens accepted by verification.",
               m.spec_decode_accepted_tokens);
+    w.counter("pagedllm:spec_decode_num_drafts_total",
+              "Verifications: one per sequence and step that had drafts. Mean acceptance length = "
+              "1 + accepted tokens / drafts.",
+              m.spec_decode_num_drafts);
+    w.family("pagedllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
+             "Verifications that accepted the draft at this position (0-based).");
+    for (std::size_t i = 0; i < m.spec_decode_accepted_per_position.size(); ++i) {
+      w.sample("pagedllm:spec_decode_num_accepted_tokens_per_pos_total",
+               static_cast<double>(m.spec_decode_accepted_per_position[i]), fmt::format("position=\"{}\",", i));
+    }
   }
   return w.take();
 }

@@ -110,8 +110,9 @@ std::vector<std::int32_t> rule_continuation(const std::vector<std::int32_t>& pro
 
 class EngineFixture {
  public:
-  // `eos` = -1: the tokenizer's <|endoftext|>.
-  explicit EngineFixture(const std::vector<std::string>& overrides = {}, int eos = -1) {
+  // `eos` = -1: the tokenizer's <|endoftext|>. `extra_yaml` adds config sections.
+  explicit EngineFixture(const std::vector<std::string>& overrides = {}, int eos = -1,
+                         const std::string& extra_yaml = "") {
     const fs::path tokenizer_dir = fs::path(PAGEDLLM_SOURCE_DIR) / "tests/fixtures/tokenizer/bytelevel_gpt2";
     const fs::path model_dir = dir_.path() / "rule-model";
     fs::create_directories(model_dir);
@@ -129,9 +130,10 @@ sampler: {{plugin: sampler, options: {{num_threads: 1}}}}
 cache: {{block_size: 4, kv_cache_bytes: 1MiB, swap_space: 64KiB}}
 scheduler: {{max_num_seqs: 16, max_num_batched_tokens: 64}}
 plugins: {{search_paths: [{plugins}]}}
+{extra}
 )",
                                          fmt::arg("fixtures", PAGEDLLM_FIXTURE_PLUGIN_DIR),
-                                         fmt::arg("plugins", PAGEDLLM_PLUGIN_DIR));
+                                         fmt::arg("plugins", PAGEDLLM_PLUGIN_DIR), fmt::arg("extra", extra_yaml));
     const fs::path file = dir_.write("engine.yaml", yaml);
     config_ = load_config(file, overrides);
     registry_ = std::make_unique<PluginRegistry>(make_plugin_registry(config_));
@@ -486,4 +488,127 @@ TEST_CASE("a failing plugin fails the engine: requests end with the error, healt
 TEST_CASE("engine creation refuses a cache too small for one full-length sequence", "[engine]") {
   CHECK_THROWS_WITH(EngineFixture({"cache.kv_cache_bytes=4KiB"}),
                     Catch::Contains("kv_cache_bytes") && Catch::Contains("max_model_len"));
+}
+
+// ---- Speculative decoding over fixture_rule_speculator: a draft that follows
+// the model's rule but misses at every third position, so steps accept some
+// drafts and reject others.
+
+namespace {
+
+std::string speculative_yaml(int k, int wrong_every = 3) {
+  return fmt::format("speculative: {{plugin: {}/fixture_rule_speculator.so, draft: rule-model, "
+                     "num_speculative_tokens: {}, options: {{wrong_every: {}}}}}",
+                     PAGEDLLM_FIXTURE_PLUGIN_DIR, k, wrong_every);
+}
+
+}  // namespace
+
+TEST_CASE("speculative greedy output equals plain decoding token for token, in mixed batches and under preemption",
+          "[engine][speculative]") {
+  const std::string mode = GENERATE(std::string("none"), std::string("recompute"), std::string("swap"));
+  const int k = GENERATE(1, 3);
+  CAPTURE(mode, k);
+  std::vector<std::string> overrides;
+  if (mode != "none") {
+    // 30 blocks of 4 tokens (target 2 layers + draft 1, K and V, 1 head of 8 f32): 10 requests
+    // of up to ~55 tokens cannot all stay resident.
+    overrides = {"cache.kv_cache_bytes=" + std::to_string(30 * 3 * 2 * 4 * 8 * 4), "scheduler.max_model_len=96",
+                 "cache.swap_space=1MiB", "scheduler.preemption_mode=" + mode};
+  }
+  EngineFixture f(overrides, -1, speculative_yaml(k));
+  f.engine().start();
+  std::vector<std::unique_ptr<Collector>> collectors;
+  std::vector<std::vector<std::int32_t>> expected;
+  for (int i = 0; i < 10; ++i) {
+    const int max_tokens = 20 + 3 * i;
+    GenerateRequest r = f.request(fmt::format("prompt {} {}", i, std::string(static_cast<std::size_t>(i % 4), 'x')),
+                                  max_tokens);
+    r.speculative = i % 5 != 4;  // two requests opt out and share batches with the others
+    expected.push_back(rule_continuation(r.prompt_token_ids, max_tokens, f.vocab()));
+    collectors.push_back(std::make_unique<Collector>());
+    f.engine().submit(std::move(r), collectors.back()->callback());
+  }
+  for (std::size_t i = 0; i < collectors.size(); ++i) {
+    const Collected out = collectors[i]->wait();
+    CAPTURE(i);
+    REQUIRE_FALSE(out.error);
+    CHECK(out.sequences[0].tokens == expected[i]);
+    CHECK(out.sequences[0].finish_reason == FinishReason::kLength);
+  }
+  require_drained(f.engine());
+  const EngineMetrics m = f.engine().metrics();
+  CHECK(m.speculative_decoding_enabled);
+  CHECK(m.spec_decode_num_drafts > 0);
+  CHECK(m.spec_decode_accepted_tokens > 0);
+  CHECK(m.spec_decode_accepted_tokens < m.spec_decode_draft_tokens);  // the misses are rejected
+  REQUIRE(m.spec_decode_accepted_per_position.size() == static_cast<std::size_t>(k));
+  CHECK(m.spec_decode_accepted_per_position[0] > 0);
+  for (int i = 1; i < k; ++i) {
+    CHECK(m.spec_decode_accepted_per_position[static_cast<std::size_t>(i)] <=
+          m.spec_decode_accepted_per_position[static_cast<std::size_t>(i) - 1]);
+  }
+  // Fewer steps than tokens: speculation paid off.
+  std::int64_t total = 0;
+  for (const auto& e : expected) total += static_cast<std::int64_t>(e.size());
+  CHECK(m.generation_tokens_total == total);
+  if (mode != "none") CHECK(m.scheduler.num_preemptions() > 0);
+}
+
+TEST_CASE("speculative decoding: a perfect draft is always accepted; an opted-out request never drafts",
+          "[engine][speculative]") {
+  EngineFixture f({}, -1, speculative_yaml(4, /*wrong_every=*/0));
+  f.engine().start();
+  GenerateRequest plain = f.request("no drafts for me", 20);
+  plain.speculative = false;
+  const std::vector<std::int32_t> plain_prompt = plain.prompt_token_ids;
+  CHECK(f.run(std::move(plain)).sequences[0].tokens == rule_continuation(plain_prompt, 20, f.vocab()));
+  CHECK(f.engine().metrics().spec_decode_num_drafts == 0);
+
+  GenerateRequest r = f.request("all drafts accepted", 21);
+  const std::vector<std::int32_t> prompt = r.prompt_token_ids;
+  CHECK(f.run(std::move(r)).sequences[0].tokens == rule_continuation(prompt, 21, f.vocab()));
+  const EngineMetrics m = f.engine().metrics();
+  // The prompt's step samples token 1 and drafts 4; each verification then yields 5 tokens.
+  CHECK(m.spec_decode_num_drafts == 4);
+  CHECK(m.spec_decode_accepted_tokens == m.spec_decode_draft_tokens);
+  CHECK(m.spec_decode_draft_tokens == 4 + 4 + 4 + 4);
+}
+
+TEST_CASE("speculative sampling reproduces with a seed whatever shares the batch; n > 1 and logprobs still work",
+          "[engine][speculative]") {
+  EngineFixture f({}, -1, speculative_yaml(3));
+  f.engine().start();
+  const auto seeded = [&](const std::string& prompt) {
+    GenerateRequest r = f.request(prompt, 30);
+    r.sampling.temperature = 0.9f;
+    r.sampling.top_k = 20;
+    r.sampling.seed = 1234;
+    return r;
+  };
+  const Collected alone = f.run(seeded("the same seed"));
+  std::vector<std::unique_ptr<Collector>> others;
+  Collector again;
+  for (int i = 0; i < 4; ++i) {
+    GenerateRequest other = seeded(fmt::format("company {}", i));
+    other.sampling.seed = 99 + i;
+    if (i == 1) other.sampling.n = 2;
+    if (i == 2) other.sampling.logprobs = 2;
+    others.push_back(std::make_unique<Collector>());
+    f.engine().submit(std::move(other), others.back()->callback());
+  }
+  f.engine().submit(seeded("the same seed"), again.callback());
+  const Collected together = again.wait();
+  CHECK(together.sequences[0].tokens == alone.sequences[0].tokens);
+  CHECK(alone.sequences[0].tokens.size() == 30);
+  for (std::size_t i = 0; i < others.size(); ++i) {
+    const Collected out = others[i]->wait();
+    CAPTURE(i);
+    REQUIRE_FALSE(out.error);
+    CHECK(out.sequences.size() == (i == 1 ? 2u : 1u));
+    for (const auto& s : out.sequences) CHECK(s.tokens.size() == 30);
+    if (i == 2) CHECK(out.sequences[0].logprobs.size() == 30);
+  }
+  CHECK(f.engine().metrics().spec_decode_num_drafts > 0);
+  require_drained(f.engine());
 }

@@ -59,13 +59,15 @@ typedef struct pllm_speculator_info {
  *
  * features: [num_tokens, hidden_size] f32, the target's hidden states (after
  * its final norm) at those positions. Or ndim 0: continue a chain, where row t's
- * feature is the draft's own predicted feature at logits row t of the previous
- * draft() call (which then had num_logits == this batch's num_tokens). */
+ * feature is the draft's own predicted feature at logits row feature_rows[t] of
+ * the previous draft() call (row t itself when feature_rows is NULL): a chain
+ * continues only the sequences that still draft. */
 typedef struct pllm_draft_args {
   uint32_t struct_size;
   const pllm_batch* batch;
   pllm_tensor features;
   pllm_attention_ref attention;
+  const int32_t* feature_rows; /* [num_tokens] or NULL; only with features.ndim == 0 */
 } pllm_draft_args;
 
 typedef struct pllm_draft_output {

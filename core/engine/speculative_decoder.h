@@ -1,0 +1,116 @@
+#pragma once
+// Speculative decoding inside the engine step (EAGLE, seed 002 ch. 9): the
+// speculator plugin is a draft model that reads the target's hidden states;
+// this class plans the draft's batches, turns draft logits into draft tokens
+// and their distribution q with the sampler plugin, and verifies drafts
+// against the target's distribution p with the speculator's rejection sampler.
+//
+// One step, for a speculative sequence:
+//   target forward   rows [x, d_1..d_m] (m drafts from the previous step), hidden
+//                    states of every row
+//   verify()         p_1..p_{m+1} (after the request's penalties / temperature /
+//                    top-k / top-p) against the stored q_1..q_m: tokens d_1..d_a, y
+//   scheduler update the sequence now has KV for x, d_1..d_a; y is its last token
+//   propose()        the draft's own KV for those positions (input at position j:
+//                    the feature of j and the token at j + 1), then K drafts by
+//                    chain: the last row's logits give d'_1, whose row at the next
+//                    position gives d'_2, ... (writes K - 1 positions past y's,
+//                    which the scheduler reserves as num_draft_slots)
+// Prefill chunks of speculative requests go through propose() too, so the draft's
+// KV covers the prompt; the chunk that completes the prompt starts drafting.
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "core/config/config.h"
+#include "core/kv/kv_cache_manager.h"
+#include "core/engine/engine_metrics.h"
+#include "core/plugin/plugin_instance.h"
+#include "core/scheduler/request.h"
+
+namespace pagedllm {
+
+// A sequence whose drafts are verified this step.
+struct VerifyRequest {
+  SequenceId sequence = -1;
+  std::span<const std::int32_t> drafts;  // the m drafts the target scored (a prefix of the stored ones)
+  int first_logits_row = 0;              // rows [first, first + m + 1) of the forward's logits
+  const pllm_sampling_params* params = nullptr;
+  std::span<const std::int32_t> prompt;
+  std::span<const std::int32_t> outputs;  // output tokens before x's successor
+};
+
+// A speculative sequence whose target KV grew this step.
+struct DraftRequest {
+  RequestId request = -1;
+  SequenceId sequence = -1;
+  std::span<const std::int32_t> block_table;  // the step's row, valid during propose()
+  int first_position = 0;                     // first position the target computed this step
+  // Per computed position p = first_position + j: the token at p + 1, and the
+  // row of the forward's hidden states holding p's feature.
+  std::vector<std::int32_t> next_tokens;
+  std::vector<std::int32_t> hidden_rows;
+  int num_drafts = 0;  // drafts to propose after the last position (0: only the draft's KV)
+  const pllm_sampling_params* params = nullptr;
+  std::span<const std::int32_t> prompt;
+  std::span<const std::int32_t> outputs;  // output tokens so far, the newest included
+};
+
+class SpeculativeDecoder {
+ public:
+  SpeculativeDecoder(const SpeculativeConfig& config, SpeculatorInstance speculator,
+                     const pllm_model_info& target, const AttentionInstance& attention,
+                     const SamplerInstance& sampler, int block_size);
+
+  int num_speculative_tokens() const { return num_speculative_tokens_; }
+  int num_draft_layers() const { return info_.num_draft_layers; }
+  const SpeculatorInstance& speculator() const { return speculator_; }
+
+  // Rejection-samples each request's drafts; returns the accepted drafts plus
+  // one more token per request, in order. Consumes the stored q of each.
+  std::vector<std::vector<std::int32_t>> verify(std::span<const VerifyRequest> requests,
+                                                const pllm_tensor& target_logits, EngineMetrics& stats);
+  // Runs the draft over every request's new positions and drafts num_drafts
+  // tokens for those that ask; returns them per request (empty: none) and keeps
+  // their q for the next verify().
+  std::vector<std::vector<std::int32_t>> propose(std::span<const DraftRequest> requests,
+                                                 const pllm_tensor& target_hidden);
+  // Forgets the drafts stored for a request's sequences (it ended).
+  void forget(RequestId request);
+
+ private:
+  struct StoredDrafts {
+    RequestId request = -1;
+    std::vector<std::int32_t> tokens;
+    std::vector<float> probs;  // [tokens.size(), vocab]: q of each draft
+  };
+  // One row of a draft batch the decoder plans.
+  struct DraftRow {
+    std::span<const std::int32_t> block_table;
+    int first_position = 0;
+    std::span<const std::int32_t> tokens;
+    bool wants_logits = false;
+  };
+  pllm_tensor run_draft(std::span<const DraftRow> rows, const pllm_tensor& features,
+                        const std::int32_t* feature_rows);
+  // q of each logits row (sampler.probabilities) and a draft token drawn from it.
+  void sample_drafts(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
+                     std::span<float* const> probs_out, std::span<std::int32_t> tokens_out);
+
+  SpeculatorInstance speculator_;
+  pllm_speculator_info info_{};
+  const AttentionInstance& attention_;
+  const SamplerInstance& sampler_;
+  int num_speculative_tokens_ = 0;
+  int target_num_layers_ = 0;
+  std::int64_t vocab_size_ = 0;
+  int block_size_ = 0;
+  std::unordered_map<SequenceId, StoredDrafts> stored_;
+
+  // Scratch reused across steps.
+  std::vector<float> features_, probs_, gathered_;
+};
+
+}  // namespace pagedllm
