@@ -7,11 +7,8 @@
 // Weight layout (converted to f32 once at load; the checkpoint is unmapped
 // afterwards):
 //   embed      [vocab, hidden]                       model.embed_tokens.weight
-//   per layer  qkv      [(heads + 2 kv_heads) * head_dim, hidden]  q_proj | k_proj | v_proj rows
-//              o        [hidden, heads * head_dim]
-//              gate_up  [2 * intermediate, hidden]   gate_proj | up_proj rows
-//              down     [hidden, intermediate]
-//              input_norm, post_norm [hidden]
+//   per layer  the fused layout of plugins/llama_cpu/decoder_layer.h
+//              (qkv, o, gate_up, down, input_norm, post_norm)
 //   norm       [hidden]
 //   lm_head    [vocab, hidden]  (the embedding itself when tied)
 // Fusing q/k/v and gate/up makes one GEMM of each group; every HF tensor is
@@ -21,31 +18,20 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "pagedllm/sdk.h"
 #include "plugins/common/thread_pool.h"
-#include "plugins/models_llama/llama_config.h"
+#include "plugins/llama_cpu/buffer.h"
+#include "plugins/llama_cpu/decoder_layer.h"
+#include "plugins/llama_cpu/llama_config.h"
 
 namespace pagedllm::models_llama {
 
-// A 64-byte aligned f32 buffer that only grows: forward scratch is reused
-// across steps, so a steady-state step allocates nothing.
-class Buffer {
- public:
-  float* reserve(std::size_t count);
-  float* data() const { return data_.get(); }
-
- private:
-  struct Free {
-    void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
-  };
-  std::unique_ptr<float[], Free> data_;
-  std::size_t capacity_ = 0;
-};
+using llama_cpu::Buffer;
+using llama_cpu::LlamaConfig;
 
 class LlamaModel {
  public:
@@ -67,16 +53,12 @@ class LlamaModel {
   pllm_tensor tensor(std::string_view name) const;
 
  private:
-  struct Layer {
-    std::vector<float> input_norm, qkv, o, post_norm, gate_up, down;
-  };
   // Where a checkpoint tensor lives in the f32 layout.
   struct Slot {
     float* data;
     std::vector<int64_t> shape;
   };
 
-  void allocate_and_register();
   void load_weights(const std::filesystem::path& model_dir);
   void validate(const pllm_batch& batch, const pllm_attention_ref& attention) const;
   const float* lm_head() const { return config_.tie_word_embeddings ? embed_.data() : lm_head_.data(); }
@@ -85,11 +67,12 @@ class LlamaModel {
   plugins::ThreadPool pool_;
   std::vector<double> inv_freq_;
   std::vector<float> embed_, norm_, lm_head_;
-  std::vector<Layer> layers_;
+  std::vector<llama_cpu::DecoderLayerWeights> layers_;
   std::map<std::string, Slot, std::less<>> slots_;
 
   // Forward scratch, sized for the largest step seen so far.
-  Buffer x_, normed_, qkv_, attn_, gate_up_, act_, cos_, sin_, rows_, logits_, hidden_;
+  llama_cpu::DecoderScratch scratch_;
+  Buffer x_, rows_, logits_, hidden_;
 };
 
 }  // namespace pagedllm::models_llama

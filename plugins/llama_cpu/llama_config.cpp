@@ -1,4 +1,4 @@
-#include "plugins/models_llama/llama_config.h"
+#include "plugins/llama_cpu/llama_config.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 
 #include "pagedllm/sdk.hpp"
 
-namespace pagedllm::models_llama {
+namespace pagedllm::llama_cpu {
 namespace {
 
 using nlohmann::json;
@@ -117,28 +117,31 @@ class Fields {
   const json& object_;
 };
 
-void check_architecture(const Fields& f) {
+void check_architecture(const Fields& f, std::string_view who) {
   const json* archs = f.find("architectures");
-  if (!archs) f.fail("architectures", "is required (models_llama loads LlamaForCausalLM)");
+  if (!archs) f.fail("architectures", "is required (" + std::string(who) + " loads LlamaForCausalLM)");
   if (!archs->is_array() || archs->empty()) f.fail("architectures", "must be a non-empty list, got " + archs->dump());
   for (const auto& a : *archs) {
     if (a.is_string() && a.get<std::string>() == "LlamaForCausalLM") return;
   }
-  f.fail("architectures", "is " + archs->dump() + "; models_llama loads LlamaForCausalLM only",
+  f.fail("architectures", "is " + archs->dump() + "; " + std::string(who) + " loads LlamaForCausalLM only",
          PLLM_ERROR_UNSUPPORTED);
 }
 
 // Features of HF's LlamaConfig this plugin does not implement: refused, never ignored.
-void check_unsupported_features(const Fields& f) {
+void check_unsupported_features(const Fields& f, std::string_view who) {
   if (const json* act = f.find("hidden_act"); act && !(act->is_string() && act->get<std::string>() == "silu")) {
-    f.fail("hidden_act", "is " + act->dump() + "; models_llama implements silu only", PLLM_ERROR_UNSUPPORTED);
+    f.fail("hidden_act", "is " + act->dump() + "; " + std::string(who) + " implements silu only",
+           PLLM_ERROR_UNSUPPORTED);
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
-    if (f.get_bool(key, false)) f.fail(key, "is true; models_llama has no projection biases", PLLM_ERROR_UNSUPPORTED);
+    if (f.get_bool(key, false)) {
+      f.fail(key, "is true; " + std::string(who) + " has no projection biases", PLLM_ERROR_UNSUPPORTED);
+    }
   }
 }
 
-RopeScaling parse_rope_scaling(const Fields& f) {
+RopeScaling parse_rope_scaling(const Fields& f, std::string_view who) {
   RopeScaling scaling;
   const json* v = f.find("rope_scaling");
   if (!v) return scaling;
@@ -170,18 +173,18 @@ RopeScaling parse_rope_scaling(const Fields& f) {
     }
     return scaling;
   }
-  f.fail("rope_scaling.rope_type", "is \"" + name + "\"; models_llama supports default, linear and llama3",
+  f.fail("rope_scaling.rope_type", "is \"" + name + "\"; " + std::string(who) + " supports default, linear and llama3",
          PLLM_ERROR_UNSUPPORTED);
 }
 
 }  // namespace
 
-LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir) {
+LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::string_view who) {
   const std::filesystem::path path = model_dir / "config.json";
   const json object = Fields::parse_file(path);
   const Fields f(path, object);
-  check_architecture(f);
-  check_unsupported_features(f);
+  check_architecture(f, who);
+  check_unsupported_features(f, who);
 
   LlamaConfig c;
   c.vocab_size = int32_t(f.require_int("vocab_size", 1, std::numeric_limits<int32_t>::max()));
@@ -207,7 +210,7 @@ LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir) {
   c.max_position_embeddings = int32_t(f.require_int("max_position_embeddings", 1, std::numeric_limits<int32_t>::max()));
   c.rms_norm_eps = f.require_positive("rms_norm_eps");
   c.rope_theta = f.get_positive("rope_theta", 10000.0);
-  c.rope_scaling = parse_rope_scaling(f);
+  c.rope_scaling = parse_rope_scaling(f, who);
   c.tie_word_embeddings = f.get_bool("tie_word_embeddings", false);
   const std::vector<int32_t> bos = f.token_ids("bos_token_id", c.vocab_size);
   if (bos.size() > 1) f.fail("bos_token_id", "must be one token id");
@@ -227,4 +230,4 @@ LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir) {
   return c;
 }
 
-}  // namespace pagedllm::models_llama
+}  // namespace pagedllm::llama_cpu

@@ -8,7 +8,7 @@
 
 #include "plugins/common/thread_pool.h"
 
-namespace pagedllm::models_llama {
+namespace pagedllm::llama_cpu {
 
 using plugins::ThreadPool;
 
@@ -49,4 +49,4 @@ void swiglu(ThreadPool& pool, const float* gate_up, int64_t rows, int64_t inter,
 // and OpenBLAS threads on top would oversubscribe the cores. Process-wide.
 void use_single_threaded_blas();
 
-}  // namespace pagedllm::models_llama
+}  // namespace pagedllm::llama_cpu

@@ -1,9 +1,9 @@
-#include "plugins/models_llama/rope.h"
+#include "plugins/llama_cpu/rope.h"
 
 #include <cmath>
 #include <numbers>
 
-namespace pagedllm::models_llama {
+namespace pagedllm::llama_cpu {
 
 std::vector<double> rope_inv_freq(const LlamaConfig& config) {
   const int64_t half = config.head_dim / 2;
@@ -65,4 +65,4 @@ void apply_rope(float* data, int64_t rows, int64_t row_stride, int64_t num_heads
   }
 }
 
-}  // namespace pagedllm::models_llama
+}  // namespace pagedllm::llama_cpu

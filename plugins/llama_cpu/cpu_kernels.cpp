@@ -1,4 +1,4 @@
-#include "plugins/models_llama/cpu_kernels.h"
+#include "plugins/llama_cpu/cpu_kernels.h"
 
 #include <cblas.h>
 
@@ -9,7 +9,7 @@
 
 #include "plugins/common/fast_exp.h"
 
-namespace pagedllm::models_llama {
+namespace pagedllm::llama_cpu {
 
 void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, const float* w, int64_t n, int64_t k, float* out,
             int64_t ldc, bool accumulate) {
@@ -91,4 +91,4 @@ void swiglu(ThreadPool& pool, const float* gate_up, int64_t rows, int64_t inter,
 
 void use_single_threaded_blas() { openblas_set_num_threads(1); }
 
-}  // namespace pagedllm::models_llama
+}  // namespace pagedllm::llama_cpu

@@ -7,9 +7,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
 
-namespace pagedllm::models_llama {
+namespace pagedllm::llama_cpu {
 
 // config.json's rope_scaling: how inv_freq is rescaled (see rope.h).
 struct RopeScaling {
@@ -45,10 +46,11 @@ struct LlamaConfig {
 
   // Reads `model_dir`/config.json (and generation_config.json when present).
   // Throws pllm::Error: PLLM_ERROR_NOT_FOUND without config.json,
-  // PLLM_ERROR_UNSUPPORTED for another architecture or a feature this plugin
+  // PLLM_ERROR_UNSUPPORTED for another architecture or a feature this code
   // lacks (biases, an activation other than silu, other rope scalings),
-  // PLLM_ERROR_INVALID_CONFIG otherwise.
-  static LlamaConfig load(const std::filesystem::path& model_dir);
+  // PLLM_ERROR_INVALID_CONFIG otherwise. `who` (the plugin) names the reader
+  // in messages about what it does not support.
+  static LlamaConfig load(const std::filesystem::path& model_dir, std::string_view who);
 };
 
-}  // namespace pagedllm::models_llama
+}  // namespace pagedllm::llama_cpu

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "plugins/models_llama/llama_config.h"
+#include "plugins/llama_cpu/llama_config.h"
 
-namespace pagedllm::models_llama {
+namespace pagedllm::llama_cpu {
 
 // inv_freq[i] = theta^(-2i/d) for i in [0, d/2), then rope_scaling applied as
 // in HF's modeling_rope_utils: linear divides by factor; llama3 divides the
@@ -26,4 +26,4 @@ void rope_tables(const std::vector<double>& inv_freq, const int32_t* positions, 
 void apply_rope(float* data, int64_t rows, int64_t row_stride, int64_t num_heads, int64_t head_dim, const float* cos,
                 const float* sin);
 
-}  // namespace pagedllm::models_llama
+}  // namespace pagedllm::llama_cpu

@@ -1,0 +1,40 @@
+#pragma once
+// Loading checkpoint tensors into the f32 layout of the CPU forward: each
+// tensor is a row range of a (possibly fused) f32 matrix, so q/k/v or gate/up
+// land in one matrix and make one GEMM.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pagedllm/sdk/cpp/safetensors.hpp"
+#include "plugins/common/thread_pool.h"
+
+namespace pagedllm::llama_cpu {
+
+// One checkpoint tensor and where its rows go: rows [first_row, first_row +
+// shape[0]) of `storage`, whose row width is shape[1] (1 for a vector).
+struct WeightPart {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float>* storage;
+  int64_t first_row;
+
+  int64_t width() const { return shape.size() > 1 ? shape[1] : 1; }
+  // Where the tensor lives once loaded.
+  float* data() const { return storage->data() + first_row * width(); }
+};
+
+struct LoadedWeights {
+  uint64_t stored_bytes = 0;        // bytes the parts took in the checkpoint
+  std::vector<std::string> unused;  // checkpoint tensors no part named
+};
+
+// Checks every part's name and shape against `checkpoint` before allocating
+// anything (a pllm::Error naming the file and tensor otherwise), sizes each
+// storage once to hold all its parts, and converts tensor by tensor in
+// parallel chunks on `pool`, reporting progress as "loading weights".
+LoadedWeights load_weight_parts(const pllm::safetensors::Checkpoint& checkpoint, const std::vector<WeightPart>& parts,
+                                plugins::ThreadPool& pool);
+
+}  // namespace pagedllm::llama_cpu

@@ -1,0 +1,70 @@
+#pragma once
+// The EAGLE-1 draft model on the CPU (tools/train/model.py, class EagleHead).
+// Row t of a draft batch is the pair (feature f_t at position p_t, token
+// x_{t+1} that follows it):
+//
+//   x   = fc(cat(embed(x_{t+1}), f_t)) (+ fc.bias)     cat order: embedding first
+//   x   = one Llama decoder layer without input_layernorm, RoPE at p_t,
+//         attending as KV layer (target num_layers + 0) in the shared paged pool
+//   g   = x: the predicted feature f_{t+1} (no final norm)
+//   out = lm_head(g) for the logits rows
+//
+// The embedding and lm_head are the target's, read through its get_tensor();
+// the head holds only fc and layers.0 (widened to f32 at load).
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include "pagedllm/sdk.h"
+#include "plugins/common/thread_pool.h"
+#include "plugins/llama_cpu/buffer.h"
+#include "plugins/llama_cpu/decoder_layer.h"
+#include "plugins/llama_cpu/llama_config.h"
+
+namespace pagedllm::spec_eagle {
+
+class EagleHead {
+ public:
+  // Loads `draft_dir` (config.json with num_hidden_layers 1, model.safetensors
+  // with fc.weight [hidden, 2 hidden], optional fc.bias, layers.0.*) and binds
+  // the target's embedding and lm_head. Throws pllm::Error naming the file or
+  // tensor for a missing or malformed checkpoint and for a draft whose sizes
+  // do not match the target's.
+  EagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target, int num_threads);
+
+  const llama_cpu::LlamaConfig& config() const { return config_; }
+  int num_threads() const { return pool_.size(); }
+
+  // One draft forward (see pllm_draft_args): logits of batch.logits_indices
+  // rows, valid until the next call. Keeps the predicted features of those
+  // rows for a following call with features of ndim 0.
+  void draft(const pllm_draft_args& args, pllm_draft_output& out);
+
+ private:
+  void bind_target(const pllm_speculator_target& target);
+  void load_weights(const std::filesystem::path& draft_dir);
+  // The feature rows of this call: `features` validated, or the kept chain.
+  const float* features_of(const pllm_batch& batch, const pllm_tensor& features, int64_t& row_stride) const;
+
+  llama_cpu::LlamaConfig config_;
+  int32_t target_layers_ = 0;
+  plugins::ThreadPool pool_;
+  std::vector<double> inv_freq_;
+
+  // Target-owned [vocab, hidden] f32 (valid as long as the target model).
+  const float* embed_ = nullptr;
+  int64_t embed_stride_ = 0;
+  const float* lm_head_ = nullptr;
+
+  std::vector<float> fc_, fc_bias_;  // [hidden, 2 hidden], [hidden] (empty: no bias)
+  llama_cpu::DecoderLayerWeights layer_;
+
+  llama_cpu::DecoderScratch scratch_;
+  llama_cpu::Buffer input_, x_, rows_, logits_;
+  // Predicted features of the previous call's logits rows; -1 rows: none kept.
+  std::vector<float> chain_;
+  int64_t chain_rows_ = -1;
+};
+
+}  // namespace pagedllm::spec_eagle
