@@ -142,8 +142,24 @@ void EagleHead::load_weights(const std::filesystem::path& draft_dir) {
                  pool_.size(), " threads");
 }
 
-const float* EagleHead::features_of(const pllm_batch& b, const pllm_tensor& f, int64_t& row_stride) const {
+const float* EagleHead::features_of(const pllm_batch& b, const pllm_tensor& f, const int32_t* feature_rows,
+                                    int64_t& row_stride) {
   const int64_t h = config_.hidden_size;
+  if (f.ndim == 0 && feature_rows != nullptr) {
+    // The chain continues the previous call's logits rows feature_rows[t].
+    if (chain_rows_ < 0) invalid("features of ndim 0 continue a chain, but no previous draft() kept predicted features");
+    chain_input_.resize(static_cast<std::size_t>(int64_t(b.num_tokens) * h));
+    for (int32_t t = 0; t < b.num_tokens; ++t) {
+      if (feature_rows[t] < 0 || feature_rows[t] >= chain_rows_) {
+        invalid("feature_rows[" + str(t) + "] = " + str(feature_rows[t]) + " is not a logits row of the previous "
+                "draft() [0, " + str(chain_rows_) + ")");
+      }
+      std::memcpy(chain_input_.data() + int64_t(t) * h, chain_.data() + int64_t(feature_rows[t]) * h,
+                  static_cast<std::size_t>(h) * sizeof(float));
+    }
+    row_stride = h;
+    return chain_input_.data();
+  }
   if (f.ndim == 0) {
     if (chain_rows_ != b.num_tokens) {
       invalid("features of ndim 0 continue a chain, but " +
@@ -195,7 +211,10 @@ void EagleHead::draft(const pllm_draft_args& args, pllm_draft_output& out) {
     }
   }
   int64_t feature_stride = 0;
-  const float* features = features_of(b, args.features, feature_stride);
+  const bool has_feature_rows =
+      args.struct_size >= offsetof(pllm_draft_args, feature_rows) + sizeof(args.feature_rows);
+  const float* features =
+      features_of(b, args.features, has_feature_rows ? args.feature_rows : nullptr, feature_stride);
 
   const int64_t tokens = b.num_tokens, h = config_.hidden_size, v = config_.vocab_size;
   const auto n = [](int64_t count) { return static_cast<std::size_t>(count); };

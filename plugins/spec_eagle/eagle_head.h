@@ -45,7 +45,9 @@ class EagleHead {
   void bind_target(const pllm_speculator_target& target);
   void load_weights(const std::filesystem::path& draft_dir);
   // The feature rows of this call: `features` validated, or the kept chain.
-  const float* features_of(const pllm_batch& batch, const pllm_tensor& features, int64_t& row_stride) const;
+  // With features of ndim 0, feature_rows (may be NULL) picks the kept chain rows.
+  const float* features_of(const pllm_batch& batch, const pllm_tensor& features, const int32_t* feature_rows,
+                           int64_t& row_stride);
 
   llama_cpu::LlamaConfig config_;
   int32_t target_layers_ = 0;
@@ -65,6 +67,7 @@ class EagleHead {
   // Predicted features of the previous call's logits rows; -1 rows: none kept.
   std::vector<float> chain_;
   int64_t chain_rows_ = -1;
+  std::vector<float> chain_input_;  // chain_ rows picked by feature_rows
 };
 
 }  // namespace pagedllm::spec_eagle
