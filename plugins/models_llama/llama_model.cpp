@@ -7,6 +7,7 @@
 
 #include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/safetensors.hpp"
+#include "plugins/llama_cpu/batch_check.h"
 #include "plugins/llama_cpu/cpu_kernels.h"
 #include "plugins/llama_cpu/rope.h"
 #include "plugins/llama_cpu/weight_loader.h"
@@ -75,35 +76,8 @@ pllm_tensor LlamaModel::tensor(std::string_view name) const {
   return host_tensor(it->second.data, it->second.shape);
 }
 
-void LlamaModel::validate(const pllm_batch& b, const pllm_attention_ref& attention) const {
-  if (b.struct_size < offsetof(pllm_batch, logits_indices) + sizeof(b.logits_indices)) {
-    invalid("batch: struct_size " + str(b.struct_size) + " is too small");
-  }
-  if (!attention.api || !attention.api->run || !attention.backend) invalid("no attention backend");
-  if (b.num_tokens < 0) invalid("batch: negative num_tokens");
-  if (b.num_tokens > 0 && (!b.token_ids || !b.positions)) invalid("batch: null token_ids or positions");
-  for (int32_t t = 0; t < b.num_tokens; ++t) {
-    if (b.token_ids[t] < 0 || b.token_ids[t] >= config_.vocab_size) {
-      invalid("batch: token_ids[" + str(t) + "] = " + str(b.token_ids[t]) + " is outside the vocabulary [0, " +
-              str(config_.vocab_size) + ")");
-    }
-    if (b.positions[t] < 0) invalid("batch: positions[" + str(t) + "] = " + str(b.positions[t]) + " is negative");
-  }
-  auto check_rows = [&](const char* what, int32_t count, const int32_t* rows) {
-    if (count < 0 || (count > 0 && !rows)) invalid(std::string("batch: bad ") + what);
-    for (int32_t i = 0; i < count; ++i) {
-      if (rows[i] < 0 || rows[i] >= b.num_tokens) {
-        invalid(std::string("batch: ") + what + "[" + str(i) + "] = " + str(rows[i]) + " is not a token row [0, " +
-                str(b.num_tokens) + ")");
-      }
-    }
-  };
-  check_rows("logits_indices", b.num_logits, b.logits_indices);
-  if (PLLM_HAS_FIELD(pllm_batch, &b, hidden_indices)) check_rows("hidden_indices", b.num_hidden, b.hidden_indices);
-}
-
 void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm_forward_output& out) {
-  validate(b, attention);
+  llama_cpu::check_batch("models_llama", b, attention, config_.vocab_size);
   if (out.struct_size < offsetof(pllm_forward_output, logits) + sizeof(out.logits)) {
     invalid("forward output: struct_size " + str(out.struct_size) + " is too small");
   }

@@ -60,7 +60,6 @@ class LlamaModel {
   };
 
   void load_weights(const std::filesystem::path& model_dir);
-  void validate(const pllm_batch& batch, const pllm_attention_ref& attention) const;
   const float* lm_head() const { return config_.tie_word_embeddings ? embed_.data() : lm_head_.data(); }
 
   LlamaConfig config_;

@@ -9,6 +9,7 @@
 
 #include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/safetensors.hpp"
+#include "plugins/llama_cpu/batch_check.h"
 #include "plugins/llama_cpu/cpu_kernels.h"
 #include "plugins/llama_cpu/rope.h"
 #include "plugins/llama_cpu/weight_loader.h"
@@ -190,26 +191,7 @@ void EagleHead::draft(const pllm_draft_args& args, pllm_draft_output& out) {
   }
   if (!args.batch) invalid("draft args: null batch");
   const pllm_batch& b = *args.batch;
-  if (b.struct_size < offsetof(pllm_batch, logits_indices) + sizeof(b.logits_indices)) {
-    invalid("batch: struct_size " + str(b.struct_size) + " is too small");
-  }
-  if (!args.attention.api || !args.attention.api->run || !args.attention.backend) invalid("no attention backend");
-  if (b.num_tokens < 0) invalid("batch: negative num_tokens");
-  if (b.num_tokens > 0 && (!b.token_ids || !b.positions)) invalid("batch: null token_ids or positions");
-  for (int32_t t = 0; t < b.num_tokens; ++t) {
-    if (b.token_ids[t] < 0 || b.token_ids[t] >= config_.vocab_size) {
-      invalid("batch: token_ids[" + str(t) + "] = " + str(b.token_ids[t]) + " is outside the vocabulary [0, " +
-              str(config_.vocab_size) + ")");
-    }
-    if (b.positions[t] < 0) invalid("batch: positions[" + str(t) + "] = " + str(b.positions[t]) + " is negative");
-  }
-  if (b.num_logits < 0 || (b.num_logits > 0 && !b.logits_indices)) invalid("batch: bad logits_indices");
-  for (int32_t i = 0; i < b.num_logits; ++i) {
-    if (b.logits_indices[i] < 0 || b.logits_indices[i] >= b.num_tokens) {
-      invalid("batch: logits_indices[" + str(i) + "] = " + str(b.logits_indices[i]) + " is not a token row [0, " +
-              str(b.num_tokens) + ")");
-    }
-  }
+  llama_cpu::check_batch("spec_eagle", b, args.attention, config_.vocab_size);
   int64_t feature_stride = 0;
   const bool has_feature_rows =
       args.struct_size >= offsetof(pllm_draft_args, feature_rows) + sizeof(args.feature_rows);
