@@ -23,6 +23,7 @@
 #include "core/engine/engine.h"
 #include "core/engine/generation_config.h"
 #include "core/engine/request_validation.h"
+#include "core/engine/seeds.h"
 #include "core/engine/sequence_output.h"
 #include "core/engine/speculative_decoder.h"
 #include "core/host/plugin_check.h"
@@ -37,17 +38,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
-}
-
-// The seed of sequence `index` of a request: sequence 0 uses the request's
-// seed itself (so n=1 and the first of n agree), the others a SplitMix64
-// mix of it, so forks sample independently yet reproducibly.
-std::uint64_t sequence_seed(std::uint64_t seed, int index) {
-  if (index == 0) return seed;
-  std::uint64_t z = seed + 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(index);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
 }
 
 pllm_device to_plugin_device(const DeviceConfig& device) {
@@ -800,8 +790,17 @@ std::vector<SequenceSample> LlmEngine::verify_drafts(const SchedulerOutput& outp
                         tokens.subspan(prompt_len)});
   }
   if (requests.empty()) return {};
-  std::vector<std::vector<std::int32_t>> accepted;
-  update_metrics([&](EngineMetrics& m) { accepted = speculative_->verify(requests, logits, m); });
+  std::vector<std::vector<std::int32_t>> accepted = speculative_->verify(requests, logits);
+  update_metrics([&](EngineMetrics& m) {
+    m.spec_decode_accepted_per_position.resize(static_cast<std::size_t>(speculative_->num_speculative_tokens()), 0);
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const auto num_accepted = static_cast<std::int64_t>(accepted[i].size()) - 1;  // the last token is not a draft
+      ++m.spec_decode_num_drafts;
+      m.spec_decode_draft_tokens += static_cast<std::int64_t>(requests[i].drafts.size());
+      m.spec_decode_accepted_tokens += num_accepted;
+      for (std::int64_t d = 0; d < num_accepted; ++d) ++m.spec_decode_accepted_per_position[static_cast<std::size_t>(d)];
+    }
+  });
   std::vector<SequenceSample> samples;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     samples.push_back({requests[i].sequence, std::move(accepted[i]), {}});

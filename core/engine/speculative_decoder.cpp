@@ -5,19 +5,10 @@
 #include <fmt/format.h>
 
 #include "core/config/config_error.h"
+#include "core/engine/seeds.h"
 
 namespace pagedllm {
 namespace {
-
-// The draft tokens of a sequence are drawn from their own random stream, not
-// the one its target tokens and the rejection sampler use: a draft correlated
-// with the accept test would bias verification.
-std::uint64_t draft_seed(std::uint64_t seed) {
-  std::uint64_t z = seed ^ 0xd1b54a32d192ed03ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 pllm_tensor f32_matrix(float* data, std::int64_t rows, std::int64_t cols) {
   pllm_tensor t{};
@@ -72,8 +63,7 @@ SpeculativeDecoder::SpeculativeDecoder(const SpeculativeConfig& config, Speculat
 }
 
 std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<const VerifyRequest> requests,
-                                                                  const pllm_tensor& target_logits,
-                                                                  EngineMetrics& stats) {
+                                                                  const pllm_tensor& target_logits) {
   const int k = num_speculative_tokens_;
   const auto vocab = static_cast<std::size_t>(vocab_size_);
   const std::size_t n = requests.size();
@@ -163,9 +153,6 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
                     speculator_.library(), "verify");
 
   std::vector<std::vector<std::int32_t>> accepted(n);
-  if (stats.spec_decode_accepted_per_position.size() < static_cast<std::size_t>(k)) {
-    stats.spec_decode_accepted_per_position.resize(static_cast<std::size_t>(k), 0);
-  }
   for (std::size_t s = 0; s < n; ++s) {
     const int count = out_counts[s];
     if (count < 1 || count > num_drafts[s] + 1) {
@@ -182,10 +169,6 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
       }
     }
     accepted[s].assign(first, first + count);
-    ++stats.spec_decode_num_drafts;
-    stats.spec_decode_draft_tokens += num_drafts[s];
-    stats.spec_decode_accepted_tokens += count - 1;
-    for (int i = 0; i < count - 1; ++i) ++stats.spec_decode_accepted_per_position[static_cast<std::size_t>(i)];
     stored_.erase(requests[s].sequence);
   }
   return accepted;
@@ -201,7 +184,7 @@ pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const 
   std::vector<std::size_t> order(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) order[i] = i;
   std::stable_partition(order.begin(), order.end(), [&](std::size_t i) { return rows[i].tokens.size() == 1; });
-  PAGEDLLM_CHECK(feature_rows == nullptr ||
+  PAGEDLLM_CHECK(features.ndim == 2 ||
                      std::all_of(rows.begin(), rows.end(), [](const DraftRow& r) { return r.tokens.size() == 1; }),
                  "a draft chain continues single-token rows only");
 
@@ -254,8 +237,7 @@ pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const 
     const auto hidden = static_cast<std::size_t>(features.shape[1]);
     features_.resize(feature_source.size() * hidden);
     for (std::size_t t = 0; t < feature_source.size(); ++t) {
-      std::copy_n(static_cast<const float*>(features.data) + feature_source[t] * hidden, hidden,
-                  features_.begin() + static_cast<std::ptrdiff_t>(t * hidden));
+      copy_row(features, feature_rows[feature_source[t]], &features_[t * hidden]);
     }
     batch_features = f32_matrix(features_.data(), static_cast<std::int64_t>(feature_source.size()),
                                 features.shape[1]);
@@ -299,17 +281,14 @@ void SpeculativeDecoder::sample_drafts(const pllm_tensor& logits, std::span<cons
                                        std::span<float* const> probs_out, std::span<std::int32_t> tokens_out) {
   const auto vocab = static_cast<std::size_t>(vocab_size_);
   const auto n = static_cast<std::int64_t>(rows.size());
-  gathered_.resize(rows.size() * vocab);
-  for (std::int64_t i = 0; i < n; ++i) copy_row(logits, i, &gathered_[static_cast<std::size_t>(i) * vocab]);
+  // The draft's logits rows are the sample rows, in order: the sampler reads them in place.
   std::vector<float> probs(rows.size() * vocab);
   pllm_sample_batch batch{sizeof(pllm_sample_batch), static_cast<std::int32_t>(n), sizeof(pllm_sample_row),
-                          rows.data(), f32_matrix(gathered_.data(), n, vocab_size_)};
+                          rows.data(), logits};
   pllm_tensor probs_tensor = f32_matrix(probs.data(), n, vocab_size_);
   pllm_error error{};
   check_plugin_call(sampler_.api().probabilities(sampler_.get(), &batch, &probs_tensor, &error), error,
                     sampler_.library(), "probabilities (draft)");
-  // The sampler may penalise its logits in place: sample from a fresh copy.
-  for (std::int64_t i = 0; i < n; ++i) copy_row(logits, i, &gathered_[static_cast<std::size_t>(i) * vocab]);
   std::vector<float> logprobs(rows.size());
   pllm_sample_output out{sizeof(pllm_sample_output), tokens_out.data(), logprobs.data(), 0, nullptr, nullptr};
   check_plugin_call(sampler_.api().sample(sampler_.get(), &batch, &out, &error), error, sampler_.library(),
@@ -337,12 +316,7 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
     rows.push_back({r.block_table, r.first_position, r.next_tokens, r.num_drafts > 0});
     hidden_rows.insert(hidden_rows.end(), r.hidden_rows.begin(), r.hidden_rows.end());
   }
-  const auto hidden = static_cast<std::size_t>(target_hidden.shape[1]);
-  std::vector<float> features(hidden_rows.size() * hidden);
-  for (std::size_t t = 0; t < hidden_rows.size(); ++t) copy_row(target_hidden, hidden_rows[t], &features[t * hidden]);
-  pllm_tensor logits = run_draft(rows, f32_matrix(features.data(), static_cast<std::int64_t>(hidden_rows.size()),
-                                                  static_cast<std::int64_t>(hidden)),
-                                 nullptr);
+  pllm_tensor logits = run_draft(rows, target_hidden, hidden_rows.data());
 
   // Which requests draft, and their per-draft sampling rows: the draft stream's
   // seed, offsets continuing the request's output, drafts so far as history.

@@ -26,7 +26,6 @@
 
 #include "core/config/config.h"
 #include "core/kv/kv_cache_manager.h"
-#include "core/engine/engine_metrics.h"
 #include "core/plugin/plugin_instance.h"
 #include "core/scheduler/request.h"
 
@@ -71,7 +70,7 @@ class SpeculativeDecoder {
   // Rejection-samples each request's drafts; returns the accepted drafts plus
   // one more token per request, in order. Consumes the stored q of each.
   std::vector<std::vector<std::int32_t>> verify(std::span<const VerifyRequest> requests,
-                                                const pllm_tensor& target_logits, EngineMetrics& stats);
+                                                const pllm_tensor& target_logits);
   // Runs the draft over every request's new positions and drafts num_drafts
   // tokens for those that ask; returns them per request (empty: none) and keeps
   // their q for the next verify().
@@ -93,6 +92,11 @@ class SpeculativeDecoder {
     std::span<const std::int32_t> tokens;
     bool wants_logits = false;
   };
+  // Plans and runs one draft batch of `rows`. Token t of the rows (in their
+  // order) reads row feature_rows[t] of `features` (the target's hidden states),
+  // or, with features of ndim 0, the draft's prediction at logits row
+  // feature_rows[t] of the previous call (a chain). Returns the logits of the
+  // rows that want them, in row order.
   pllm_tensor run_draft(std::span<const DraftRow> rows, const pllm_tensor& features,
                         const std::int32_t* feature_rows);
   // q of each logits row (sampler.probabilities) and a draft token drawn from it.
