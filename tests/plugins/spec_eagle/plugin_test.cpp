@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -130,6 +131,34 @@ TEST_CASE("spec_eagle: bad draft checkpoints name the file and the tensor or key
     std::ofstream(draft.dir / "config.json", std::ios::trunc) << "{";
     CHECK_THAT(create_error(draft.dir), Contains(config) && Contains("not valid JSON"));
   }
+}
+
+namespace {
+
+// A target table whose get_tensor answers `fake_status` for lm_head.weight and
+// defers to the real models_llama otherwise.
+const pllm_model_api* real_api = nullptr;
+pllm_status fake_status = PLLM_ERROR_NOT_FOUND;
+pllm_status fake_get_tensor(pllm_model* model, const char* name, pllm_tensor* out, pllm_error* error) {
+  if (std::string(name) == "lm_head.weight") {
+    std::snprintf(error->message, sizeof error->message, "no lm_head here");
+    return fake_status;
+  }
+  return real_api->get_tensor(model, name, out, error);
+}
+
+}  // namespace
+
+TEST_CASE("spec_eagle: a target without lm_head.weight shares its embedding (tied)", "[spec_eagle]") {
+  real_api = &target().api();
+  pllm_model_api api = target().api();
+  api.get_tensor = &fake_get_tensor;
+  fake_status = PLLM_ERROR_NOT_FOUND;
+  Speculator spec(kDraftDir, target(), "{}", 4, &api);
+  CHECK(spec.info().hidden_size == 256);
+
+  fake_status = PLLM_ERROR_IO;
+  CHECK_THAT(create_error(kDraftDir, "{}", &api), Contains("get_tensor(\"lm_head.weight\") failed: no lm_head here"));
 }
 
 TEST_CASE("spec_eagle: fc.bias is optional", "[spec_eagle]") {
