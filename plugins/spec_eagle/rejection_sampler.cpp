@@ -151,7 +151,8 @@ void verify_drafts(const pllm_verify_args& a, pllm_verify_output& out) {
       const float* qi = q.row(s, accepted);
       double residual_mass = 0.0;
       for (int64_t id = 0; id < vocab; ++id) {
-        const double pv = checked(pi[id], "target_probs", s, accepted), qv = checked(qi[id], "draft_probs", s, accepted);
+        const double pv = checked(pi[id], "target_probs", s, accepted);
+        const double qv = checked(qi[id], "draft_probs", s, accepted);
         residual_mass += std::max(0.0, pv - qv);
       }
       if (residual_mass > 0.0) {

@@ -41,7 +41,8 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
                                                          std::to_string(args.num_speculative_tokens) +
                                                          " must be at least 1");
     }
-    head_ = std::make_unique<EagleHead>(args.draft_path, args.target, plugins::resolve_num_threads(options.num_threads));
+    const int threads = plugins::resolve_num_threads(options.num_threads);
+    head_ = std::make_unique<EagleHead>(args.draft_path, args.target, threads);
     const auto& c = head_->config();
     info_.struct_size = sizeof info_;
     info_.num_draft_layers = c.num_layers;

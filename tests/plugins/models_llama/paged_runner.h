@@ -195,6 +195,9 @@ class Model {
                                 instance_.library(), "forward");
     return out;
   }
+  // The C table and handle, for a speculator that attaches to this model.
+  const pllm_model_api& api() const { return instance_.api(); }
+  pllm_model* handle() const { return instance_.get(); }
   pllm_tensor tensor(const char* name) const {
     pllm_tensor out{};
     pllm_error error{};

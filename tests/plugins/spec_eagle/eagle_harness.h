@@ -1,0 +1,292 @@
+#pragma once
+// Drives spec_eagle the way core will: the real spec_eagle, models_llama and
+// attention_cpu .so files loaded through the host's registry, the draft
+// attached to a real target model, and (EagleRunner) the draft's KV layer in
+// the target's paged pool, with permuted non-contiguous block tables whose
+// every slot first holds NaN K/V. Throws std::runtime_error /
+// pagedllm::PluginCallError; Catch-free so any test file can use it.
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/plugins/models_llama/paged_runner.h"
+
+namespace eagle_test {
+
+using llama_test::Attention;
+using llama_test::expect;
+using llama_test::Model;
+
+inline const std::filesystem::path kTargetDir = PAGEDLLM_SOURCE_DIR "/models/pagedllm-tiny";
+inline const std::filesystem::path kDraftDir = PAGEDLLM_SOURCE_DIR "/models/pagedllm-tiny-eagle";
+
+inline std::shared_ptr<pagedllm::PluginLibrary> speculator_library() {
+  return llama_test::registry().load("spec_eagle", PLLM_PLUGIN_KIND_SPECULATOR, "speculative.plugin");
+}
+
+// spec_eagle attached to `target`. `model_api` replaces the target's table
+// when given (to test a target without get_tensor).
+class Speculator {
+ public:
+  Speculator(const std::filesystem::path& draft_dir, const Model& target, const std::string& options = "{}",
+             int32_t num_speculative_tokens = 4, const pllm_model_api* model_api = nullptr)
+      : target_info_(target.info()) {
+    const std::string path = draft_dir.string();
+    pllm_speculator_create_args args{};
+    args.struct_size = sizeof args;
+    args.options_json = options.c_str();
+    args.draft_path = path.c_str();
+    args.device = {PLLM_DEVICE_CPU, 0};
+    args.target.model_api = model_api ? model_api : &target.api();
+    args.target.model = target.handle();
+    args.target.info = &target_info_;
+    args.num_speculative_tokens = num_speculative_tokens;
+    instance_ = pagedllm::create_plugin_instance<pllm_speculator_api, pllm_speculator>(speculator_library(), args);
+  }
+
+  pllm_speculator_info info() const {
+    pllm_speculator_info out{};
+    out.struct_size = sizeof out;
+    pllm_error error{};
+    check(instance_.api().get_info(instance_.get(), &out, &error), error, "get_info");
+    return out;
+  }
+
+  // Logits [batch.num_logits, vocab] of one draft forward.
+  pllm_tensor draft(const pllm_batch& batch, const pllm_tensor& features, pllm_attention_ref attention) {
+    pllm_draft_args args{};
+    args.struct_size = sizeof args;
+    args.batch = &batch;
+    args.features = features;
+    args.attention = attention;
+    pllm_draft_output out{};
+    out.struct_size = sizeof out;
+    pllm_error error{};
+    check(instance_.api().draft(instance_.get(), &args, &out, &error), error, "draft");
+    return out.logits;
+  }
+
+  void verify(const pllm_verify_args& args, pllm_verify_output& out) {
+    pllm_error error{};
+    check(instance_.api().verify(instance_.get(), &args, &out, &error), error, "verify");
+  }
+
+ private:
+  void check(pllm_status status, const pllm_error& error, const char* what) const {
+    pagedllm::check_plugin_call(status, error, instance_.library(), what);
+  }
+  pllm_model_info target_info_;
+  pagedllm::SpeculatorInstance instance_;
+};
+
+inline pllm_tensor f32_tensor(const float* data, std::vector<int64_t> shape) {
+  pllm_tensor t{};
+  t.data = const_cast<float*>(data);
+  t.dtype = PLLM_DTYPE_F32;
+  t.device = {PLLM_DEVICE_CPU, 0};
+  t.ndim = int32_t(shape.size());
+  int64_t stride = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    t.shape[i] = shape[std::size_t(i)];
+    t.strides[i] = stride;
+    stride *= shape[std::size_t(i)];
+  }
+  return t;
+}
+
+// The target and its draft over one paged pool of target + draft layers,
+// with block tables handed out from a shuffled pool.
+class EagleRunner {
+ public:
+  // One sequence's rows of a step: positions [first, first + count), with
+  // token_ids[i] the token of row i.
+  struct Chunk {
+    int32_t seq;
+    int32_t first;
+    std::vector<int32_t> token_ids;
+  };
+  struct Batch {
+    std::vector<int32_t> token_ids, positions, query_start_loc, seq_lens, block_tables, logits_rows, hidden_rows;
+    std::vector<int64_t> slot_mapping;
+    pllm_batch view;
+  };
+
+  EagleRunner(const std::string& model_options, const std::string& attention_options, const std::string& draft_options,
+              int32_t block_size = 4, int32_t num_blocks = 48, uint32_t seed = 11)
+      : target_(kTargetDir, model_options),
+        attention_(attention_options),
+        draft_(kDraftDir, target_, draft_options),
+        block_size_(block_size),
+        rng_(seed) {
+    info_ = target_.info();
+    const pllm_speculator_info d = draft_.info();
+    num_layers_ = info_.num_layers + d.num_draft_layers;
+    pllm_kv_cache_spec spec{};
+    spec.struct_size = sizeof spec;
+    spec.num_layers = num_layers_;
+    spec.num_kv_heads = info_.num_kv_heads;
+    spec.head_dim = info_.head_dim;
+    spec.block_size = block_size;
+    spec.dtype = info_.dtype;
+    attention_.allocate(spec, num_blocks);
+    free_blocks_.resize(std::size_t(num_blocks));
+    std::iota(free_blocks_.begin(), free_blocks_.end(), 0);
+    std::shuffle(free_blocks_.begin(), free_blocks_.end(), rng_);
+    poison(num_blocks);
+  }
+
+  Model& target() { return target_; }
+  Speculator& draft() { return draft_; }
+  pllm_attention_ref attention_ref() const { return attention_.ref(); }
+  const pllm_model_info& info() const { return info_; }
+  int32_t add_sequence() {
+    blocks_.emplace_back();
+    return int32_t(blocks_.size() - 1);
+  }
+
+  // Lays out `chunks` (decode rows first, as core does) with logits for
+  // `logits_rows` and hidden states for `hidden_rows`, and plans it.
+  Batch& plan(const std::vector<Chunk>& chunks, std::vector<int32_t> logits_rows, std::vector<int32_t> hidden_rows) {
+    Batch& b = batch_;
+    b = Batch{};
+    b.query_start_loc.push_back(0);
+    int32_t num_decode = 0, max_query = 0, max_seq = 0;
+    for (const Chunk& c : chunks) {
+      std::vector<int32_t>& blocks = blocks_[std::size_t(c.seq)];
+      const int32_t len = int32_t(c.token_ids.size()), seq_len = c.first + len;
+      if (len == 1 && c.first > 0) ++num_decode;
+      while (int32_t(blocks.size()) * block_size_ < seq_len) {
+        expect(!free_blocks_.empty(), "the block pool is exhausted");
+        blocks.push_back(free_blocks_.back());
+        free_blocks_.pop_back();
+      }
+      for (int32_t i = 0; i < len; ++i) {
+        const int32_t p = c.first + i;
+        b.token_ids.push_back(c.token_ids[std::size_t(i)]);
+        b.positions.push_back(p);
+        b.slot_mapping.push_back(int64_t(blocks[std::size_t(p / block_size_)]) * block_size_ + p % block_size_);
+      }
+      b.query_start_loc.push_back(int32_t(b.token_ids.size()));
+      b.seq_lens.push_back(seq_len);
+      std::vector<int32_t> table(std::size_t(kMaxBlocksPerSeq), -1);
+      std::copy(blocks.begin(), blocks.end(), table.begin());
+      b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
+      max_query = std::max(max_query, len);
+      max_seq = std::max(max_seq, seq_len);
+    }
+    b.logits_rows = std::move(logits_rows);
+    b.hidden_rows = std::move(hidden_rows);
+    pllm_batch& v = b.view;
+    v = pllm_batch{};
+    v.struct_size = sizeof v;
+    v.num_seqs = int32_t(b.seq_lens.size());
+    v.num_tokens = int32_t(b.token_ids.size());
+    v.num_decode_seqs = num_decode;
+    v.max_query_len = max_query;
+    v.max_seq_len = max_seq;
+    v.block_size = block_size_;
+    v.max_blocks_per_seq = kMaxBlocksPerSeq;
+    v.token_ids = b.token_ids.data();
+    v.positions = b.positions.data();
+    v.slot_mapping = b.slot_mapping.data();
+    v.query_start_loc = b.query_start_loc.data();
+    v.seq_lens = b.seq_lens.data();
+    v.block_tables = b.block_tables.data();
+    v.num_logits = int32_t(b.logits_rows.size());
+    v.logits_indices = b.logits_rows.data();
+    v.num_hidden = int32_t(b.hidden_rows.size());
+    v.hidden_indices = b.hidden_rows.data();
+    attention_.plan(v);
+    return b;
+  }
+
+  // A target step: the post-norm hidden states of `hidden_rows`.
+  std::vector<std::vector<float>> target_step(const std::vector<Chunk>& chunks, std::vector<int32_t> hidden_rows) {
+    const Batch& b = plan(chunks, {}, std::move(hidden_rows));
+    const pllm_forward_output out = target_.forward(b.view, attention_.ref());
+    return llama_test::rows_of(out.hidden);
+  }
+
+  // A draft step: row t's feature is features[t] ([num_tokens][hidden]), or,
+  // when `features` is empty, the draft's own chain. Logits of `logits_rows`.
+  std::vector<std::vector<float>> draft_step(const std::vector<Chunk>& chunks,
+                                             const std::vector<std::vector<float>>& features,
+                                             std::vector<int32_t> logits_rows) {
+    const Batch& b = plan(chunks, std::move(logits_rows), {});
+    std::vector<float> flat;
+    for (const auto& row : features) flat.insert(flat.end(), row.begin(), row.end());
+    const pllm_tensor f = features.empty()
+                              ? pllm_tensor{}
+                              : f32_tensor(flat.data(), {int64_t(features.size()), int64_t(info_.hidden_size)});
+    const pllm_tensor logits = draft_.draft(b.view, f, attention_.ref());
+    expect(logits.ndim == 2 && logits.shape[0] == int64_t(b.logits_rows.size()) && logits.shape[1] == info_.vocab_size,
+           "draft logits have the wrong shape");
+    return llama_test::rows_of(logits);
+  }
+
+ private:
+  static constexpr int32_t kMaxBlocksPerSeq = 24;
+
+  // NaN K/V into every slot of every layer (target and draft), through the
+  // backend's write path: one single-token sequence per slot.
+  void poison(int32_t num_blocks) {
+    const int32_t slots = num_blocks * block_size_;
+    Batch b;
+    b.query_start_loc.push_back(0);
+    for (int32_t slot = 0; slot < slots; ++slot) {
+      b.token_ids.push_back(0);
+      b.positions.push_back(0);
+      b.slot_mapping.push_back(slot);
+      b.query_start_loc.push_back(slot + 1);
+      b.seq_lens.push_back(1);
+      std::vector<int32_t> table(std::size_t(kMaxBlocksPerSeq), -1);
+      table[0] = slot / block_size_;
+      b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
+    }
+    pllm_batch v{};
+    v.struct_size = sizeof v;
+    v.num_seqs = slots;
+    v.num_tokens = slots;
+    v.max_query_len = 1;
+    v.max_seq_len = 1;
+    v.block_size = block_size_;
+    v.max_blocks_per_seq = kMaxBlocksPerSeq;
+    v.token_ids = b.token_ids.data();
+    v.positions = b.positions.data();
+    v.slot_mapping = b.slot_mapping.data();
+    v.query_start_loc = b.query_start_loc.data();
+    v.seq_lens = b.seq_lens.data();
+    v.block_tables = b.block_tables.data();
+    const int64_t heads = info_.num_heads, kv_heads = info_.num_kv_heads, d = info_.head_dim;
+    std::vector<float> q(std::size_t(slots * heads * d), 0.0f), out(q.size());
+    std::vector<float> kv(std::size_t(slots * kv_heads * d), std::numeric_limits<float>::quiet_NaN());
+    pllm_attention_layer_args args{};
+    args.struct_size = sizeof args;
+    args.query = f32_tensor(q.data(), {slots, heads, d});
+    args.key = f32_tensor(kv.data(), {slots, kv_heads, d});
+    args.value = args.key;
+    args.output = f32_tensor(out.data(), {slots, heads, d});
+    args.scale = 1.0f;
+    attention_.plan(v);
+    for (int32_t layer = 0; layer < num_layers_; ++layer) attention_.run(layer, args);
+  }
+
+  Model target_;
+  Attention attention_;
+  Speculator draft_;
+  pllm_model_info info_{};
+  int32_t num_layers_ = 0;
+  int32_t block_size_;
+  std::mt19937 rng_;
+  std::vector<int32_t> free_blocks_;
+  std::vector<std::vector<int32_t>> blocks_;
+  Batch batch_;
+};
+
+}  // namespace eagle_test
