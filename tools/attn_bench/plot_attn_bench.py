@@ -40,7 +40,7 @@ def main(argv):
         series[(case["workload"], variant)].append(case)
     variants = sorted({v for (_, v) in series})
 
-    fig, axes = plt.subplots(2, len(workloads), figsize=(5.5 * len(workloads), 8), squeeze=False)
+    fig, axes = plt.subplots(2, len(workloads), figsize=(max(7.0, 5.5 * len(workloads)), 9), squeeze=False)
     markers = {"a": "o--", "b": "s-"}
     for col, workload in enumerate(workloads):
         ax_time, ax_bw = axes[0][col], axes[1][col]
@@ -66,7 +66,7 @@ def main(argv):
         ax_time.set_ylabel("time per run() call, median (ms)")
         ax_bw.set_ylabel("effective KV bandwidth (GB/s)")
         ax_time.legend(fontsize=7)
-    fig.suptitle(f"pagedllm-attn-bench — {label['a']}  vs  {label['b']}\n"
+    fig.suptitle(f"pagedllm-attn-bench\n{label['a']}\nvs {label['b']}\n"
                  f"(o-- = a, s- = b; {results['reps']} timed calls per point, "
                  f"{results['hardware_threads']} hardware threads)", fontsize=10)
     fig.tight_layout()
