@@ -1,0 +1,385 @@
+// pagedllm-attn-bench: the attention A/B harness. Loads two attention plugins,
+// runs identical randomized paged batches through both (the cache filled
+// through each backend's own write path), and reports per case the max
+// abs/rel difference of their outputs, the median time per run() call and
+// the effective KV bandwidth. docs/attention-ab.md.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "core/plugin/plugin_registry.h"
+#include "tools/attn_bench/ab_backend.h"
+#include "tools/attn_bench/bench_cases.h"
+#include "tools/attn_bench/output_diff.h"
+#include "tools/attn_bench/paged_case.h"
+
+namespace {
+
+using namespace pagedllm::attn_bench;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// FNV-1a of the case name mixed with the seed: a case gets the same inputs
+// whatever else runs with it.
+uint64_t case_seed(uint64_t seed, const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ull ^ (seed * 0x9e3779b97f4a7c15ull);
+  for (unsigned char ch : name) h = (h ^ ch) * 0x100000001b3ull;
+  return h;
+}
+
+// MemAvailable from /proc/meminfo in bytes, 0 when unknown.
+uint64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+struct SideTiming {
+  std::vector<double> run_s, plan_s;
+  double run_median() const { return median(run_s); }
+  double plan_median() const { return median(plan_s); }
+  double run_min() const { return run_s.empty() ? 0 : *std::min_element(run_s.begin(), run_s.end()); }
+};
+
+struct CaseResult {
+  CaseSpec spec;
+  int32_t num_seqs = 0, num_decode_seqs = 0, num_tokens = 0;
+  int64_t cached_tokens = 0;
+  uint64_t kv_bytes = 0, cache_bytes_a = 0, cache_bytes_b = 0;
+  OutputDiff step_diff, fill_diff;
+  double tolerance = 0;
+  SideTiming a, b;
+  // Where step_diff.worst is: token row, its sequence, head, dim.
+  int64_t worst_token = -1, worst_seq = -1, worst_head = -1, worst_dim = -1;
+  bool pass() const { return step_diff.max_abs <= tolerance && fill_diff.max_abs <= tolerance; }
+};
+
+pllm_attention_layer_args layer_args(StepInputs& in, TypedBuffer& output, const CaseSpec& c, float scale) {
+  const int64_t tokens = in.batch.num_tokens();
+  pllm_attention_layer_args args{};
+  args.struct_size = sizeof args;
+  args.query = in.query.tensor3(tokens, c.num_heads(), c.head_dim);
+  args.key = in.key.tensor3(tokens, c.num_kv_heads, c.head_dim);
+  args.value = in.value.tensor3(tokens, c.num_kv_heads, c.head_dim);
+  args.output = output.tensor3(tokens, c.num_heads(), c.head_dim);
+  args.scale = scale;
+  args.stream = nullptr;
+  return args;
+}
+
+// Plans and runs `in` on both backends and folds the outputs into `diff`.
+// Outputs start as NaN, so an element a backend leaves unwritten shows up.
+void run_compared(AbBackend& a, AbBackend& b, StepInputs& in, const PagedCase& pc, OutputDiff& diff) {
+  const CaseSpec& c = pc.spec();
+  const pllm_batch batch = in.batch.view();
+  const std::size_t count = in.query.size();
+  std::vector<float> outputs[2];
+  AbBackend* sides[2] = {&a, &b};
+  for (int s = 0; s < 2; ++s) {
+    TypedBuffer out(c.dtype, count);
+    out.fill(std::numeric_limits<float>::quiet_NaN());
+    sides[s]->plan(batch, c);
+    sides[s]->run(layer_args(in, out, c, pc.scale()), c);
+    outputs[s] = out.to_f32();
+  }
+  diff.add(outputs[0], outputs[1]);
+}
+
+std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); }
+
+// Refuses a case whose KV caches, inputs and outputs would not fit in the
+// host memory available now, before anything is generated.
+void check_memory(const CaseSpec& c, AbBackend& a, AbBackend& b) {
+  const pllm_kv_cache_spec spec = PagedCase::cache_spec(c);
+  const auto blocks = uint64_t(PagedCase::max_device_blocks(c));
+  const uint64_t cache_a = a.bytes_per_block(spec, c) * blocks, cache_b = b.bytes_per_block(spec, c) * blocks;
+  const uint64_t host = PagedCase::max_host_bytes(c);
+  const uint64_t need = cache_a + cache_b + host;
+  const uint64_t avail = available_memory();
+  if (avail > 0 && double(need) > 0.9 * double(avail)) {
+    throw BenchError(fmt::format(
+        "case {}: needs about {} of host memory (KV caches: a {}, b {}; inputs and outputs {}) but only {} is "
+        "available (MemAvailable); lower --context, --batch or --kv-heads",
+        c.name(), gib(double(need)), gib(double(cache_a)), gib(double(cache_b)), gib(double(host)),
+        gib(double(avail))));
+  }
+}
+
+CaseResult run_case(const BenchOptions& o, const CaseSpec& c, std::size_t index, std::size_t total, AbBackend& a,
+                    AbBackend& b) {
+  const std::string tag = fmt::format("[{}/{}] {}", index + 1, total, c.name());
+  CaseResult r;
+  r.spec = c;
+  r.tolerance = o.tolerance.value_or(default_tolerance(c.dtype));
+
+  a.create();
+  b.create();
+  check_memory(c, a, b);
+  PagedCase pc(c, case_seed(o.seed, c.name()));
+  r.num_seqs = pc.step().batch.num_seqs();
+  r.num_decode_seqs = pc.step().batch.num_decode_seqs;
+  r.num_tokens = pc.step().batch.num_tokens();
+  r.cached_tokens = pc.cached_tokens();
+  r.kv_bytes = pc.kv_bytes_read();
+  const pllm_kv_cache_spec spec = pc.cache_spec();
+  r.cache_bytes_a = a.bytes_per_block(spec, c) * uint64_t(pc.num_device_blocks());
+  r.cache_bytes_b = b.bytes_per_block(spec, c) * uint64_t(pc.num_device_blocks());
+  a.allocate_cache(spec, pc.num_device_blocks(), c);
+  b.allocate_cache(spec, pc.num_device_blocks(), c);
+
+  // Fill both caches through run(), comparing the fill outputs too.
+  const auto started = Clock::now();
+  auto last_report = started;
+  for (int32_t i = 0; i < pc.num_fill_steps(); ++i) {
+    StepInputs in = pc.fill_step(i);
+    run_compared(a, b, in, pc, r.fill_diff);
+    if (seconds_since(last_report) > 2.0) {
+      std::fprintf(stderr, "%s: filling the KV caches, batch %d/%d (%.0f s)\n", tag.c_str(), i + 1,
+                   pc.num_fill_steps(), seconds_since(started));
+      last_report = Clock::now();
+    }
+  }
+
+  // The step: one compared call each, then warm-up, then timed calls
+  // alternating which side goes first, so drift hits both alike.
+  StepInputs& step = pc.step();
+  run_compared(a, b, step, pc, r.step_diff);
+  if (r.step_diff.worst >= 0) {
+    const int64_t row = int64_t(c.num_heads()) * c.head_dim;
+    r.worst_token = r.step_diff.worst / row;
+    r.worst_head = (r.step_diff.worst / c.head_dim) % c.num_heads();
+    r.worst_dim = r.step_diff.worst % c.head_dim;
+    const auto& qsl = step.batch.query_start_loc;
+    r.worst_seq = int64_t(std::upper_bound(qsl.begin(), qsl.end(), int32_t(r.worst_token)) - qsl.begin()) - 1;
+  }
+  const pllm_batch batch = step.batch.view();
+  TypedBuffer out_a(c.dtype, step.query.size()), out_b(c.dtype, step.query.size());
+  const pllm_attention_layer_args args_a = layer_args(step, out_a, c, pc.scale());
+  const pllm_attention_layer_args args_b = layer_args(step, out_b, c, pc.scale());
+  struct Side {
+    AbBackend* backend;
+    const pllm_attention_layer_args* args;
+    SideTiming* timing;
+  };
+  Side sides[2] = {{&a, &args_a, &r.a}, {&b, &args_b, &r.b}};
+  for (int32_t w = 0; w < o.warmup; ++w) {
+    for (Side& s : sides) {
+      s.backend->plan(batch, c);
+      s.backend->run(*s.args, c);
+    }
+  }
+  const int32_t reps = o.repetitions();
+  last_report = Clock::now();
+  for (int32_t rep = 0; rep < reps; ++rep) {
+    for (int k = 0; k < 2; ++k) {
+      Side& s = sides[(rep + k) % 2];
+      const auto t0 = Clock::now();
+      s.backend->plan(batch, c);
+      const auto t1 = Clock::now();
+      s.backend->run(*s.args, c);
+      const auto t2 = Clock::now();
+      s.timing->plan_s.push_back(std::chrono::duration<double>(t1 - t0).count());
+      s.timing->run_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+    }
+    if (seconds_since(last_report) > 2.0) {
+      std::fprintf(stderr, "%s: timing, repetition %d/%d\n", tag.c_str(), rep + 1, reps);
+      last_report = Clock::now();
+    }
+  }
+  a.destroy();
+  b.destroy();
+  return r;
+}
+
+double bandwidth_gbs(uint64_t bytes, double seconds) { return seconds > 0 ? double(bytes) / seconds / 1e9 : 0; }
+
+void print_case(const CaseResult& r, std::size_t index, std::size_t total) {
+  const double ta = r.a.run_median(), tb = r.b.run_median();
+  fmt::print("[{:>2}/{}] {:<40} {:>4} seqs {:>5} tok  KV {:>8.1f} MiB | a {:>9.3f} ms {:>7.2f} GB/s | b {:>9.3f} ms "
+             "{:>7.2f} GB/s | b speed-up {:>6.2f}x | max abs {:.2e} rel {:.2e} | {}\n",
+             index + 1, total, r.spec.name(), r.num_seqs, r.num_tokens, double(r.kv_bytes) / (1024.0 * 1024.0),
+             ta * 1e3, bandwidth_gbs(r.kv_bytes, ta), tb * 1e3, bandwidth_gbs(r.kv_bytes, tb),
+             tb > 0 ? ta / tb : 0.0, std::max(r.step_diff.max_abs, r.fill_diff.max_abs), r.step_diff.max_rel,
+             r.pass() ? "ok" : "FAIL");
+  std::fflush(stdout);
+}
+
+std::string failure_detail(const CaseResult& r) {
+  if (r.step_diff.max_abs > r.tolerance) {
+    return fmt::format("FAIL {}: max abs diff {:.3e} > tolerance {:.1e} at token {} (sequence {}{}), head {}, dim {}: "
+                       "a = {:.6g}, b = {:.6g}",
+                       r.spec.name(), r.step_diff.max_abs, r.tolerance, r.worst_token, r.worst_seq,
+                       r.worst_seq < r.num_decode_seqs ? ", decode" : ", prefill chunk", r.worst_head, r.worst_dim,
+                       r.step_diff.worst_a, r.step_diff.worst_b);
+  }
+  return fmt::format("FAIL {}: the cache fill's outputs differ: max abs diff {:.3e} > tolerance {:.1e} "
+                     "(a = {:.6g}, b = {:.6g}); the write path or short contexts disagree",
+                     r.spec.name(), r.fill_diff.max_abs, r.tolerance, r.fill_diff.worst_a, r.fill_diff.worst_b);
+}
+
+json side_json(const AbBackend& side) {
+  return json{{"plugin", side.spec().plugin},
+              {"options", json::parse(side.spec().options_json)},
+              {"name", side.library().name()},
+              {"version", side.library().version()},
+              {"file", side.library().file().string()}};
+}
+
+json timing_json(const SideTiming& t, uint64_t kv_bytes) {
+  return json{{"time_ms_median", t.run_median() * 1e3},
+              {"time_ms_min", t.run_min() * 1e3},
+              {"plan_ms_median", t.plan_median() * 1e3},
+              {"kv_bandwidth_gbs", bandwidth_gbs(kv_bytes, t.run_median())},
+              {"times_ms", [&] {
+                 std::vector<double> ms;
+                 for (double s : t.run_s) ms.push_back(s * 1e3);
+                 return ms;
+               }()}};
+}
+
+json case_json(const CaseResult& r) {
+  const CaseSpec& c = r.spec;
+  auto finite = [](double x) { return std::isfinite(x) ? json(x) : json("inf"); };
+  json j{{"name", c.name()},
+         {"workload", workload_name(c.workload)},
+         {"context", c.context},
+         {"gqa", c.gqa},
+         {"num_heads", c.num_heads()},
+         {"num_kv_heads", c.num_kv_heads},
+         {"head_dim", c.head_dim},
+         {"block_size", c.block_size},
+         {"dtype", dtype_name(c.dtype)},
+         {"num_seqs", r.num_seqs},
+         {"num_decode_seqs", r.num_decode_seqs},
+         {"num_tokens", r.num_tokens},
+         {"cached_tokens", r.cached_tokens},
+         {"kv_bytes", r.kv_bytes},
+         {"cache_bytes", {{"a", r.cache_bytes_a}, {"b", r.cache_bytes_b}}},
+         {"max_abs_diff", finite(r.step_diff.max_abs)},
+         {"max_rel_diff", finite(r.step_diff.max_rel)},
+         {"fill_max_abs_diff", finite(r.fill_diff.max_abs)},
+         {"tolerance", r.tolerance},
+         {"pass", r.pass()},
+         {"a", timing_json(r.a, r.kv_bytes)},
+         {"b", timing_json(r.b, r.kv_bytes)},
+         {"speedup_b_over_a", r.b.run_median() > 0 ? r.a.run_median() / r.b.run_median() : 0.0}};
+  if (r.worst_token >= 0) {
+    j["worst"] = {{"token", r.worst_token}, {"seq", r.worst_seq}, {"head", r.worst_head}, {"dim", r.worst_dim},
+                  {"a", r.step_diff.worst_a}, {"b", r.step_diff.worst_b}};
+  }
+  return j;
+}
+
+int run(const BenchOptions& o) {
+  std::vector<std::filesystem::path> dirs = o.plugin_dirs;
+  if (dirs.empty()) {
+    for (auto& p : pagedllm::PluginRegistry::environment_search_paths()) dirs.push_back(std::move(p));
+    for (auto& p : pagedllm::PluginRegistry::default_search_paths()) dirs.push_back(std::move(p));
+  }
+  pagedllm::PluginRegistry registry(dirs);
+  AbBackend a("a", o.a, registry);
+  AbBackend b("b", o.b, registry);
+  const std::vector<CaseSpec> cases = o.cases();
+
+  for (const AbBackend* side : {&a, &b}) {
+    fmt::print("{}: {} {} ({})\n", side->label(), side->library().name(), side->library().version(),
+               side->library().file().string());
+  }
+  fmt::print("suite {}: {} cases, {} warm-up + {} timed run() calls per backend, seed {}, {} hardware threads; "
+             "times are medians per run() call (one layer), KV bandwidth = KV bytes read / time\n",
+             o.suite, cases.size(), o.warmup, o.repetitions(), o.seed, std::thread::hardware_concurrency());
+  std::fflush(stdout);
+
+  // Before any work: every case must fit in memory and use what both plugins support.
+  a.create();
+  b.create();
+  for (const CaseSpec& c : cases) check_memory(c, a, b);
+
+  std::vector<CaseResult> results;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    results.push_back(run_case(o, cases[i], i, cases.size(), a, b));
+    print_case(results.back(), i, cases.size());
+  }
+
+  int failed = 0;
+  for (const CaseResult& r : results) {
+    if (!r.pass()) {
+      ++failed;
+      fmt::print("{}\n", failure_detail(r));
+    }
+  }
+  fmt::print("{} cases: {} within tolerance, {} FAIL\n", results.size(), int(results.size()) - failed, failed);
+
+  if (!o.json_path.empty()) {
+    json j{{"tool", "pagedllm-attn-bench"},
+           {"a", side_json(a)},
+           {"b", side_json(b)},
+           {"suite", o.suite},
+           {"seed", o.seed},
+           {"warmup", o.warmup},
+           {"reps", o.repetitions()},
+           {"hardware_threads", std::thread::hardware_concurrency()},
+           {"passed", int(results.size()) - failed},
+           {"failed", failed},
+           {"cases", json::array()}};
+    for (const CaseResult& r : results) j["cases"].push_back(case_json(r));
+    std::ofstream out(o.json_path);
+    out << j.dump(2) << "\n";
+    if (!out) throw BenchError(fmt::format("--json {}: cannot write the file", o.json_path));
+  }
+  return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const BenchOptions o = parse_args(std::vector<std::string>(argv + 1, argv + argc));
+    if (o.help) {
+      std::fputs(usage().c_str(), stdout);
+      return 0;
+    }
+    return run(o);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "pagedllm-attn-bench: %s\n", e.what());
+    return 2;
+  } catch (const BenchError& e) {
+    std::fprintf(stderr, "pagedllm-attn-bench: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "pagedllm-attn-bench: out of host memory; lower --context, --batch or --kv-heads\n");
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pagedllm-attn-bench: %s\n", e.what());
+    return 2;
+  }
+}
