@@ -37,6 +37,13 @@ typedef struct pllm_attention_layer_args {
   void* stream;       /* the device stream to run on (cudaStream_t); NULL on the CPU */
 } pllm_attention_layer_args;
 
+/* Memory of the backend's device, as memory_info() reports it. */
+typedef struct pllm_device_memory {
+  uint32_t struct_size;
+  uint64_t free_bytes;  /* free on the device now, whoever allocated the rest */
+  uint64_t total_bytes; /* the device's capacity */
+} pllm_device_memory;
+
 typedef struct pllm_attention_api {
   uint32_t struct_size;
   pllm_status (*create)(const pllm_attention_create_args* args, pllm_attention_backend** out,
@@ -62,6 +69,20 @@ typedef struct pllm_attention_api {
                          int64_t count, pllm_error* error);
   pllm_status (*copy_blocks)(pllm_attention_backend* self, const pllm_block_copy* pairs,
                              int64_t count, pllm_error* error);
+
+  /* ---- SDK 1.1 ---- */
+
+  /* Free and total memory of the backend's device, for sizing the KV pool from
+   * cache.gpu_memory_utilization. Optional: NULL for a backend without a fixed
+   * device memory (the CPU), which core sizes from cache.kv_cache_bytes.
+   *
+   * A backend that provides it accepts allocate_cache() twice: core first
+   * allocates a small cache, runs one profiling step of the largest size the
+   * scheduler can plan (all of max_num_batched_tokens, logits for max_num_seqs
+   * rows), reads memory_info() again, then calls allocate_cache() with the final
+   * block counts; the second call frees the first cache before allocating. */
+  pllm_status (*memory_info)(pllm_attention_backend* self, pllm_device_memory* out,
+                             pllm_error* error);
 } pllm_attention_api;
 
 #ifdef __cplusplus

@@ -51,7 +51,11 @@ typedef struct pllm_attention_ref {
 } pllm_attention_ref;
 
 /* Filled by forward(). The tensors point at memory the model owns, valid until
- * its next forward() or destroy(). */
+ * its next forward() or destroy(). They are in host memory whatever the model's
+ * device (core samples and speculates on the host): a model on a GPU copies
+ * them back at the end of forward(), the one host synchronisation of its step.
+ * A model on a GPU keeps the workspace of its largest step allocated, so that
+ * core's profiling step (see pllm_attention_api.memory_info) measures it. */
 typedef struct pllm_forward_output {
   uint32_t struct_size;
   pllm_tensor logits; /* [batch->num_logits, vocab_size], f32 */

@@ -18,6 +18,7 @@
 //                     void swap_out(std::span<const pllm_block_copy>);
 //                     void swap_in(std::span<const pllm_block_copy>);
 //                     void copy_blocks(std::span<const pllm_block_copy>);
+//                     pllm_device_memory memory_info();                  (optional, SDK 1.1)
 //   ModelPlugin:      pllm_model_info info();
 //                     void forward(const pllm_batch&, pllm_attention_ref, pllm_forward_output&);
 //                     pllm_tensor get_tensor(const char* name);          (optional)
@@ -128,8 +129,19 @@ struct KindApi<T, PLLM_PLUGIN_KIND_ATTENTION> {
         [](H* s, const pllm_block_copy* p, int64_t n, pllm_error* e) noexcept {
           return guard(e, [&] { self_of<T>(s).copy_blocks(pairs_of(p, n)); });
         },
+        memory_info_slot(),
     };
     return &api;
+  }
+  using MemoryInfo = pllm_status (*)(H*, pllm_device_memory*, pllm_error*);
+  static constexpr MemoryInfo memory_info_slot() {
+    if constexpr (requires(T& t) { t.memory_info(); }) {
+      return [](H* s, pllm_device_memory* out, pllm_error* e) noexcept {
+        return guard(e, [&] { copy_info_out(self_of<T>(s).memory_info(), out); });
+      };
+    } else {
+      return nullptr;
+    }
   }
 };
 
