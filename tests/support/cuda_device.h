@@ -1,0 +1,35 @@
+#pragma once
+// GPU tests skip cleanly on machines without a CUDA device (CI, dev machines):
+// a case starts with PAGEDLLM_REQUIRE_CUDA_DEVICE(), which WARNs the marker
+// "SKIPPED: no CUDA device (<CUDA's reason>)" and returns. Register such tests
+// with pagedllm_add_test(... SKIP_REGULAR_EXPRESSION "SKIPPED: no CUDA device")
+// so ctest reports them as skipped, not passed.
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+namespace pagedllm::testing {
+
+// Empty when a device is usable; otherwise why not ("no driver", "no device").
+inline std::string cuda_device_unavailable_reason() {
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cudaGetErrorString(status);
+  }
+  if (count == 0) return "cudaGetDeviceCount() found none";
+  return {};
+}
+
+}  // namespace pagedllm::testing
+
+#define PAGEDLLM_REQUIRE_CUDA_DEVICE()                                              \
+  do {                                                                              \
+    const std::string pagedllm_no_cuda_ = ::pagedllm::testing::cuda_device_unavailable_reason(); \
+    if (!pagedllm_no_cuda_.empty()) {                                               \
+      WARN("SKIPPED: no CUDA device (" << pagedllm_no_cuda_ << ")");                \
+      return;                                                                       \
+    }                                                                               \
+  } while (0)
