@@ -1,6 +1,7 @@
 #include "core/engine/speculative_decoder.h"
 
 #include <algorithm>
+#include <initializer_list>
 
 #include <fmt/format.h>
 
@@ -10,15 +11,18 @@
 namespace pagedllm {
 namespace {
 
-pllm_tensor f32_matrix(float* data, std::int64_t rows, std::int64_t cols) {
+// A contiguous f32 CPU tensor of `shape` over `data`.
+pllm_tensor f32_tensor(const float* data, std::initializer_list<std::int64_t> shape) {
   pllm_tensor t{};
-  t.data = data;
+  t.data = const_cast<float*>(data);
   t.dtype = PLLM_DTYPE_F32;
-  t.ndim = 2;
-  t.shape[0] = rows;
-  t.shape[1] = cols;
-  t.strides[0] = cols;
-  t.strides[1] = 1;
+  t.ndim = static_cast<std::int32_t>(shape.size());
+  std::int64_t stride = 1;
+  for (auto d = static_cast<std::ptrdiff_t>(shape.size()) - 1; d >= 0; --d) {
+    t.shape[d] = shape.begin()[d];
+    t.strides[d] = stride;
+    stride *= t.shape[d];
+  }
   t.device = {PLLM_DEVICE_CPU, 0};
   return t;
 }
@@ -62,16 +66,76 @@ SpeculativeDecoder::SpeculativeDecoder(const SpeculativeConfig& config, Speculat
   }
 }
 
+pllm_sample_row SpeculativeDecoder::sample_row(const pllm_sampling_params* params,
+                                               std::span<const std::int32_t> prompt,
+                                               std::span<const std::int32_t> history) {
+  pllm_sample_row row{};
+  row.struct_size = sizeof(pllm_sample_row);
+  row.params = params;
+  row.prompt_token_ids = prompt.data();
+  row.num_prompt_tokens = static_cast<std::int32_t>(prompt.size());
+  row.output_token_ids = history.data();
+  row.num_output_tokens = static_cast<std::int32_t>(history.size());
+  row.random_offset = history.size();
+  return row;
+}
+
+pllm_tensor SpeculativeDecoder::gather_rows(const pllm_tensor& logits, std::span<const std::int64_t> rows) {
+  const auto count = static_cast<std::int64_t>(rows.size());
+  bool consecutive = true;
+  for (std::size_t i = 1; consecutive && i < rows.size(); ++i) {
+    consecutive = rows[i] == rows[0] + static_cast<std::int64_t>(i);
+  }
+  if (consecutive) {
+    pllm_tensor view = logits;
+    if (count > 0) view.data = static_cast<float*>(logits.data) + rows[0] * logits.strides[0];
+    view.shape[0] = count;
+    return view;
+  }
+  const auto vocab = static_cast<std::size_t>(vocab_size_);
+  gathered_.resize(rows.size() * vocab);
+  for (std::size_t i = 0; i < rows.size(); ++i) copy_row(logits, rows[i], &gathered_[i * vocab]);
+  return f32_tensor(gathered_.data(), {count, vocab_size_});
+}
+
+std::vector<std::int32_t> SpeculativeDecoder::sample_tokens(const pllm_tensor& logits,
+                                                            std::span<const pllm_sample_row> rows,
+                                                            const char* what) {
+  std::vector<std::int32_t> tokens(rows.size());
+  if (rows.empty()) return tokens;
+  pllm_sample_batch batch{sizeof(pllm_sample_batch), static_cast<std::int32_t>(rows.size()), sizeof(pllm_sample_row),
+                          rows.data(), logits};
+  pllm_sample_output out{sizeof(pllm_sample_output), tokens.data(), nullptr, 0, nullptr, nullptr};
+  pllm_error error{};
+  check_plugin_call(sampler_.api().sample(sampler_.get(), &batch, &out, &error), error, sampler_.library(), what);
+  for (const std::int32_t token : tokens) {
+    if (token < 0 || token >= vocab_size_) {
+      throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': {} returned token {} outside the vocabulary",
+                                                             sampler_.library().name(), what, token));
+    }
+  }
+  return tokens;
+}
+
+void SpeculativeDecoder::row_probabilities(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
+                                           float* out_probs, const char* what) {
+  if (rows.empty()) return;
+  const auto n = static_cast<std::int32_t>(rows.size());
+  pllm_sample_batch batch{sizeof(pllm_sample_batch), n, sizeof(pllm_sample_row), rows.data(), logits};
+  pllm_tensor out = f32_tensor(out_probs, {n, vocab_size_});
+  pllm_error error{};
+  check_plugin_call(sampler_.api().probabilities(sampler_.get(), &batch, &out, &error), error, sampler_.library(),
+                    what);
+}
+
 std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<const VerifyRequest> requests,
                                                                   const pllm_tensor& target_logits) {
-  const int k = num_speculative_tokens_;
   const auto vocab = static_cast<std::size_t>(vocab_size_);
   const std::size_t n = requests.size();
-  // p: every request's m + 1 target rows after its own sampling processing.
-  // Row i of a request sees the drafts before it as output history (penalties).
+  // Row i of a request (target row first_logits_row + i) sees its output and
+  // the drafts before it as history (penalties), at random offset outputs + i.
   std::vector<std::vector<std::int32_t>> histories(n);
-  std::vector<pllm_sample_row> rows;
-  std::vector<std::int64_t> logits_rows;
+  std::vector<std::size_t> greedy, sampled;
   for (std::size_t s = 0; s < n; ++s) {
     const VerifyRequest& r = requests[s];
     const auto found = stored_.find(r.sequence);
@@ -80,97 +144,91 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
                    "sequence {}: the drafts to verify are not the ones proposed", r.sequence);
     histories[s].assign(r.outputs.begin(), r.outputs.end());
     histories[s].insert(histories[s].end(), r.drafts.begin(), r.drafts.end());
+    (is_greedy(*r.params) ? greedy : sampled).push_back(s);
   }
-  for (std::size_t s = 0; s < n; ++s) {
-    const VerifyRequest& r = requests[s];
-    for (std::size_t i = 0; i <= r.drafts.size(); ++i) {
-      pllm_sample_row row{};
-      row.struct_size = sizeof(pllm_sample_row);
-      row.params = r.params;
-      row.prompt_token_ids = r.prompt.data();
-      row.num_prompt_tokens = static_cast<std::int32_t>(r.prompt.size());
-      row.output_token_ids = histories[s].data();
-      row.num_output_tokens = static_cast<std::int32_t>(r.outputs.size() + i);
-      row.random_offset = r.outputs.size() + i;
-      rows.push_back(row);
-      logits_rows.push_back(r.first_logits_row + static_cast<std::int64_t>(i));
-    }
-  }
-  gathered_.resize(rows.size() * vocab);
-  for (std::size_t i = 0; i < rows.size(); ++i) copy_row(target_logits, logits_rows[i], &gathered_[i * vocab]);
-  std::vector<float> row_probs(rows.size() * vocab);
-  {
-    pllm_sample_batch batch{sizeof(pllm_sample_batch), static_cast<std::int32_t>(rows.size()),
-                            sizeof(pllm_sample_row), rows.data(),
-                            f32_matrix(gathered_.data(), static_cast<std::int64_t>(rows.size()), vocab_size_)};
-    pllm_tensor out = f32_matrix(row_probs.data(), static_cast<std::int64_t>(rows.size()), vocab_size_);
-    pllm_error error{};
-    check_plugin_call(sampler_.api().probabilities(sampler_.get(), &batch, &out, &error), error,
-                      sampler_.library(), "probabilities");
-  }
-
-  // Padded to K drafts per request, as the verify table lays them out.
-  const std::size_t stride_q = static_cast<std::size_t>(k) * vocab;
-  const std::size_t stride_p = static_cast<std::size_t>(k + 1) * vocab;
-  probs_.assign(n * stride_q, 0.0f);
-  std::vector<float> target_probs(n * stride_p, 0.0f);
-  std::vector<std::int32_t> num_drafts(n), drafts(n * static_cast<std::size_t>(k), 0);
-  std::vector<std::uint8_t> greedy(n);
-  std::vector<std::uint64_t> seeds(n), offsets(n);
-  std::size_t p_row = 0;
-  for (std::size_t s = 0; s < n; ++s) {
-    const VerifyRequest& r = requests[s];
-    const StoredDrafts& stored = stored_.at(r.sequence);
-    const std::size_t m = r.drafts.size();
-    num_drafts[s] = static_cast<std::int32_t>(m);
-    std::copy(r.drafts.begin(), r.drafts.end(), drafts.begin() + static_cast<std::ptrdiff_t>(s * k));
-    std::copy_n(stored.probs.begin(), m * vocab, probs_.begin() + static_cast<std::ptrdiff_t>(s * stride_q));
-    std::copy_n(row_probs.begin() + static_cast<std::ptrdiff_t>(p_row * vocab), (m + 1) * vocab,
-                target_probs.begin() + static_cast<std::ptrdiff_t>(s * stride_p));
-    p_row += m + 1;
-    greedy[s] = is_greedy(*r.params) ? 1 : 0;
-    seeds[s] = r.params->seed;
-    offsets[s] = r.outputs.size();
-  }
-  pllm_tensor q{}, p{};
-  q = f32_matrix(probs_.data(), static_cast<std::int64_t>(n), 0);
-  q.ndim = 3;
-  q.shape[1] = k;
-  q.shape[2] = vocab_size_;
-  q.strides[0] = static_cast<std::int64_t>(stride_q);
-  q.strides[1] = vocab_size_;
-  q.strides[2] = 1;
-  p = q;
-  p.data = target_probs.data();
-  p.shape[1] = k + 1;
-  p.strides[0] = static_cast<std::int64_t>(stride_p);
-  std::vector<std::int32_t> out_tokens(n * static_cast<std::size_t>(k + 1)), out_counts(n);
-  pllm_verify_args args{sizeof(pllm_verify_args), static_cast<std::int32_t>(n), k, num_drafts.data(),
-                        drafts.data(), q, p, greedy.data(), seeds.data(), offsets.data()};
-  pllm_verify_output out{sizeof(pllm_verify_output), out_tokens.data(), out_counts.data()};
-  pllm_error error{};
-  check_plugin_call(speculator_.api().verify(speculator_.get(), &args, &out, &error), error,
-                    speculator_.library(), "verify");
-
-  std::vector<std::vector<std::int32_t>> accepted(n);
-  for (std::size_t s = 0; s < n; ++s) {
-    const int count = out_counts[s];
-    if (count < 1 || count > num_drafts[s] + 1) {
-      throw PluginCallError(PLLM_ERROR_INTERNAL,
-                            fmt::format("plugin '{}': verify returned {} tokens for {} drafts",
-                                        speculator_.library().name(), count, num_drafts[s]));
-    }
-    const auto* first = out_tokens.data() + s * static_cast<std::size_t>(k + 1);
-    for (int i = 0; i < count; ++i) {
-      if (first[i] < 0 || first[i] >= vocab_size_) {
-        throw PluginCallError(PLLM_ERROR_INTERNAL,
-                              fmt::format("plugin '{}': verify returned token {} outside the vocabulary",
-                                          speculator_.library().name(), first[i]));
+  // The m + 1 sampler rows of each of `group`, and their target logits rows.
+  const auto target_rows = [&](std::span<const std::size_t> group, std::vector<pllm_sample_row>& rows,
+                               std::vector<std::int64_t>& logits_rows) {
+    for (const std::size_t s : group) {
+      const VerifyRequest& r = requests[s];
+      for (std::size_t i = 0; i <= r.drafts.size(); ++i) {
+        const std::span<const std::int32_t> history(histories[s].data(), r.outputs.size() + i);
+        rows.push_back(sample_row(r.params, r.prompt, history));
+        logits_rows.push_back(r.first_logits_row + static_cast<std::int64_t>(i));
       }
     }
-    accepted[s].assign(first, first + count);
-    stored_.erase(requests[s].sequence);
+  };
+  std::vector<std::vector<std::int32_t>> accepted(n);
+
+  // Greedy: p_i is one-hot at the argmax of row i's processed logits, so
+  // rejection sampling reduces to exact match: d_i is accepted while it equals
+  // the sampler's greedy token of row i, and the first unmatched row's token
+  // (or row m + 1's, the bonus) follows. The sampler's greedy sample() is that
+  // argmax, so no vocabulary-wide p is formed and the speculator is not called.
+  if (!greedy.empty()) {
+    std::vector<pllm_sample_row> rows;
+    std::vector<std::int64_t> logits_rows;
+    target_rows(greedy, rows, logits_rows);
+    const std::vector<std::int32_t> target =
+        sample_tokens(gather_rows(target_logits, logits_rows), rows, "sample (verify)");
+    std::size_t row = 0;
+    for (const std::size_t s : greedy) {
+      const std::span<const std::int32_t> drafts = requests[s].drafts;
+      std::size_t i = 0;
+      while (i < drafts.size() && drafts[i] == target[row + i]) ++i;
+      accepted[s].assign(drafts.begin(), drafts.begin() + static_cast<std::ptrdiff_t>(i));
+      accepted[s].push_back(target[row + i]);
+      row += drafts.size() + 1;
+    }
   }
+
+  // Sampled: p from the sampler's probabilities() ([m + 1, V] per request,
+  // one call for all), then the speculator's rejection sampler, one call per
+  // request reading its p and its stored q where they lie.
+  if (!sampled.empty()) {
+    std::vector<pllm_sample_row> rows;
+    std::vector<std::int64_t> logits_rows;
+    target_rows(sampled, rows, logits_rows);
+    probs_.resize(rows.size() * vocab);
+    row_probabilities(gather_rows(target_logits, logits_rows), rows, probs_.data(), "probabilities");
+    std::size_t p_row = 0;
+    for (const std::size_t s : sampled) {
+      const VerifyRequest& r = requests[s];
+      const StoredDrafts& stored = stored_.at(r.sequence);
+      const auto m = static_cast<std::int64_t>(r.drafts.size());
+      // [1, m, V] and [1, m + 1, V]: pllm_verify_args' layout for one sequence.
+      const pllm_tensor q = f32_tensor(stored.probs.data(), {1, m, vocab_size_});
+      const pllm_tensor p = f32_tensor(probs_.data() + p_row * vocab, {1, m + 1, vocab_size_});
+      p_row += r.drafts.size() + 1;
+      const std::int32_t num_drafts = static_cast<std::int32_t>(m);
+      const std::uint8_t greedy_row = 0;
+      const std::uint64_t seed = r.params->seed;
+      const std::uint64_t offset = r.outputs.size();
+      std::vector<std::int32_t> out_tokens(r.drafts.size() + 1);
+      std::int32_t count = 0;
+      pllm_verify_args args{sizeof(pllm_verify_args), 1, num_drafts, &num_drafts, r.drafts.data(), q, p,
+                            &greedy_row, &seed, &offset};
+      pllm_verify_output out{sizeof(pllm_verify_output), out_tokens.data(), &count};
+      pllm_error error{};
+      check_plugin_call(speculator_.api().verify(speculator_.get(), &args, &out, &error), error,
+                        speculator_.library(), "verify");
+      if (count < 1 || count > num_drafts + 1) {
+        throw PluginCallError(PLLM_ERROR_INTERNAL,
+                              fmt::format("plugin '{}': verify returned {} tokens for {} drafts",
+                                          speculator_.library().name(), count, num_drafts));
+      }
+      for (int i = 0; i < count; ++i) {
+        if (out_tokens[static_cast<std::size_t>(i)] < 0 || out_tokens[static_cast<std::size_t>(i)] >= vocab_size_) {
+          throw PluginCallError(PLLM_ERROR_INTERNAL,
+                                fmt::format("plugin '{}': verify returned token {} outside the vocabulary",
+                                            speculator_.library().name(), out_tokens[static_cast<std::size_t>(i)]));
+        }
+      }
+      out_tokens.resize(static_cast<std::size_t>(count));
+      accepted[s] = std::move(out_tokens);
+    }
+  }
+  for (const VerifyRequest& r : requests) stored_.erase(r.sequence);
   return accepted;
 }
 
@@ -239,8 +297,8 @@ pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const 
     for (std::size_t t = 0; t < feature_source.size(); ++t) {
       copy_row(features, feature_rows[feature_source[t]], &features_[t * hidden]);
     }
-    batch_features = f32_matrix(features_.data(), static_cast<std::int64_t>(feature_source.size()),
-                                features.shape[1]);
+    batch_features =
+        f32_tensor(features_.data(), {static_cast<std::int64_t>(feature_source.size()), features.shape[1]});
   } else {
     for (const std::size_t source : feature_source) reordered_feature_rows.push_back(feature_rows[source]);
   }
@@ -280,25 +338,22 @@ pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const 
 void SpeculativeDecoder::sample_drafts(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
                                        std::span<float* const> probs_out, std::span<std::int32_t> tokens_out) {
   const auto vocab = static_cast<std::size_t>(vocab_size_);
-  const auto n = static_cast<std::int64_t>(rows.size());
   // The draft's logits rows are the sample rows, in order: the sampler reads them in place.
-  std::vector<float> probs(rows.size() * vocab);
-  pllm_sample_batch batch{sizeof(pllm_sample_batch), static_cast<std::int32_t>(n), sizeof(pllm_sample_row),
-                          rows.data(), logits};
-  pllm_tensor probs_tensor = f32_matrix(probs.data(), n, vocab_size_);
-  pllm_error error{};
-  check_plugin_call(sampler_.api().probabilities(sampler_.get(), &batch, &probs_tensor, &error), error,
-                    sampler_.library(), "probabilities (draft)");
-  std::vector<float> logprobs(rows.size());
-  pllm_sample_output out{sizeof(pllm_sample_output), tokens_out.data(), logprobs.data(), 0, nullptr, nullptr};
-  check_plugin_call(sampler_.api().sample(sampler_.get(), &batch, &out, &error), error, sampler_.library(),
-                    "sample (draft)");
+  const std::vector<std::int32_t> tokens = sample_tokens(logits, rows, "sample (draft)");
+  std::copy(tokens.begin(), tokens.end(), tokens_out.begin());
+  std::vector<pllm_sample_row> sampled_rows;
+  std::vector<std::int64_t> sampled_logits_rows;
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (tokens_out[i] < 0 || tokens_out[i] >= vocab_size_) {
-      throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': draft token {} outside the vocabulary",
-                                                             sampler_.library().name(), tokens_out[i]));
-    }
-    std::copy_n(probs.begin() + static_cast<std::ptrdiff_t>(i * vocab), vocab, probs_out[i]);
+    if (probs_out[i] == nullptr) continue;
+    sampled_rows.push_back(rows[i]);
+    sampled_logits_rows.push_back(static_cast<std::int64_t>(i));
+  }
+  if (sampled_rows.empty()) return;
+  probs_.resize(sampled_rows.size() * vocab);
+  row_probabilities(gather_rows(logits, sampled_logits_rows), sampled_rows, probs_.data(), "probabilities (draft)");
+  for (std::size_t j = 0; j < sampled_rows.size(); ++j) {
+    std::copy_n(probs_.begin() + static_cast<std::ptrdiff_t>(j * vocab), vocab,
+                probs_out[static_cast<std::size_t>(sampled_logits_rows[j])]);
   }
 }
 
@@ -336,7 +391,8 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
     StoredDrafts& stored = stored_[r.sequence];
     stored.request = r.request;
     stored.tokens.clear();
-    stored.probs.assign(static_cast<std::size_t>(r.num_drafts) * vocab, 0.0f);
+    // Greedy drafts need no q: verify() matches them against the target's argmax.
+    stored.probs.assign(is_greedy(*r.params) ? 0 : static_cast<std::size_t>(r.num_drafts) * vocab, 0.0f);
   }
 
   // Chain: round i samples draft i of every request still drafting, then runs
@@ -353,16 +409,9 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
     std::vector<float*> probs_out;
     for (const std::size_t d : active) {
       const DraftRequest& r = requests[drafting[d]];
-      pllm_sample_row row{};
-      row.struct_size = sizeof(pllm_sample_row);
-      row.params = &params[d];
-      row.prompt_token_ids = r.prompt.data();
-      row.num_prompt_tokens = static_cast<std::int32_t>(r.prompt.size());
-      row.output_token_ids = histories[d].data();
-      row.num_output_tokens = static_cast<std::int32_t>(histories[d].size());
-      row.random_offset = histories[d].size();
-      sample_rows.push_back(row);
-      probs_out.push_back(stored_[r.sequence].probs.data() + static_cast<std::size_t>(round) * vocab);
+      sample_rows.push_back(sample_row(&params[d], r.prompt, histories[d]));
+      std::vector<float>& q = stored_[r.sequence].probs;
+      probs_out.push_back(q.empty() ? nullptr : q.data() + static_cast<std::size_t>(round) * vocab);
     }
     std::vector<std::int32_t> tokens(active.size());
     sample_drafts(logits, sample_rows, probs_out, tokens);

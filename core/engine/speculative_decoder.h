@@ -10,6 +10,8 @@
 //                    states of every row
 //   verify()         p_1..p_{m+1} (after the request's penalties / temperature /
 //                    top-k / top-p) against the stored q_1..q_m: tokens d_1..d_a, y
+//                    (greedy requests: d_i against the sampler's greedy token of
+//                    row i, exact match; no p, and no q stored for them)
 //   scheduler update the sequence now has KV for x, d_1..d_a; y is its last token
 //   propose()        the draft's own KV for those positions (input at position j:
 //                    the feature of j and the token at j + 1), then K drafts by
@@ -67,8 +69,12 @@ class SpeculativeDecoder {
   int num_draft_layers() const { return info_.num_draft_layers; }
   const SpeculatorInstance& speculator() const { return speculator_; }
 
-  // Rejection-samples each request's drafts; returns the accepted drafts plus
-  // one more token per request, in order. Consumes the stored q of each.
+  // Verifies each request's drafts; returns the accepted drafts plus one more
+  // token per request, in order. Greedy requests: exact match against the
+  // sampler's greedy tokens of the target rows (p is one-hot at that argmax, so
+  // this is what rejection sampling does, without forming p or q). Sampled
+  // requests: p from the sampler's probabilities(), the speculator's
+  // rejection sampler against the stored q. Consumes the stored drafts.
   std::vector<std::vector<std::int32_t>> verify(std::span<const VerifyRequest> requests,
                                                 const pllm_tensor& target_logits);
   // Runs the draft over every request's new positions and drafts num_drafts
@@ -83,7 +89,7 @@ class SpeculativeDecoder {
   struct StoredDrafts {
     RequestId request = -1;
     std::vector<std::int32_t> tokens;
-    std::vector<float> probs;  // [tokens.size(), vocab]: q of each draft
+    std::vector<float> probs;  // [tokens.size(), vocab]: q of each draft; empty for greedy requests
   };
   // One row of a draft batch the decoder plans.
   struct DraftRow {
@@ -99,9 +105,25 @@ class SpeculativeDecoder {
   // rows that want them, in row order.
   pllm_tensor run_draft(std::span<const DraftRow> rows, const pllm_tensor& features,
                         const std::int32_t* feature_rows);
-  // q of each logits row (sampler.probabilities) and a draft token drawn from it.
+  // A draft token per logits row (the sampler's sample()), and for the rows
+  // with a probs_out (sampled requests; greedy ones pass nullptr) their q
+  // (the sampler's probabilities()).
   void sample_drafts(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
                      std::span<float* const> probs_out, std::span<std::int32_t> tokens_out);
+  // A sampler row of `params` whose output history is `history`, sampled at
+  // random offset history.size() (the index of the token it yields).
+  static pllm_sample_row sample_row(const pllm_sampling_params* params, std::span<const std::int32_t> prompt,
+                                    std::span<const std::int32_t> history);
+  // Rows `rows` of a 2-D logits tensor as one [rows, vocab] tensor: a view
+  // when they are consecutive, else a copy in gathered_.
+  pllm_tensor gather_rows(const pllm_tensor& logits, std::span<const std::int64_t> rows);
+  // The sampler's tokens for `rows` (logits row i is sample row i), checked
+  // against the vocabulary.
+  std::vector<std::int32_t> sample_tokens(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
+                                          const char* what);
+  // The sampler's probabilities() of `rows` into out_probs [rows, vocab].
+  void row_probabilities(const pllm_tensor& logits, std::span<const pllm_sample_row> rows, float* out_probs,
+                         const char* what);
 
   SpeculatorInstance speculator_;
   pllm_speculator_info info_{};

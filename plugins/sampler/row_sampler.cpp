@@ -31,6 +31,18 @@ double log_sum_exp(const float* raw, int64_t vocab) {
   return double(m) + std::log(sum);
 }
 
+// log_sum_exp(raw) is finite exactly when no logit is NaN or +inf and one is
+// above -inf; this checks that in one pass without the exponentials.
+bool has_finite_log_sum_exp(const float* raw, int64_t vocab) {
+  float m = -std::numeric_limits<float>::infinity();
+  bool nan = false;
+  for (int64_t i = 0; i < vocab; ++i) {
+    nan |= raw[i] != raw[i];
+    m = std::max(m, raw[i]);
+  }
+  return !nan && std::isfinite(m);
+}
+
 }  // namespace
 
 void RowSampler::validate(const pllm_sample_row& row, int64_t vocab, int32_t index) {
@@ -154,8 +166,11 @@ void RowSampler::filter(const pllm_sampling_params& p, int64_t vocab) {
 void RowSampler::sample(const pllm_sample_row& row, const float* raw, int64_t vocab, int32_t* token, float* logprob,
                         int32_t top_capacity, int32_t* top_ids, float* top_logprobs) {
   const pllm_sampling_params& p = *row.params;
-  const double lse = log_sum_exp(raw, vocab);
-  if (!std::isfinite(lse)) {
+  // The raw log-softmax is only for reported log-probabilities; a caller that
+  // asks for none (a speculator's draft and verify rows) skips its exponentials.
+  const bool reports_logprobs = logprob != nullptr || top_capacity > 0;
+  const double lse = reports_logprobs ? log_sum_exp(raw, vocab) : 0.0;
+  if (reports_logprobs ? !std::isfinite(lse) : !has_finite_log_sum_exp(raw, vocab)) {
     throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "sampler: logits contain NaN or +inf, or are all -inf");
   }
   penalize(row, raw, vocab);

@@ -1,14 +1,14 @@
 // spec_eagle: EAGLE-1 speculative decoding on the CPU. This file is the SDK
 // glue: options, create, info, draft and verify; the draft model is
-// eagle_head.h, the rejection sampler rejection_sampler.h.
+// eagle_head.h, the rejection sampler plugins/common/rejection_sampler.h.
 
 #include <memory>
 #include <string>
 
 #include "pagedllm/sdk.hpp"
+#include "plugins/common/rejection_sampler.h"
 #include "plugins/common/thread_pool.h"
 #include "plugins/spec_eagle/eagle_head.h"
-#include "plugins/spec_eagle/rejection_sampler.h"
 
 namespace pagedllm::spec_eagle {
 namespace {
@@ -55,7 +55,7 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
 
   void draft(const pllm_draft_args& args, pllm_draft_output& out) { head_->draft(args, out); }
 
-  void verify(const pllm_verify_args& args, pllm_verify_output& out) { verify_drafts(args, out); }
+  void verify(const pllm_verify_args& args, pllm_verify_output& out) { plugins::verify_drafts(args, out); }
 
  private:
   std::unique_ptr<EagleHead> head_;

@@ -575,6 +575,43 @@ TEST_CASE("speculative decoding: a perfect draft is always accepted; an opted-ou
   CHECK(m.spec_decode_draft_tokens == 4 + 4 + 4 + 4);
 }
 
+TEST_CASE("speculative greedy and sampled requests in one batch: greedy follows the rule, seeded ones reproduce",
+          "[engine][speculative]") {
+  // Greedy rows are verified by exact match in core and sampled ones by the
+  // speculator's rejection sampler; one step holds both, their logits rows interleaved.
+  EngineFixture f({}, -1, speculative_yaml(3));
+  f.engine().start();
+  const auto seeded = [&](const std::string& prompt, std::uint64_t seed) {
+    GenerateRequest r = f.request(prompt, 25);
+    r.sampling.temperature = 0.8f;
+    r.sampling.top_p = 0.9f;
+    r.sampling.seed = seed;
+    return r;
+  };
+  const Collected alone = f.run(seeded("sampled among greedy", 77));
+  std::vector<std::unique_ptr<Collector>> collectors;
+  std::vector<std::vector<std::int32_t>> expected;
+  for (int i = 0; i < 6; ++i) {
+    GenerateRequest r = i % 2 == 0 ? f.request(fmt::format("greedy {}", i), 22 + i)
+                                   : seeded(i == 3 ? "sampled among greedy" : fmt::format("other {}", i),
+                                            i == 3 ? 77 : static_cast<std::uint64_t>(i));
+    expected.push_back(i % 2 == 0 ? rule_continuation(r.prompt_token_ids, 22 + i, f.vocab())
+                                  : std::vector<std::int32_t>{});
+    collectors.push_back(std::make_unique<Collector>());
+    f.engine().submit(std::move(r), collectors.back()->callback());
+  }
+  for (std::size_t i = 0; i < collectors.size(); ++i) {
+    const Collected out = collectors[i]->wait();
+    CAPTURE(i);
+    REQUIRE_FALSE(out.error);
+    if (i % 2 == 0) CHECK(out.sequences[0].tokens == expected[i]);
+    if (i == 3) CHECK(out.sequences[0].tokens == alone.sequences[0].tokens);
+    if (i % 2 == 1) CHECK(out.sequences[0].tokens.size() == 25);
+  }
+  CHECK(f.engine().metrics().spec_decode_num_drafts > 0);
+  require_drained(f.engine());
+}
+
 TEST_CASE("speculative sampling reproduces with a seed whatever shares the batch; n > 1 and logprobs still work",
           "[engine][speculative]") {
   EngineFixture f({}, -1, speculative_yaml(3));

@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
-# Speculative decoding benchmark on the CPU: the embedded model served with its
-# EAGLE-1 head (configs/eagle.yaml) and without (configs/serve.yaml), the same
-# pagedllm-bench workload against each, at concurrency 1 and under load, in one
-# run (this machine is noisy: compare ratios, not absolute numbers).
-# Usage: tools/bench/spec_bench.sh [OUT_DIR] (default build/spec-bench)
+# Speculative decoding benchmark on the CPU: the embedded model with its EAGLE-1
+# head (configs/eagle.yaml) and without (configs/serve.yaml), in one run:
+#   1. batch 1 through the one-shot CLI: 'def fibonacci(n):', 256 greedy tokens;
+#   2. the same pagedllm-bench workload against a server of each, at
+#      concurrency 1 and 8 (64 prompt + 128 greedy output tokens).
+# This machine is noisy, so every configuration runs REPEATS times (default 3;
+# the CLI, which is quick, 3 x REPEATS), plain and EAGLE interleaved (the order
+# alternates between repeats), and the report takes medians: compare ratios,
+# not absolute numbers.
+# Usage: [REPEATS=N] [BIN=dir] tools/bench/spec_bench.sh [OUT_DIR] (default build/spec-bench)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+bin=${BIN:-build/bin}  # where pagedllm-host and pagedllm-bench are
 out=${1:-build/spec-bench}
+repeats=${REPEATS:-3}
 mkdir -p "$out"
+rm -f "$out"/cli-*.txt "$out"/plain-c*-r*.* "$out"/eagle-c*-r*.*
+
+order() {  # order REPEAT: the two configurations, their order alternating
+  if ((${1} % 2 == 0)); then echo "eagle plain"; else echo "plain eagle"; fi
+}
+config_of() { if [[ $1 == eagle ]]; then echo configs/eagle.yaml; else echo configs/serve.yaml; fi; }
 
 serve() {  # serve NAME CONFIG: starts a host on a free port, sets $url and $pid
-  build/bin/pagedllm-host --config "$2" --set server.port=0 --set logging.level=warn >"$out/$1.log" 2>&1 &
+  "$bin/pagedllm-host" --config "$2" --set server.port=0 --set logging.level=warn >"$out/$1.log" 2>&1 &
   pid=$!
   url=
   for _ in $(seq 600); do
@@ -21,17 +34,25 @@ serve() {  # serve NAME CONFIG: starts a host on a free port, sets $url and $pid
   echo "spec_bench: $2 did not start:" >&2; cat "$out/$1.log" >&2; exit 1
 }
 
+for repeat in $(seq $((3 * repeats))); do
+  for name in $(order "$repeat"); do
+    "$bin/pagedllm-host" --config "$(config_of "$name")" --set logging.level=warn --prompt 'def fibonacci(n):' \
+      --max-tokens 256 --temperature 0 >"$out/cli-$name-r$repeat.out" 2>"$out/cli-$name-r$repeat.txt"
+    echo "== CLI $name, repeat $repeat: $(grep -o 'then [0-9.]* tok/s' "$out/cli-$name-r$repeat.txt")"
+  done
+done
+
 for concurrency in 1 8; do
   requests=$((concurrency == 1 ? 8 : 48))
-  for name in plain eagle; do
-    config=configs/serve.yaml
-    [[ $name == eagle ]] && config=configs/eagle.yaml
-    serve "$name" "$config"
-    echo "== $name, concurrency $concurrency ($requests requests, 64 prompt + 128 output tokens, greedy)"
-    build/bin/pagedllm-bench --url "$url" --num-requests "$requests" --input-len 64 --output-len 128 \
-      --concurrency "$concurrency" --seed 1 --json "$out/$name-c$concurrency.json" | tail -n +1
-    curl -s "$url/metrics" | grep '^pagedllm:spec_decode' >"$out/$name-c$concurrency.metrics" || true
-    kill -TERM "$pid"; wait "$pid" || true
+  for repeat in $(seq "$repeats"); do
+    for name in $(order "$repeat"); do
+      serve "$name" "$(config_of "$name")"
+      echo "== $name, concurrency $concurrency, repeat $repeat ($requests requests, 64 prompt + 128 output tokens, greedy)"
+      "$bin/pagedllm-bench" --url "$url" --num-requests "$requests" --input-len 64 --output-len 128 \
+        --concurrency "$concurrency" --seed 1 --json "$out/$name-c$concurrency-r$repeat.json" | tail -n +1
+      curl -s "$url/metrics" | grep '^pagedllm:spec_decode' >"$out/$name-c$concurrency-r$repeat.metrics" || true
+      kill -TERM "$pid"; wait "$pid" || true
+    done
   done
 done
 /usr/bin/python3 tools/bench/spec_bench_report.py "$out"

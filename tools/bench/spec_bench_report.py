@@ -1,16 +1,25 @@
 #!/usr/bin/python3
-"""Summarises tools/bench/spec_bench.sh: per concurrency, output tokens/s, time per
+"""Summarises tools/bench/spec_bench.sh. The CLI runs (batch 1): median decode
+tokens/s with and without EAGLE, the inter-token latency that is (1 / rate), whether
+every run printed the same text, and the acceptance the EAGLE runs report. The
+servers, per concurrency: output tokens/s, time per
 output token (TPOT: (E2E - TTFT) / (output tokens - 1), mean over requests) and
 the gap between streamed chunks (ITL), with speculation (eagle) and without
-(plain), the ratios, and the acceptance from the eagle server's /metrics."""
+(plain), each the median over the run's repeats, the ratios of the medians, and
+the acceptance from the eagle servers' /metrics summed over the repeats: mean
+acceptance length (1 + accepted / verifications), draft acceptance rate
+(accepted / proposed) and, per draft position i, the share of verifications
+that accepted the draft at i."""
+import glob
 import json
 import os
 import re
+import statistics
 import sys
 
 
-def load(out, name, c):
-    with open(os.path.join(out, f"{name}-c{c}.json")) as f:
+def load(path):
+    with open(path) as f:
         d = json.load(f)
     s = d["summary"]
     reqs = [r for r in d["requests"] if r.get("error") in (None, "")]
@@ -23,34 +32,67 @@ def load(out, name, c):
     return s["output_throughput"], tpot, s["itl_s"]["mean"]
 
 
+def medians(out, name, c):
+    runs = [load(p) for p in sorted(glob.glob(os.path.join(out, f"{name}-c{c}-r*.json")))]
+    if not runs:
+        sys.exit(f"spec_bench_report: no {name}-c{c}-r*.json in {out}")
+    return tuple(statistics.median(run[i] for run in runs) for i in range(3)), len(runs)
+
+
 def acceptance(out, c):
-    path = os.path.join(out, f"eagle-c{c}.metrics")
-    values = {}
-    for line in open(path):
-        m = re.match(r"(pagedllm:spec_decode_\w+)(\{[^}]*\})? (\S+)", line)
-        if m:
-            key = m.group(1) + re.sub(r',?model_name="[^"]*"', "", m.group(2) or "").replace("{}", "")
-            values[key] = float(m.group(3))
-    drafts = values.get("pagedllm:spec_decode_num_drafts_total", 0)
-    accepted = values.get("pagedllm:spec_decode_num_accepted_tokens_total", 0)
-    proposed = values.get("pagedllm:spec_decode_num_draft_tokens_total", 0)
-    return (1 + accepted / drafts if drafts else float("nan"), accepted / proposed if proposed else float("nan"))
+    totals, per_position = {}, {}
+    for path in glob.glob(os.path.join(out, f"eagle-c{c}-r*.metrics")):
+        for line in open(path):
+            m = re.match(r"(pagedllm:spec_decode_\w+)(\{[^}]*\})? (\S+)", line)
+            if not m:
+                continue
+            position = re.search(r'position="(\d+)"', m.group(2) or "")
+            if position:
+                i = int(position.group(1))
+                per_position[i] = per_position.get(i, 0.0) + float(m.group(3))
+            else:
+                totals[m.group(1)] = totals.get(m.group(1), 0.0) + float(m.group(3))
+    drafts = totals.get("pagedllm:spec_decode_num_drafts_total", 0)
+    accepted = totals.get("pagedllm:spec_decode_num_accepted_tokens_total", 0)
+    proposed = totals.get("pagedllm:spec_decode_num_draft_tokens_total", 0)
+    nan = float("nan")
+    return (1 + accepted / drafts if drafts else nan, accepted / proposed if proposed else nan,
+            [per_position[i] / drafts if drafts else nan for i in sorted(per_position)])
+
+
+def cli(out):
+    rates, texts, accept = {"plain": [], "eagle": []}, set(), ""
+    for name in rates:
+        for path in sorted(glob.glob(os.path.join(out, f"cli-{name}-r*.txt"))):
+            log = open(path).read()
+            rates[name].append(float(re.search(r"then ([0-9.]+) tok/s", log).group(1)))
+            texts.add(open(path[:-4] + ".out").read())
+            found = re.search(r"mean acceptance length ([0-9.]+).*by draft position: (.*)", log)
+            if found:
+                accept = f"mean acceptance length {found.group(1)}, by draft position {found.group(2).strip()}"
+    if not rates["plain"] or not rates["eagle"]:
+        return
+    plain, eagle = statistics.median(rates["plain"]), statistics.median(rates["eagle"])
+    print(f"CLI, batch 1, {len(rates['plain'])} runs each: median decode {plain:.0f} tok/s plain, {eagle:.0f} with "
+          f"EAGLE ({eagle / plain:.2f}x); inter-token latency {1e3 / plain:.2f} ms vs {1e3 / eagle:.2f} ms; "
+          f"{'identical text' if len(texts) == 1 else 'TEXTS DIFFER'}; {accept}")
+    print(f"  runs plain: {' '.join(f'{r:.0f}' for r in rates['plain'])}; "
+          f"with EAGLE: {' '.join(f'{r:.0f}' for r in rates['eagle'])}\n")
 
 
 def main():
     out = sys.argv[1]
-    rows = []
+    cli(out)
+    print("| concurrency | repeats | output tok/s plain | with EAGLE | ratio | TPOT ms plain | with EAGLE | ratio "
+          "| chunk gap ms plain | with EAGLE | mean acceptance length | draft acceptance rate | by position |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c in (1, 8):
-        p = load(out, "plain", c)
-        e = load(out, "eagle", c)
-        mal, rate = acceptance(out, c)
-        rows.append((c, p, e, mal, rate))
-    print("| concurrency | output tok/s plain | with EAGLE | ratio | TPOT ms plain | with EAGLE | ratio "
-          "| chunk gap ms plain | with EAGLE | mean acceptance length | draft acceptance rate |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for c, p, e, mal, rate in rows:
-        print(f"| {c} | {p[0]:.0f} | {e[0]:.0f} | {e[0] / p[0]:.2f}x | {p[1] * 1e3:.2f} | {e[1] * 1e3:.2f} | "
-              f"{e[1] / p[1]:.2f}x | {p[2] * 1e3:.2f} | {e[2] * 1e3:.2f} | {mal:.2f} | {rate:.0%} |")
+        p, n = medians(out, "plain", c)
+        e, _ = medians(out, "eagle", c)
+        mal, rate, per_position = acceptance(out, c)
+        positions = " / ".join(f"{x:.2f}" for x in per_position)
+        print(f"| {c} | {n} | {p[0]:.0f} | {e[0]:.0f} | {e[0] / p[0]:.2f}x | {p[1] * 1e3:.2f} | {e[1] * 1e3:.2f} | "
+              f"{e[1] / p[1]:.2f}x | {p[2] * 1e3:.2f} | {e[2] * 1e3:.2f} | {mal:.2f} | {rate:.0%} | {positions} |")
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ class Sampler {
 
   // All rows share one vocabulary; logits are laid out with a padded row
   // stride (vocab + 3) so the plugin must honour strides[0].
-  Result sample(const std::vector<Row>& rows, int32_t max_top = 0) {
+  // with_logprobs false passes null logprobs (a speculator's draft and verify calls).
+  Result sample(const std::vector<Row>& rows, int32_t max_top = 0, bool with_logprobs = true) {
     Batch b(rows);
     Result r;
     r.tokens.assign(rows.size(), -7);
@@ -74,7 +75,7 @@ class Sampler {
     pllm_sample_output out{};
     out.struct_size = sizeof out;
     out.token_ids = r.tokens.data();
-    out.logprobs = r.logprobs.data();
+    out.logprobs = with_logprobs ? r.logprobs.data() : nullptr;
     out.max_top_logprobs = max_top;
     out.top_token_ids = r.top_ids.data();
     out.top_logprobs = r.top_logprobs.data();
@@ -414,6 +415,30 @@ TEST_CASE("logprobs are the raw log-softmax, top-N sorted with ties by id and pa
   CHECK(r.top_ids[6] == -1);
   CHECK(r.top_ids[7] == -1);
   CHECK(std::isinf(r.top_logprobs[7]));
+}
+
+TEST_CASE("without logprobs asked, tokens are the same and non-finite logits are still refused", "[sampler]") {
+  std::mt19937 rng(5);
+  std::vector<Row> rows;
+  for (int i = 0; i < 6; ++i) {
+    Row row{params(i % 2 == 0 ? 0.0f : 0.8f), random_logits(rng, 3000, 2.0f), {5, 6}, {7, 7}, uint64_t(i)};
+    row.params.seed = uint64_t(11 + i);
+    row.params.repetition_penalty = 1.3f;
+    rows.push_back(row);
+  }
+  Sampler sampler;
+  const Result with = sampler.sample(rows);
+  const Result without = sampler.sample(rows, 0, false);
+  CHECK(without.tokens == with.tokens);
+  for (const float bad : {NAN, INFINITY}) {
+    Row row{params(0.0f), std::vector<float>(10, 0.0f), {}, {}, 0};
+    row.logits[4] = bad;
+    CHECK_THROWS_WITH(sampler.sample({row}, 0, false), Contains("NaN"));
+  }
+  Row all_masked{params(0.0f), std::vector<float>(10, -INFINITY), {}, {}, 0};
+  CHECK_THROWS_WITH(sampler.sample({all_masked}, 0, false), Contains("all -inf"));
+  all_masked.logits[9] = -1e30f;
+  CHECK(sampler.sample({all_masked}, 0, false).tokens[0] == 9);
 }
 
 TEST_CASE("sampler rejects bad parameters, token ids and options", "[sampler]") {

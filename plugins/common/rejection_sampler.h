@@ -1,23 +1,46 @@
-#include "plugins/spec_eagle/rejection_sampler.h"
+#pragma once
+// Lossless verification of drafts (Leviathan et al. 2023; Chen et al. 2023),
+// as pllm_verify_args specifies: for row s with drafts d_1..d_n,
+//   accept d_i when u_i * q_i(d_i) < p_i(d_i)   (probability min(1, p_i/q_i));
+//   at the first rejection emit a token from normalize(max(0, p_i - q_i))
+//   (from p_i itself when that residual has no mass, i.e. p_i == q_i
+//   numerically) and stop; when all n are accepted emit a bonus from p_{n+1}.
+// Greedy rows accept while d_i == argmax p_i (ties: the lowest id) and then
+// emit the argmax of the first unmatched p_i, or of p_{n+1}.
+//
+// Stream convention: with seed = seeds[s] and o = random_offsets[s],
+//   accept test of d_{i+1} (i = 0..n-1):  uniform01(mix64(seed ^ kAcceptStream), o + i)
+//   the emitted token, after j accepted:  uniform01(mix64(seed ^ kEmitStream), o + j)
+// (counter_rng.h). Both streams are keyed by the output index, like the
+// sampler's own uniform01(seed, o), and are derived from the seed by a
+// bijective hash of a tagged seed, so they are independent of the sampler's
+// stream and of each other. Categorical draws are inverse CDFs over the ids in
+// increasing order, accumulated in double.
+//
+// Header-only: every speculator plugin that verifies (spec_eagle, the test
+// fixture) compiles its own copy, as plugins share no symbols at runtime.
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <string>
-#include <vector>
 
 #include "pagedllm/sdk.hpp"
 #include "plugins/common/counter_rng.h"
 
-namespace pagedllm::spec_eagle {
-namespace {
+namespace pagedllm::plugins {
 
-using plugins::mix64;
-using plugins::uniform01;
+inline constexpr std::uint64_t kAcceptStream = 0x5350454341434350ull;  // "SPECACCP"
+inline constexpr std::uint64_t kEmitStream = 0x53504543454d4954ull;    // "SPECEMIT"
 
-std::string str(int64_t v) { return std::to_string(v); }
+namespace rejection_detail {
 
-[[noreturn]] void invalid(const std::string& message) {
-  throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: verify: " + message);
+inline std::string str(int64_t v) { return std::to_string(v); }
+
+// The host names the plugin and the call ("plugin 'X': verify failed ...").
+[[noreturn]] inline void invalid(const std::string& message) {
+  throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, message);
 }
 
 // A [rows, k, vocab] f32 CPU tensor with contiguous vocab rows.
@@ -27,7 +50,7 @@ struct Probs {
   const float* row(int64_t s, int64_t i) const { return data + s * stride0 + i * stride1; }
 };
 
-Probs probs_of(const pllm_tensor& t, const char* name, int64_t rows, int64_t k, int64_t vocab) {
+inline Probs probs_of(const pllm_tensor& t, const char* name, int64_t rows, int64_t k, int64_t vocab) {
   const bool ok = t.dtype == PLLM_DTYPE_F32 && t.device.type == PLLM_DEVICE_CPU && t.ndim == 3 &&
                   t.shape[0] == rows && t.shape[1] == k && t.shape[2] == vocab && t.strides[2] == 1 &&
                   (t.data || rows * k * vocab == 0);
@@ -39,7 +62,7 @@ Probs probs_of(const pllm_tensor& t, const char* name, int64_t rows, int64_t k, 
   return {static_cast<const float*>(t.data), t.strides[0], t.strides[1]};
 }
 
-int32_t argmax(const float* p, int64_t vocab) {
+inline int32_t argmax(const float* p, int64_t vocab) {
   int64_t best = 0;
   for (int64_t i = 1; i < vocab; ++i) {
     if (p[i] > p[best]) best = i;  // strict: ties keep the lowest id
@@ -50,7 +73,7 @@ int32_t argmax(const float* p, int64_t vocab) {
 // Inverse CDF over ids in increasing order of the weights w(id) (not
 // necessarily normalised), accumulated in double; u in [0, 1).
 template <class Weight>
-int32_t sample_categorical(int64_t vocab, double u, Weight&& w, const char* what, int64_t s, int64_t i) {
+inline int32_t sample_categorical(int64_t vocab, double u, Weight&& w, const char* what, int64_t s, int64_t i) {
   double total = 0.0;
   for (int64_t id = 0; id < vocab; ++id) {
     const double x = w(id);
@@ -74,7 +97,7 @@ int32_t sample_categorical(int64_t vocab, double u, Weight&& w, const char* what
   return last_positive;  // rounding left target at the very top
 }
 
-double checked(float value, const char* what, int64_t s, int64_t i) {
+inline double checked(float value, const char* what, int64_t s, int64_t i) {
   if (!(value >= 0.0f) || !std::isfinite(value)) {
     invalid(std::string(what) + " of row " + str(s) + ", position " + str(i) + " is " + std::to_string(value) +
             " (probabilities must be finite and non-negative)");
@@ -82,9 +105,12 @@ double checked(float value, const char* what, int64_t s, int64_t i) {
   return double(value);
 }
 
-}  // namespace
+}  // namespace rejection_detail
 
-void verify_drafts(const pllm_verify_args& a, pllm_verify_output& out) {
+// Validates `args` (pllm::Error PLLM_ERROR_INVALID_ARGUMENT naming the field)
+// and writes every row's output tokens. On an error the outputs are undefined.
+inline void verify_drafts(const pllm_verify_args& a, pllm_verify_output& out) {
+  using namespace rejection_detail;
   if (a.struct_size < offsetof(pllm_verify_args, random_offsets) + sizeof(a.random_offsets)) {
     invalid("args struct_size " + str(a.struct_size) + " is too small");
   }
@@ -171,4 +197,4 @@ void verify_drafts(const pllm_verify_args& a, pllm_verify_output& out) {
   }
 }
 
-}  // namespace pagedllm::spec_eagle
+}  // namespace pagedllm::plugins
