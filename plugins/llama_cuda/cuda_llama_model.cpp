@@ -186,6 +186,8 @@ class CudaLlama final : public llama::LlamaForward {
   // The workspace of `size` laid out from `base`; `bytes` is what it spans.
   Workspace carve_workspace(std::byte* base, const StepSize& size, std::size_t& bytes) const;
   void reserve(const StepSize& size);
+  // forward() without the clean-up after a failure.
+  void run_step(const pllm_batch& batch, pllm_attention_ref attention, pllm_forward_output& out);
   // y[m, n] = x[m, k] w[n, k]^T: row-major activations times HF's
   // [out, in] weights, f32 accumulation, y in `y_dtype`.
   void linear(const void* x, int64_t m, int64_t k, const void* w, int64_t n, void* y, pllm_dtype y_dtype);
@@ -367,6 +369,18 @@ void CudaLlama::linear(const void* x, int64_t m, int64_t k, const void* w, int64
 }
 
 void CudaLlama::forward(const pllm_batch& b, pllm_attention_ref attention, pllm_forward_output& out) {
+  try {
+    run_step(b, attention, out);
+  } catch (...) {
+    // Work enqueued before the failure may still read the pinned inputs the
+    // next step overwrites: let it drain (a failed step only).
+    (void)cudaStreamSynchronize(stream_.get());
+    (void)cudaGetLastError();
+    throw;
+  }
+}
+
+void CudaLlama::run_step(const pllm_batch& b, pllm_attention_ref attention, pllm_forward_output& out) {
   llama::check_batch("models_llama", b, attention, config_.vocab_size);
   const bool has_hidden = llama::check_forward_output("models_llama", b, out);
   const LlamaConfig& c = config_;

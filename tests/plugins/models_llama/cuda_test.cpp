@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/plugins/models_llama/cuda_placement.h"
 #include "tests/plugins/models_llama/llama_harness.h"
 #include "tests/support/cuda_device.h"
 
@@ -55,57 +56,6 @@ const DtypeCase kDtypes[] = {
     {"bf16", PLLM_DTYPE_BF16, {0.5, 0.02}, {0.15, 0.02}},
     {"f16", PLLM_DTYPE_F16, {0.08, 0.005}, {0.025, 0.005}},
 };
-
-// Device memory for the tensors the runner hands the backend itself (the
-// NaN poison of the cache), freed with the object.
-class DeviceTensors {
- public:
-  DeviceTensors() = default;
-  DeviceTensors(const DeviceTensors&) = delete;
-  DeviceTensors& operator=(const DeviceTensors&) = delete;
-  ~DeviceTensors() {
-    for (void* p : allocations_) (void)cudaFree(p);
-  }
-
-  // [rows, heads, head_dim] of `dtype`, every element 0 or NaN.
-  pllm_tensor make(int64_t rows, int64_t heads, int64_t head_dim, pllm_dtype dtype, float fill) {
-    const int64_t count = rows * heads * head_dim, size = pllm_dtype_size(dtype);
-    REQUIRE((fill == 0.0f || std::isnan(fill)));
-    std::vector<unsigned char> host(std::size_t(count * size), 0);
-    if (std::isnan(fill)) {
-      // Quiet NaN of each dtype.
-      const uint32_t f32 = 0x7fc00000u;
-      const uint16_t f16 = 0x7e00u, bf16 = 0x7fc0u;
-      for (int64_t i = 0; i < count; ++i) {
-        unsigned char* dst = host.data() + i * size;
-        if (dtype == PLLM_DTYPE_F32) std::memcpy(dst, &f32, 4);
-        if (dtype == PLLM_DTYPE_F16) std::memcpy(dst, &f16, 2);
-        if (dtype == PLLM_DTYPE_BF16) std::memcpy(dst, &bf16, 2);
-      }
-    }
-    void* p = nullptr;
-    REQUIRE(cudaMalloc(&p, host.size()) == cudaSuccess);
-    allocations_.push_back(p);
-    REQUIRE(cudaMemcpy(p, host.data(), host.size(), cudaMemcpyHostToDevice) == cudaSuccess);
-    return pagedllm::llama::tensor_view(p, dtype, {PLLM_DEVICE_CUDA, 0}, {rows, heads, head_dim});
-  }
-
- private:
-  std::vector<void*> allocations_;
-};
-
-// models_llama and attention_cuda on cuda:0, the model in `dtype`.
-Placement cuda_placement(DeviceTensors& tensors, pllm_dtype dtype) {
-  Placement p;
-  p.device = {PLLM_DEVICE_CUDA, 0};
-  p.attention_plugin = "attention_cuda";
-  p.dtype = dtype;
-  p.device_tensor = [&tensors](int64_t rows, int64_t heads, int64_t head_dim, pllm_dtype t, float fill) {
-    return tensors.make(rows, heads, head_dim, t, fill);
-  };
-  p.synchronize = [] { REQUIRE(cudaDeviceSynchronize() == cudaSuccess); };
-  return p;
-}
 
 // Runs `steps` over `sequences` on CUDA in the case's dtype and compares every row with the oracle.
 void run_cuda_scenario(const std::filesystem::path& model, const DtypeCase& c,
@@ -173,7 +123,8 @@ TEST_CASE("models_llama on CUDA matches the oracle: prefill, chunked prefill, de
   for (const DtypeCase& c : kDtypes) {
     INFO("dtype " << c.stored);
     TempDir dir;
-    make_model(dir.path(), std::string("--dtype ") + c.stored);
+    // head_dim 32: attention_cuda's kernels are built for head_dim 32, 64 and 128.
+    make_model(dir.path(), std::string("--head-dim 32 --dtype ") + c.stored);
     {
       INFO("single prefill");
       run_cuda_scenario(dir.path(), c, {random_tokens(23, 1)}, {{{0, 23}}});
@@ -202,11 +153,11 @@ TEST_CASE("models_llama on CUDA matches the oracle: prefill, chunked prefill, de
 TEST_CASE("models_llama on CUDA: llama3 RoPE, tied embeddings, odd sizes, rows asked for", "[models_llama][cuda]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();
   if (!oracle_available()) return;
-  // hidden 40 and intermediate 100: rows that are not a multiple of the bf16
+  // hidden 36 and intermediate 100: rows that are not a multiple of the bf16
   // 16-byte vector (8 elements), so the scalar kernel variants run too.
   TempDir dir;
-  make_model(dir.path(), "--dtype bf16 --rope-scaling llama3 --tie-word-embeddings --hidden-size 40 "
-                         "--intermediate-size 100 --num-heads 4 --num-kv-heads 1 --head-dim 10 --num-layers 2");
+  make_model(dir.path(), "--dtype bf16 --rope-scaling llama3 --tie-word-embeddings --hidden-size 36 "
+                         "--intermediate-size 100 --num-heads 4 --num-kv-heads 1 --head-dim 32 --num-layers 2");
   const std::vector<std::vector<int32_t>> sequences = {random_tokens(99, 3), random_tokens(35, 4)};
   const OracleOutput oracle = oracle_logits(dir.path(), sequences);
   DeviceTensors tensors;
