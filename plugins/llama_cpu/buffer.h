@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pagedllm/sdk.h"
+#include "plugins/llama_common/tensor_view.h"
 
 namespace pagedllm::llama_cpu {
 
@@ -36,25 +37,12 @@ class Buffer {
 
 // A row-major f32 CPU tensor of `shape` over `data`.
 inline pllm_tensor host_tensor(float* data, const std::vector<int64_t>& shape) {
-  pllm_tensor t{};
-  t.data = data;
-  t.dtype = PLLM_DTYPE_F32;
-  t.device = {PLLM_DEVICE_CPU, 0};
-  t.ndim = static_cast<int32_t>(shape.size());
-  int64_t stride = 1;
-  for (int i = t.ndim - 1; i >= 0; --i) {
-    t.shape[i] = shape[std::size_t(i)];
-    t.strides[i] = stride;
-    stride *= shape[std::size_t(i)];
-  }
-  return t;
+  return llama::tensor_view(data, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, shape);
 }
 
-// A [tokens, heads, head_dim] view into rows `row_stride` floats apart.
+// A [tokens, heads, head_dim] f32 CPU view into rows `row_stride` floats apart.
 inline pllm_tensor heads_view(float* data, int64_t tokens, int64_t heads, int64_t head_dim, int64_t row_stride) {
-  pllm_tensor t = host_tensor(data, {tokens, heads, head_dim});
-  t.strides[0] = row_stride;
-  return t;
+  return llama::heads_view(data, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, tokens, heads, head_dim, row_stride);
 }
 
 }  // namespace pagedllm::llama_cpu

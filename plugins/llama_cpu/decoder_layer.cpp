@@ -8,18 +8,27 @@
 
 namespace pagedllm::llama_cpu {
 
+std::vector<float>& DecoderLayerWeights::matrix(llama::Matrix m) {
+  switch (m) {
+    case llama::Matrix::kInputNorm: return input_norm;
+    case llama::Matrix::kQkv: return qkv;
+    case llama::Matrix::kO: return o;
+    case llama::Matrix::kPostNorm: return post_norm;
+    case llama::Matrix::kGateUp: return gate_up;
+    case llama::Matrix::kDown: return down;
+    case llama::Matrix::kEmbed:
+    case llama::Matrix::kNorm:
+    case llama::Matrix::kLmHead:
+      break;
+  }
+  throw pllm::Error(PLLM_ERROR_INTERNAL, "llama_cpu: not a decoder layer matrix");
+}
+
 void add_decoder_layer_parts(std::vector<WeightPart>& parts, const LlamaConfig& c, const std::string& prefix,
                              DecoderLayerWeights& layer, bool input_layernorm) {
-  const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size(), kv = c.kv_size();
-  if (input_layernorm) parts.push_back({prefix + "input_layernorm.weight", {h}, &layer.input_norm, 0});
-  parts.push_back({prefix + "self_attn.q_proj.weight", {q, h}, &layer.qkv, 0});
-  parts.push_back({prefix + "self_attn.k_proj.weight", {kv, h}, &layer.qkv, q});
-  parts.push_back({prefix + "self_attn.v_proj.weight", {kv, h}, &layer.qkv, q + kv});
-  parts.push_back({prefix + "self_attn.o_proj.weight", {h, q}, &layer.o, 0});
-  parts.push_back({prefix + "post_attention_layernorm.weight", {h}, &layer.post_norm, 0});
-  parts.push_back({prefix + "mlp.gate_proj.weight", {inter, h}, &layer.gate_up, 0});
-  parts.push_back({prefix + "mlp.up_proj.weight", {inter, h}, &layer.gate_up, inter});
-  parts.push_back({prefix + "mlp.down_proj.weight", {h, inter}, &layer.down, 0});
+  for (const llama::WeightSlot& slot : llama::decoder_layer_slots(c, prefix, 0, input_layernorm)) {
+    parts.push_back({slot.name, slot.shape, &layer.matrix(slot.matrix), slot.first_row});
+  }
 }
 
 void DecoderScratch::prepare(plugins::ThreadPool& pool, const LlamaConfig& c, const std::vector<double>& inv_freq,

@@ -17,22 +17,22 @@
 #include "pagedllm/sdk.h"
 #include "plugins/common/thread_pool.h"
 #include "plugins/llama_cpu/buffer.h"
-#include "plugins/llama_cpu/llama_config.h"
+#include "plugins/llama_common/llama_config.h"
+#include "plugins/llama_common/weight_layout.h"
 #include "plugins/llama_cpu/weight_loader.h"
 
 namespace pagedllm::llama_cpu {
 
-// A layer's weights in the fused f32 layout:
-//   qkv      [(heads + 2 kv_heads) * head_dim, hidden]  q_proj | k_proj | v_proj rows
-//   o        [hidden, heads * head_dim]
-//   gate_up  [2 * intermediate, hidden]                  gate_proj | up_proj rows
-//   down     [hidden, intermediate]
-//   input_norm, post_norm [hidden]; input_norm empty: the layer has none
+using llama::LlamaConfig;
+
+// A layer's weights in the fused layout of plugins/llama_common/weight_layout.h,
+// in f32; input_norm empty: the layer has none.
 struct DecoderLayerWeights {
   std::vector<float> input_norm, qkv, o, post_norm, gate_up, down;
   std::size_t floats() const {
     return input_norm.size() + qkv.size() + o.size() + post_norm.size() + gate_up.size() + down.size();
-  }
+  }  // The storage of one of the layer's matrices (Matrix::kInputNorm ... kDown).
+  std::vector<float>& matrix(llama::Matrix m);
 };
 
 // Appends the checkpoint tensors of the layer named `prefix` ("model.layers.3.",

@@ -1,21 +1,13 @@
 #pragma once
-// Rotary position embeddings as HF Llama applies them: rotate_half pairs
-// (i, i + d/2) of each head by the angle position * inv_freq[i].
+// Rotary position embeddings on the CPU, from the inverse frequencies of
+// plugins/llama_common/rope_freq.h.
 
 #include <cstdint>
 #include <vector>
 
-#include "plugins/llama_cpu/llama_config.h"
+#include "plugins/llama_common/rope_freq.h"
 
 namespace pagedllm::llama_cpu {
-
-// inv_freq[i] = theta^(-2i/d) for i in [0, d/2), then rope_scaling applied as
-// in HF's modeling_rope_utils: linear divides by factor; llama3 divides the
-// low frequencies (wavelength > original_context / low_freq_factor) by factor,
-// keeps the high ones (wavelength < original_context / high_freq_factor) and
-// interpolates smoothly in between. In double: HF's f32 inv_freq is an
-// approximation of exactly this.
-std::vector<double> rope_inv_freq(const LlamaConfig& config);
 
 // cos[t * half + i] and sin[...] of positions[t] * inv_freq[i], t in [0, rows):
 // computed once per forward (angles in double), shared by every layer.

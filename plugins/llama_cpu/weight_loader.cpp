@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
-#include <string_view>
 
 #include "pagedllm/sdk.hpp"
 
@@ -11,18 +9,11 @@ namespace pagedllm::llama_cpu {
 
 LoadedWeights load_weight_parts(const pllm::safetensors::Checkpoint& checkpoint, const std::vector<WeightPart>& parts,
                                 plugins::ThreadPool& pool) {
+  const llama::CheckedTensors checked = llama::check_checkpoint(checkpoint, parts);
+  const std::vector<const pllm::safetensors::TensorView*>& views = checked.views;
+  const uint64_t total_bytes = checked.stored_bytes;
   LoadedWeights loaded;
-  std::vector<const pllm::safetensors::TensorView*> views;
-  uint64_t total_bytes = 0;
-  for (const WeightPart& part : parts) {
-    views.push_back(&checkpoint.require(part.name, part.shape));
-    total_bytes += views.back()->nbytes;
-  }
-  std::set<std::string_view> used;
-  for (const WeightPart& part : parts) used.insert(part.name);
-  for (const std::string& name : checkpoint.names()) {
-    if (!used.count(name)) loaded.unused.push_back(name);
-  }
+  loaded.unused = checked.unused;
 
   std::map<std::vector<float>*, int64_t> sizes;
   for (const WeightPart& part : parts) {

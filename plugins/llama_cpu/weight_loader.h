@@ -9,6 +9,7 @@
 
 #include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "plugins/common/thread_pool.h"
+#include "plugins/llama_common/weight_layout.h"
 
 namespace pagedllm::llama_cpu {
 
@@ -31,7 +32,7 @@ struct LoadedWeights {
 };
 
 // Checks every part's name and shape against `checkpoint` before allocating
-// anything (a pllm::Error naming the file and tensor otherwise), sizes each
+// anything (llama::check_checkpoint), sizes each
 // storage once to hold all its parts, and converts tensor by tensor in
 // parallel chunks on `pool`, reporting progress as "loading weights".
 LoadedWeights load_weight_parts(const pllm::safetensors::Checkpoint& checkpoint, const std::vector<WeightPart>& parts,

@@ -7,60 +7,52 @@
 
 #include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/safetensors.hpp"
-#include "plugins/llama_cpu/batch_check.h"
+#include "plugins/llama_common/batch_check.h"
 #include "plugins/llama_cpu/cpu_kernels.h"
 #include "plugins/llama_cpu/rope.h"
 #include "plugins/llama_cpu/weight_loader.h"
 
 namespace pagedllm::models_llama {
-namespace {
-
-std::string str(int64_t v) { return std::to_string(v); }
-
-[[noreturn]] void invalid(const std::string& message) {
-  throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "models_llama: " + message);
-}
 
 using llama_cpu::host_tensor;
 using llama_cpu::WeightPart;
 
-}  // namespace
-
 LlamaModel::LlamaModel(const std::filesystem::path& model_dir, int num_threads)
     : config_(LlamaConfig::load(model_dir, "models_llama")),
       pool_(num_threads),
-      inv_freq_(llama_cpu::rope_inv_freq(config_)) {
+      inv_freq_(llama::rope_inv_freq(config_)) {
   llama_cpu::use_single_threaded_blas();
   load_weights(model_dir);
 }
 
 void LlamaModel::load_weights(const std::filesystem::path& model_dir) {
   const LlamaConfig& c = config_;
-  const int64_t h = c.hidden_size, v = c.vocab_size;
-
-  std::vector<WeightPart> parts;
   layers_.resize(std::size_t(c.num_layers));
-  parts.push_back({"model.embed_tokens.weight", {v, h}, &embed_, 0});
-  for (int32_t l = 0; l < c.num_layers; ++l) {
-    llama_cpu::add_decoder_layer_parts(parts, c, "model.layers." + str(l) + ".", layers_[std::size_t(l)], true);
+  const auto storage = [&](const llama::WeightSlot& slot) -> std::vector<float>& {
+    if (slot.matrix == llama::Matrix::kEmbed) return embed_;
+    if (slot.matrix == llama::Matrix::kNorm) return norm_;
+    if (slot.matrix == llama::Matrix::kLmHead) return lm_head_;
+    return layers_[std::size_t(slot.layer)].matrix(slot.matrix);
+  };
+  std::vector<WeightPart> parts;
+  for (const llama::WeightSlot& slot : llama::model_slots(c)) {
+    parts.push_back({slot.name, slot.shape, &storage(slot), slot.first_row});
   }
-  parts.push_back({"model.norm.weight", {h}, &norm_, 0});
-  if (!c.tie_word_embeddings) parts.push_back({"lm_head.weight", {v, h}, &lm_head_, 0});
 
   const pllm::safetensors::Checkpoint checkpoint(model_dir);
   const llama_cpu::LoadedWeights loaded = llama_cpu::load_weight_parts(checkpoint, parts, pool_);
   if (!loaded.unused.empty()) {
-    std::string unused;
-    for (const std::string& name : loaded.unused) unused += (unused.empty() ? "" : ", ") + name;
-    pllm::log_info("models_llama: ignoring checkpoint tensors ", unused,
+    pllm::log_info("models_llama: ignoring checkpoint tensors ", llama::join_names(loaded.unused),
                    c.tie_word_embeddings ? " (lm_head is tied to the embedding)" : "");
   }
   for (const WeightPart& part : parts) slots_.emplace(part.name, Slot{part.data(), part.shape});
-  if (c.tie_word_embeddings) slots_.emplace("lm_head.weight", Slot{embed_.data(), {v, h}});
+  if (c.tie_word_embeddings) slots_.emplace("lm_head.weight", Slot{embed_.data(), {c.vocab_size, c.hidden_size}});
   pllm::log_info("models_llama: loaded ", parts.size(), " tensors from ", model_dir.string(), " (",
                  checkpoint.files().size(), " file", checkpoint.files().size() == 1 ? "" : "s", ", ",
                  loaded.stored_bytes >> 20, " MiB stored, ", weight_bytes() >> 20, " MiB as f32)");
 }
+
+std::string LlamaModel::describe() const { return "the CPU, f32, " + std::to_string(pool_.size()) + " threads"; }
 
 std::size_t LlamaModel::weight_bytes() const {
   std::size_t floats = embed_.size() + norm_.size() + lm_head_.size();
@@ -77,10 +69,8 @@ pllm_tensor LlamaModel::tensor(std::string_view name) const {
 }
 
 void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm_forward_output& out) {
-  llama_cpu::check_batch("models_llama", b, attention, config_.vocab_size);
-  if (out.struct_size < offsetof(pllm_forward_output, logits) + sizeof(out.logits)) {
-    invalid("forward output: struct_size " + str(out.struct_size) + " is too small");
-  }
+  llama::check_batch("models_llama", b, attention, config_.vocab_size);
+  const bool has_hidden = llama::check_forward_output("models_llama", b, out);
   const LlamaConfig& c = config_;
   const int64_t tokens = b.num_tokens, h = c.hidden_size;
   const auto eps = static_cast<float>(c.rms_norm_eps);
@@ -109,15 +99,13 @@ void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm
   llama_cpu::linear(pool_, rows, h, b.num_logits, lm_head(), c.vocab_size, h, logits, c.vocab_size, false);
   out.logits = host_tensor(logits, {b.num_logits, c.vocab_size});
 
-  if (PLLM_HAS_FIELD(pllm_forward_output, &out, hidden)) {
+  if (has_hidden) {
     out.hidden = pllm_tensor{};
     if (num_hidden > 0) {
       float* hidden = hidden_.reserve(n(int64_t(num_hidden) * h));
       gather_normed(num_hidden, b.hidden_indices, hidden);
       out.hidden = host_tensor(hidden, {num_hidden, h});
     }
-  } else if (num_hidden > 0) {
-    invalid("hidden states were asked for, but the forward output struct has no 'hidden' field");
   }
 }
 

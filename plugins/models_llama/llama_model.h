@@ -4,15 +4,10 @@
 // engine step (mixed prefill chunks and decodes), attending through the
 // attention backend core passes in.
 //
-// Weight layout (converted to f32 once at load; the checkpoint is unmapped
-// afterwards):
-//   embed      [vocab, hidden]                       model.embed_tokens.weight
-//   per layer  the fused layout of plugins/llama_cpu/decoder_layer.h
-//              (qkv, o, gate_up, down, input_norm, post_norm)
-//   norm       [hidden]
-//   lm_head    [vocab, hidden]  (the embedding itself when tied)
-// Fusing q/k/v and gate/up makes one GEMM of each group; every HF tensor is
-// still a contiguous row range of a fused one, so get_tensor() serves any name.
+// Weights are converted to f32 once at load (the checkpoint is unmapped
+// afterwards) into the fused layout of plugins/llama_common/weight_layout.h;
+// every HF tensor is a contiguous row range of a fused matrix, so
+// get_tensor() serves any name (a tied lm_head is the embedding itself).
 
 #include <cstddef>
 #include <cstdint>
@@ -26,31 +21,27 @@
 #include "plugins/common/thread_pool.h"
 #include "plugins/llama_cpu/buffer.h"
 #include "plugins/llama_cpu/decoder_layer.h"
-#include "plugins/llama_cpu/llama_config.h"
+#include "plugins/llama_common/llama_forward.h"
 
 namespace pagedllm::models_llama {
 
 using llama_cpu::Buffer;
-using llama_cpu::LlamaConfig;
+using llama::LlamaConfig;
 
-class LlamaModel {
+class LlamaModel final : public llama::LlamaForward {
  public:
   // Loads and validates config and weights; reports progress through the host.
   LlamaModel(const std::filesystem::path& model_dir, int num_threads);
 
-  const LlamaConfig& config() const { return config_; }
-  int num_threads() const { return pool_.size(); }
+  const LlamaConfig& config() const override { return config_; }
+  pllm_dtype dtype() const override { return PLLM_DTYPE_F32; }
+  std::string describe() const override;
   // Bytes of f32 weights held (the tied lm_head counted once).
   std::size_t weight_bytes() const;
 
-  // Runs `batch` (already planned into `attention` by core): logits of
-  // batch.logits_indices rows and post-norm hidden states of
-  // batch.hidden_indices rows, in memory valid until the next forward.
-  void forward(const pllm_batch& batch, pllm_attention_ref attention, pllm_forward_output& out);
-
-  // A weight by its HF name, as an f32 view of this model's memory (not to be
-  // written). PLLM_ERROR_NOT_FOUND for other names.
-  pllm_tensor tensor(std::string_view name) const;
+  void forward(const pllm_batch& batch, pllm_attention_ref attention, pllm_forward_output& out) override;
+  // An f32 host view.
+  pllm_tensor tensor(std::string_view name) const override;
 
  private:
   // Where a checkpoint tensor lives in the f32 layout.

@@ -1,6 +1,7 @@
 // models_llama: the Llama-family architecture (HF LlamaForCausalLM: Llama 2/3,
-// TinyLlama, GQA models) on the CPU. This file is the SDK glue: options,
-// create, info, forward and get_tensor; the model is llama_model.h.
+// TinyLlama, GQA models) on the CPU or on a CUDA device. This file is the SDK
+// glue: options, create, info, forward and get_tensor; the CPU model is
+// llama_model.h, the CUDA one plugins/llama_cuda (built with CUDA only).
 
 #include <memory>
 #include <string>
@@ -9,6 +10,9 @@
 #include "plugins/common/thread_pool.h"
 #include "plugins/common/dtype_name.h"
 #include "plugins/models_llama/llama_model.h"
+#ifdef PAGEDLLM_HAVE_CUDA
+#include "plugins/llama_cuda/cuda_llama_model.h"
+#endif
 
 namespace pagedllm::models_llama {
 namespace {
@@ -27,20 +31,10 @@ class LlamaPlugin : public pllm::ModelPlugin {
   };
 
   LlamaPlugin(const Options& options, const pllm_model_create_args& args) {
-    if (args.device.type != PLLM_DEVICE_CPU) {
-      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama runs on the CPU only for now (device type " +
-                                                    std::to_string(int(args.device.type)) + ")");
-    }
-    if (args.dtype != PLLM_DTYPE_INVALID && args.dtype != PLLM_DTYPE_F32) {
-      throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
-                        std::string("models_llama on the CPU computes in f32 (weights are widened at load); model "
-                                    "dtype ") +
-                            dtype_name(args.dtype) + " is not supported, use auto or f32");
-    }
     if (!args.model_path || !*args.model_path) {
       throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "models_llama: no model path");
     }
-    model_ = std::make_unique<LlamaModel>(args.model_path, plugins::resolve_num_threads(options.num_threads));
+    model_ = load(options, args);
     const LlamaConfig& c = model_->config();
     info_.struct_size = sizeof info_;
     info_.architecture = "LlamaForCausalLM";
@@ -51,13 +45,12 @@ class LlamaPlugin : public pllm::ModelPlugin {
     info_.num_kv_heads = c.num_kv_heads;
     info_.head_dim = c.head_dim;
     info_.max_position_embeddings = c.max_position_embeddings;
-    info_.dtype = PLLM_DTYPE_F32;
+    info_.dtype = model_->dtype();
     info_.bos_token_id = c.bos_token_id;
     info_.num_eos_token_ids = static_cast<int32_t>(c.eos_token_ids.size());
     info_.eos_token_ids = c.eos_token_ids.data();
     pllm::log_info("models_llama: ", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_heads, " heads / ",
-                   c.num_kv_heads, " kv heads x ", c.head_dim, ", vocab ", c.vocab_size, ", ", model_->num_threads(),
-                   " threads");
+                   c.num_kv_heads, " kv heads x ", c.head_dim, ", vocab ", c.vocab_size, ", on ", model_->describe());
   }
 
   pllm_model_info info() { return info_; }
@@ -72,12 +65,36 @@ class LlamaPlugin : public pllm::ModelPlugin {
   }
 
  private:
-  std::unique_ptr<LlamaModel> model_;
+  static std::unique_ptr<llama::LlamaForward> load(const Options& options, const pllm_model_create_args& args) {
+    const int num_threads = plugins::resolve_num_threads(options.num_threads);
+    if (args.device.type == PLLM_DEVICE_CUDA) {
+#ifdef PAGEDLLM_HAVE_CUDA
+      return llama_cuda::load_cuda_llama(args.model_path, args.device.index, args.dtype, num_threads);
+#else
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: cuda:" + std::to_string(args.device.index) +
+                                                    " asked for, but this build has no CUDA (built without CUDA)");
+#endif
+    }
+    if (args.device.type != PLLM_DEVICE_CPU) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama runs on the CPU or CUDA (device type " +
+                                                    std::to_string(int(args.device.type)) + ")");
+    }
+    if (args.dtype != PLLM_DTYPE_INVALID && args.dtype != PLLM_DTYPE_F32) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
+                        std::string("models_llama on the CPU computes in f32 (weights are widened at load); model "
+                                    "dtype ") +
+                            dtype_name(args.dtype) + " is not supported, use auto or f32");
+    }
+    return std::make_unique<LlamaModel>(args.model_path, num_threads);
+  }
+
+  std::unique_ptr<llama::LlamaForward> model_;
   pllm_model_info info_{};
 };
 
 }  // namespace
 }  // namespace pagedllm::models_llama
 
-PAGEDLLM_PLUGIN(pagedllm::models_llama::LlamaPlugin, "models_llama", "0.2.0",
-                "Llama-family models (HF LlamaForCausalLM) on the CPU: f32, OpenBLAS, paged attention via the backend")
+PAGEDLLM_PLUGIN(pagedllm::models_llama::LlamaPlugin, "models_llama", "0.3.0",
+                "Llama-family models (HF LlamaForCausalLM): CPU (f32, OpenBLAS) or CUDA (f32/f16/bf16, cuBLAS), "
+                "paged attention via the backend")

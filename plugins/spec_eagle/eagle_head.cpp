@@ -9,7 +9,7 @@
 
 #include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/safetensors.hpp"
-#include "plugins/llama_cpu/batch_check.h"
+#include "plugins/llama_common/batch_check.h"
 #include "plugins/llama_cpu/cpu_kernels.h"
 #include "plugins/llama_cpu/rope.h"
 #include "plugins/llama_cpu/weight_loader.h"
@@ -60,7 +60,7 @@ void require_same(const std::filesystem::path& draft_dir, const char* key, int64
 EagleHead::EagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target, int num_threads)
     : config_(LlamaConfig::load(draft_dir, "spec_eagle")),
       pool_(num_threads),
-      inv_freq_(llama_cpu::rope_inv_freq(config_)) {
+      inv_freq_(llama::rope_inv_freq(config_)) {
   llama_cpu::use_single_threaded_blas();
   check_eagle_section(draft_dir);
   if (config_.num_layers != 1) {
@@ -191,7 +191,7 @@ void EagleHead::draft(const pllm_draft_args& args, pllm_draft_output& out) {
   }
   if (!args.batch) invalid("draft args: null batch");
   const pllm_batch& b = *args.batch;
-  llama_cpu::check_batch("spec_eagle", b, args.attention, config_.vocab_size);
+  llama::check_batch("spec_eagle", b, args.attention, config_.vocab_size);
   int64_t feature_stride = 0;
   const bool has_feature_rows =
       args.struct_size >= offsetof(pllm_draft_args, feature_rows) + sizeof(args.feature_rows);

@@ -20,7 +20,7 @@
 #include "plugins/common/thread_pool.h"
 #include "plugins/llama_cpu/buffer.h"
 #include "plugins/llama_cpu/decoder_layer.h"
-#include "plugins/llama_cpu/llama_config.h"
+#include "plugins/llama_common/llama_config.h"
 
 namespace pagedllm::spec_eagle {
 

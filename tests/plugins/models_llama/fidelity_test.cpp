@@ -51,50 +51,6 @@ const Variant kVariants[] = {
     {"optimized attention, 3 model threads", R"({"variant": "optimized", "num_threads": 2})", R"({"num_threads": 3})"},
 };
 
-std::vector<int32_t> random_tokens(int32_t count, uint32_t seed, int32_t vocab = 964, int32_t bos = 959) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> token(0, vocab - 1);
-  std::vector<int32_t> out{bos};
-  while (int32_t(out.size()) < count) out.push_back(token(rng));
-  return out;
-}
-
-// Compares every row a step returned with the oracle's row for the same
-// sequence and position; returns the worst mismatch seen.
-struct Checker {
-  const OracleOutput& oracle;
-  Mismatch logits, hidden;
-  int64_t rows_checked = 0;
-
-  void check(const PagedRunner::Step& step, const std::vector<int32_t>& logits_rows,
-             const std::vector<int32_t>& hidden_rows) {
-    REQUIRE(step.logits.size() == logits_rows.size());
-    REQUIRE(step.hidden.size() == hidden_rows.size());
-    for (std::size_t i = 0; i < logits_rows.size(); ++i) {
-      const auto row = step.token_rows[std::size_t(logits_rows[i])];
-      logits.add(step.logits[i], oracle.logits[std::size_t(row.seq)][std::size_t(row.position)], kLogitsTolerance);
-      ++rows_checked;
-    }
-    for (std::size_t i = 0; i < hidden_rows.size(); ++i) {
-      const auto row = step.token_rows[std::size_t(hidden_rows[i])];
-      hidden.add(step.hidden[i], oracle.hidden[std::size_t(row.seq)][std::size_t(row.position)], kHiddenTolerance);
-    }
-  }
-  void check_all(const PagedRunner::Step& step) {
-    std::vector<int32_t> all(step.token_rows.size());
-    std::iota(all.begin(), all.end(), 0);
-    check(step, all, all);
-  }
-  void require_within_tolerance() const {
-    INFO("rows checked " << rows_checked << "; worst logits |err| " << logits.worst_abs << " (ratio to tolerance "
-                         << logits.worst_ratio << "), worst hidden |err| " << hidden.worst_abs << " (ratio "
-                         << hidden.worst_ratio << ")");
-    CHECK(rows_checked > 0);
-    CHECK(logits.worst_ratio <= 1.0);
-    CHECK(hidden.worst_ratio <= 1.0);
-  }
-};
-
 // Runs `steps` over `sequences` with every variant and compares every row.
 void run_scenario(const std::filesystem::path& model, const std::vector<std::vector<int32_t>>& sequences,
                   const std::vector<std::vector<Chunk>>& steps) {
@@ -103,7 +59,7 @@ void run_scenario(const std::filesystem::path& model, const std::vector<std::vec
     INFO(v.name);
     PagedRunner runner(model, v.model, v.attention);
     for (const auto& s : sequences) runner.add_sequence(s);
-    Checker checker{oracle, {}, {}, 0};
+    Checker checker{oracle, kLogitsTolerance, kHiddenTolerance};
     for (std::size_t i = 0; i < steps.size(); ++i) {
       INFO("step " << i);
       checker.check_all(runner.step(steps[i]));
@@ -111,18 +67,6 @@ void run_scenario(const std::filesystem::path& model, const std::vector<std::vec
     checker.require_within_tolerance();
   }
 }
-
-// Five sequences: prefill, then decodes first and prefill chunks after them
-// (fresh, continued and finishing) in every later step.
-const std::vector<int32_t> kMixedLengths = {24, 13, 30, 16, 17};
-const std::vector<std::vector<Chunk>> kMixedSteps = {
-    {{0, 20}},
-    {{0, 1}, {1, 6}, {2, 12}},
-    {{0, 1}, {1, 5}, {2, 10}, {3, 14}},
-    {{0, 1}, {1, 1}, {2, 8}, {4, 17}},
-    {{0, 1}, {1, 1}, {3, 1}},
-    {{3, 1}},
-};
 
 void run_mixed(const std::filesystem::path& model, uint32_t seed) {
   std::vector<std::vector<int32_t>> sequences;
@@ -201,7 +145,7 @@ TEST_CASE("models_llama: logits and hidden states only for the rows asked for", 
   const OracleOutput oracle = oracle_logits(dir.path(), sequences);
   PagedRunner runner(dir.path(), "{}", "{}");
   for (const auto& s : sequences) runner.add_sequence(s);
-  Checker checker{oracle, {}, {}, 0};
+  Checker checker{oracle, kLogitsTolerance, kHiddenTolerance};
   // Out of order, with a repeat; hidden rows differ from logits rows.
   const std::vector<int32_t> logits_rows = {11, 0, 5, 11}, hidden_rows = {3};
   const auto first = runner.step({{0, 12}, {1, 10}}, logits_rows, hidden_rows);

@@ -1,6 +1,7 @@
 #pragma once
-// Drives models_llama the way core will: the real models_llama and
-// attention_cpu .so files loaded through the host's registry, a paged KV cache
+// Drives models_llama the way core will: the real models_llama and attention
+// .so files (attention_cpu on the CPU; on CUDA the backend a Placement names)
+// loaded through the host's registry, a paged KV cache
 // with permuted, non-contiguous block tables whose every slot first holds NaN
 // K/V, and hand-built pllm_batch steps; plus the Python side (the tiny-Llama
 // generator and the float64 PyTorch oracle). Shared by the fidelity tests and
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -18,6 +20,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +29,7 @@
 #include "core/plugin/plugin_registry.h"
 #include "pagedllm/sdk.h"
 #include "pagedllm/sdk/cpp/safetensors.hpp"
+#include "plugins/llama_common/tensor_view.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -127,15 +131,30 @@ inline pagedllm::PluginRegistry& registry() {
   return r;
 }
 
+// Where a run happens: the device of the model and of the attention backend,
+// the backend plugin, the model dtype (INVALID: as stored), and for a device
+// other than the CPU how to make the NaN-filled K/V the runner poisons the
+// cache with (it must stay valid as long as the runner).
+struct Placement {
+  pllm_device device{PLLM_DEVICE_CPU, 0};
+  std::string attention_plugin = "attention_cpu";
+  pllm_dtype dtype = PLLM_DTYPE_INVALID;
+  // [rows, heads, head_dim] of `dtype` on `device`, every element `fill` (0 or NaN).
+  std::function<pllm_tensor(int64_t rows, int64_t heads, int64_t head_dim, pllm_dtype dtype, float fill)>
+      device_tensor;
+  // Waits for the device (the poison runs on the default stream, the model on its own).
+  std::function<void()> synchronize;
+};
+
 class Attention {
  public:
-  explicit Attention(const std::string& options) {
+  explicit Attention(const std::string& options, const Placement& placement = {}) {
     pllm_attention_create_args args{};
     args.struct_size = sizeof args;
     args.options_json = options.c_str();
-    args.device = {PLLM_DEVICE_CPU, 0};
+    args.device = placement.device;
     instance_ = pagedllm::create_plugin_instance<pllm_attention_api, pllm_attention_backend>(
-        registry().load("attention_cpu", PLLM_PLUGIN_KIND_ATTENTION, "attention.plugin"), args);
+        registry().load(placement.attention_plugin, PLLM_PLUGIN_KIND_ATTENTION, "attention.plugin"), args);
   }
   pllm_attention_ref ref() const { return {&instance_.api(), instance_.get()}; }
   void allocate(const pllm_kv_cache_spec& spec, int64_t blocks) {
@@ -159,12 +178,13 @@ class Attention {
 
 // The args point into `path` and `options`, which must outlive the create call.
 inline pllm_model_create_args model_args(const std::string& path, const std::string& options,
-                                         pllm_dtype dtype = PLLM_DTYPE_INVALID) {
+                                         pllm_dtype dtype = PLLM_DTYPE_INVALID,
+                                         pllm_device device = {PLLM_DEVICE_CPU, 0}) {
   pllm_model_create_args args{};
   args.struct_size = sizeof args;
   args.options_json = options.c_str();
   args.model_path = path.c_str();
-  args.device = {PLLM_DEVICE_CPU, 0};
+  args.device = device;
   args.dtype = dtype;
   return args;
 }
@@ -172,9 +192,11 @@ inline pllm_model_create_args model_args(const std::string& path, const std::str
 class Model {
  public:
   // Throws pagedllm::PluginCallError when the plugin refuses.
-  Model(const std::filesystem::path& dir, const std::string& options = "{}", pllm_dtype dtype = PLLM_DTYPE_INVALID) {
+  Model(const std::filesystem::path& dir, const std::string& options = "{}", pllm_dtype dtype = PLLM_DTYPE_INVALID,
+        pllm_device device = {PLLM_DEVICE_CPU, 0}) {
     const std::string path = dir.string();
-    instance_ = pagedllm::create_plugin_instance<pllm_model_api, pllm_model>(library(), model_args(path, options, dtype));
+    instance_ = pagedllm::create_plugin_instance<pllm_model_api, pllm_model>(library(),
+                                                                             model_args(path, options, dtype, device));
   }
   static std::shared_ptr<pagedllm::PluginLibrary> library() {
     return registry().load("models_llama", PLLM_PLUGIN_KIND_MODEL, "model.plugin");
@@ -243,8 +265,13 @@ class PagedRunner {
   };
 
   PagedRunner(const std::filesystem::path& model_dir, const std::string& model_options,
-              const std::string& attention_options, int32_t block_size = 4, int32_t num_blocks = 96, uint32_t seed = 7)
-      : model_(model_dir, model_options), attention_(attention_options), block_size_(block_size), rng_(seed) {
+              const std::string& attention_options, int32_t block_size = 4, int32_t num_blocks = 96, uint32_t seed = 7,
+              Placement placement = {})
+      : placement_(std::move(placement)),
+        model_(model_dir, model_options, placement_.dtype, placement_.device),
+        attention_(attention_options, placement_),
+        block_size_(block_size),
+        rng_(seed) {
     info_ = model_.info();
     pllm_kv_cache_spec spec{};
     spec.struct_size = sizeof spec;
@@ -386,33 +413,35 @@ class PagedRunner {
     }
     const pllm_batch batch = b.view(block_size_, 0);
     const int64_t heads = info_.num_heads, kv_heads = info_.num_kv_heads, d = info_.head_dim;
-    std::vector<float> q(std::size_t(slots * heads * d), 0.0f), out(q.size());
-    std::vector<float> kv(std::size_t(slots * kv_heads * d), std::numeric_limits<float>::quiet_NaN());
-    auto view = [&](std::vector<float>& data, int64_t h) {
-      pllm_tensor t{};
-      t.data = data.data();
-      t.dtype = PLLM_DTYPE_F32;
-      t.device = {PLLM_DEVICE_CPU, 0};
-      t.ndim = 3;
-      t.shape[0] = slots;
-      t.shape[1] = h;
-      t.shape[2] = d;
-      t.strides[0] = h * d;
-      t.strides[1] = d;
-      t.strides[2] = 1;
-      return t;
-    };
+    const float nan = std::numeric_limits<float>::quiet_NaN();
     pllm_attention_layer_args args{};
     args.struct_size = sizeof args;
-    args.query = view(q, heads);
-    args.key = view(kv, kv_heads);
-    args.value = view(kv, kv_heads);
-    args.output = view(out, heads);
+    std::vector<float> q, kv, out;  // the host tensors' memory, on the CPU
+    if (placement_.device.type == PLLM_DEVICE_CPU) {
+      q.assign(std::size_t(slots * heads * d), 0.0f);
+      out.resize(q.size());
+      kv.assign(std::size_t(slots * kv_heads * d), nan);
+      auto view = [&](std::vector<float>& data, int64_t h) {
+        return pagedllm::llama::tensor_view(data.data(), PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, {slots, h, d});
+      };
+      args.query = view(q, heads);
+      args.key = view(kv, kv_heads);
+      args.value = view(kv, kv_heads);
+      args.output = view(out, heads);
+    } else {
+      expect(bool(placement_.device_tensor), "a device placement needs device_tensor");
+      args.query = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
+      args.key = placement_.device_tensor(slots, kv_heads, d, info_.dtype, nan);
+      args.value = args.key;
+      args.output = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
+    }
     args.scale = 1.0f;
     attention_.plan(batch);
     for (int32_t layer = 0; layer < info_.num_layers; ++layer) attention_.run(layer, args);
+    if (placement_.synchronize) placement_.synchronize();
   }
 
+  Placement placement_;
   Model model_;
   Attention attention_;
   pllm_model_info info_{};

@@ -135,14 +135,21 @@ TEST_CASE("models_llama: options, device and dtype are checked", "[models_llama]
   CHECK_THAT(load_error(dir.path(), "{}", PLLM_DTYPE_BF16), Contains("model dtype bf16 is not supported"));
   Model ok(dir.path(), "{}", PLLM_DTYPE_F32);
 
+  // The device: the CPU or CUDA. CUDA on a build without it is refused here;
+  // with it, test_models_llama_cuda covers what a CUDA create says.
   const std::string path = dir.path().string(), options = "{}";
-  pllm_model_create_args args = model_args(path, options);
-  args.device = {PLLM_DEVICE_CUDA, 0};
-  pllm_model* handle = nullptr;
-  pllm_error error{};
-  CHECK(Model::library()->api<pllm_model_api>().create(&args, &handle, &error) == PLLM_ERROR_UNSUPPORTED);
-  CHECK(handle == nullptr);
-  CHECK_THAT(error.message, Contains("CPU only"));
+  const auto refused = [&](pllm_device device, const char* message) {
+    pllm_model_create_args args = model_args(path, options, PLLM_DTYPE_INVALID, device);
+    pllm_model* handle = nullptr;
+    pllm_error error{};
+    CHECK(Model::library()->api<pllm_model_api>().create(&args, &handle, &error) == PLLM_ERROR_UNSUPPORTED);
+    CHECK(handle == nullptr);
+    CHECK_THAT(error.message, Contains(message));
+  };
+  refused({PLLM_DEVICE_INVALID, 0}, "runs on the CPU or CUDA");
+#ifndef PAGEDLLM_HAVE_CUDA
+  refused({PLLM_DEVICE_CUDA, 0}, "built without CUDA");
+#endif
 }
 
 TEST_CASE("models_llama: bad batches are refused, not read out of bounds", "[models_llama]") {

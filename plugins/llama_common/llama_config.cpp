@@ -1,4 +1,4 @@
-#include "plugins/llama_cpu/llama_config.h"
+#include "plugins/llama_common/llama_config.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,7 @@
 
 #include "pagedllm/sdk.hpp"
 
-namespace pagedllm::llama_cpu {
+namespace pagedllm::llama {
 namespace {
 
 using nlohmann::json;
@@ -230,4 +230,4 @@ LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::strin
   return c;
 }
 
-}  // namespace pagedllm::llama_cpu
+}  // namespace pagedllm::llama

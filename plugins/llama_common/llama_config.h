@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace pagedllm::llama_cpu {
+namespace pagedllm::llama {
 
 // config.json's rope_scaling: how inv_freq is rescaled (see rope.h).
 struct RopeScaling {
@@ -53,4 +53,4 @@ struct LlamaConfig {
   static LlamaConfig load(const std::filesystem::path& model_dir, std::string_view who);
 };
 
-}  // namespace pagedllm::llama_cpu
+}  // namespace pagedllm::llama

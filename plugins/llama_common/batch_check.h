@@ -1,5 +1,5 @@
 #pragma once
-// The checks every CPU Llama forward makes of the batch core hands it (the
+// The checks every Llama forward makes of the batch core hands it (the
 // model's and the EAGLE draft's alike), before any row is read.
 
 #include <cstdint>
@@ -7,7 +7,7 @@
 
 #include "pagedllm/sdk.h"
 
-namespace pagedllm::llama_cpu {
+namespace pagedllm::llama {
 
 // Throws pllm::Error(PLLM_ERROR_INVALID_ARGUMENT), prefixed with `who`, for a
 // batch too small for the fields read, no attention backend, token ids outside
@@ -16,4 +16,9 @@ namespace pagedllm::llama_cpu {
 void check_batch(std::string_view who, const pllm_batch& batch, const pllm_attention_ref& attention,
                  int64_t vocab_size);
 
-}  // namespace pagedllm::llama_cpu
+// Throws pllm::Error(PLLM_ERROR_INVALID_ARGUMENT) for a forward output struct
+// too small for `logits`, or hidden rows asked for by `batch` when `out` has
+// no `hidden` field. Returns whether `out` has the field.
+bool check_forward_output(std::string_view who, const pllm_batch& batch, const pllm_forward_output& out);
+
+}  // namespace pagedllm::llama

@@ -1,11 +1,11 @@
-#include "plugins/llama_cpu/batch_check.h"
+#include "plugins/llama_common/batch_check.h"
 
 #include <cstddef>
 #include <string>
 
 #include "pagedllm/sdk.hpp"
 
-namespace pagedllm::llama_cpu {
+namespace pagedllm::llama {
 
 void check_batch(std::string_view who, const pllm_batch& b, const pllm_attention_ref& attention,
                  int64_t vocab_size) {
@@ -39,4 +39,19 @@ void check_batch(std::string_view who, const pllm_batch& b, const pllm_attention
   if (PLLM_HAS_FIELD(pllm_batch, &b, hidden_indices)) check_rows("hidden_indices", b.num_hidden, b.hidden_indices);
 }
 
-}  // namespace pagedllm::llama_cpu
+bool check_forward_output(std::string_view who, const pllm_batch& b, const pllm_forward_output& out) {
+  if (out.struct_size < offsetof(pllm_forward_output, logits) + sizeof(out.logits)) {
+    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(who) + ": forward output: struct_size " +
+                                                       std::to_string(out.struct_size) + " is too small");
+  }
+  const bool has_hidden = PLLM_HAS_FIELD(pllm_forward_output, &out, hidden);
+  const int32_t num_hidden = PLLM_HAS_FIELD(pllm_batch, &b, hidden_indices) ? b.num_hidden : 0;
+  if (!has_hidden && num_hidden > 0) {
+    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT,
+                      std::string(who) + ": hidden states were asked for, but the forward output struct has no "
+                                         "'hidden' field");
+  }
+  return has_hidden;
+}
+
+}  // namespace pagedllm::llama

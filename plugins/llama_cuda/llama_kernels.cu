@@ -1,0 +1,312 @@
+#include "plugins/llama_cuda/llama_kernels.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+
+#include "plugins/cuda_common/cuda_check.h"
+
+namespace pagedllm::llama_cuda {
+namespace {
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+// N elements moved by one aligned load or store: 16 bytes (one LDG.128) for
+// N = 16 / sizeof(T), the width every bandwidth-bound kernel here uses when
+// the row length allows it.
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+template <class T>
+constexpr int kVec16 = 16 / int(sizeof(T));
+
+constexpr int kWarp = 32;
+constexpr int kMaxThreads = 1024;
+
+// Threads for a block that walks `items` per row: a whole number of warps,
+// at most 1024, no more than there is work for.
+int block_threads(int64_t items) {
+  const int64_t warps = std::clamp<int64_t>((items + kWarp - 1) / kWarp, 1, kMaxThreads / kWarp);
+  return int(warps * kWarp);
+}
+
+// Blocks of 256 threads for a grid-stride loop over `count` items: enough to
+// fill any current GPU several times over, never more than there is work for.
+constexpr int kStrideThreads = 256;
+unsigned stride_blocks(int64_t count) {
+  return unsigned(std::clamp<int64_t>((count + kStrideThreads - 1) / kStrideThreads, 1, int64_t(1) << 16));
+}
+
+// The sum of v over the block, valid in thread 0 (blockDim.x a multiple of 32).
+__device__ float block_sum(float v) {
+  __shared__ float warp_sums[kMaxThreads / kWarp];
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < int(blockDim.x) / kWarp ? warp_sums[lane] : 0.0f;
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  }
+  return v;
+}
+
+// ---- embedding ------------------------------------------------------------------
+
+// A row copy in `Word`s (16, 4 or 2 bytes, whatever divides the row).
+template <class Word>
+__global__ void embed_rows_kernel(const Word* embed, const int32_t* ids, int64_t words_per_row, Word* out) {
+  const Word* src = embed + int64_t(ids[blockIdx.x]) * words_per_row;
+  Word* dst = out + int64_t(blockIdx.x) * words_per_row;
+  for (int64_t i = threadIdx.x; i < words_per_row; i += blockDim.x) dst[i] = src[i];
+}
+
+template <class Word>
+void launch_embed_rows(const void* embed, const int32_t* ids, int64_t rows, int64_t row_bytes, void* out,
+                       cudaStream_t stream) {
+  const int64_t words = row_bytes / int64_t(sizeof(Word));
+  embed_rows_kernel<Word><<<unsigned(rows), block_threads(words), 0, stream>>>(
+      static_cast<const Word*>(embed), ids, words, static_cast<Word*>(out));
+  PAGEDLLM_CUDA_CHECK_LAUNCH();
+}
+
+// ---- residual add + RMSNorm -------------------------------------------------------
+
+template <class T, class TOut, int N>
+__global__ void add_rms_norm_kernel(T* residual, const T* delta, const int32_t* row_index, const T* weight, float eps,
+                                    int64_t dim, TOut* out) {
+  using V = Vec<T, N>;
+  const bool write_back = row_index == nullptr;
+  const int64_t src_row = write_back ? int64_t(blockIdx.x) : int64_t(row_index[blockIdx.x]);
+  V* res = reinterpret_cast<V*>(residual + src_row * dim);
+  const V* del = delta ? reinterpret_cast<const V*>(delta + src_row * dim) : nullptr;
+  const int64_t vecs = dim / N;
+
+  // v = residual + delta rounded to T: the stream as the next layer sees it.
+  const auto sum_row = [&](int64_t i) {
+    V v = res[i];
+    if (del) {
+      const V d = del[i];
+#pragma unroll
+      for (int k = 0; k < N; ++k) v.v[k] = from_float<T>(to_float(v.v[k]) + to_float(d.v[k]));
+    }
+    return v;
+  };
+
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
+    const V v = sum_row(i);
+    if (write_back && del) res[i] = v;
+#pragma unroll
+    for (int k = 0; k < N; ++k) sum_sq += to_float(v.v[k]) * to_float(v.v[k]);
+  }
+  __shared__ float inv_rms;
+  const float total = block_sum(sum_sq);
+  // Correctly rounded sqrt and division (not rsqrtf's 2 ulp): once per row.
+  if (threadIdx.x == 0) inv_rms = 1.0f / sqrtf(total / float(dim) + eps);
+  __syncthreads();
+
+  const V* w = reinterpret_cast<const V*>(weight);
+  auto* o = reinterpret_cast<Vec<TOut, N>*>(out + int64_t(blockIdx.x) * dim);
+  for (int64_t i = threadIdx.x; i < vecs; i += blockDim.x) {
+    // Written back, residual already holds the sum (this thread wrote element i).
+    const V v = write_back ? res[i] : sum_row(i);
+    const V wi = w[i];
+    Vec<TOut, N> r;
+#pragma unroll
+    for (int k = 0; k < N; ++k) r.v[k] = from_float<TOut>(to_float(v.v[k]) * inv_rms * to_float(wi.v[k]));
+    o[i] = r;
+  }
+}
+
+template <class T, class TOut>
+void launch_add_rms_norm(void* residual, const void* delta, const int32_t* row_index, const void* weight, float eps,
+                         int64_t rows, int64_t dim, void* out, cudaStream_t stream) {
+  if (rows <= 0) return;
+  const auto launch = [&](auto kernel, int64_t vecs) {
+    kernel<<<unsigned(rows), block_threads(vecs), 0, stream>>>(static_cast<T*>(residual),
+                                                               static_cast<const T*>(delta), row_index,
+                                                               static_cast<const T*>(weight), eps, dim,
+                                                               static_cast<TOut*>(out));
+    PAGEDLLM_CUDA_CHECK_LAUNCH();
+  };
+  constexpr int N = kVec16<T>;
+  if (dim % N == 0) {
+    launch(add_rms_norm_kernel<T, TOut, N>, dim / N);
+  } else {
+    launch(add_rms_norm_kernel<T, TOut, 1>, dim);
+  }
+}
+
+// ---- RoPE -------------------------------------------------------------------------
+
+__global__ void rope_tables_kernel(const int32_t* positions, const double* inv_freq, int64_t rows, int64_t half,
+                                   float* cos_out, float* sin_out) {
+  const int64_t count = rows * half;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count; idx += int64_t(gridDim.x) * blockDim.x) {
+    double s, c;
+    sincos(double(positions[idx / half]) * inv_freq[idx % half], &s, &c);
+    cos_out[idx] = float(c);
+    sin_out[idx] = float(s);
+  }
+}
+
+// One block per row; thread j rotates pair (i, i + half) of head j / half.
+template <class T>
+__global__ void apply_rope_kernel(T* data, int64_t row_stride, int64_t num_heads, int64_t head_dim, const float* cos,
+                                  const float* sin) {
+  const int64_t row = blockIdx.x, half = head_dim / 2;
+  T* x_row = data + row * row_stride;
+  const float* c = cos + row * half;
+  const float* s = sin + row * half;
+  for (int64_t j = threadIdx.x; j < num_heads * half; j += blockDim.x) {
+    const int64_t head = j / half, i = j % half;
+    T* x = x_row + head * head_dim;
+    const float a = to_float(x[i]), b = to_float(x[i + half]);
+    x[i] = from_float<T>(a * c[i] - b * s[i]);
+    x[i + half] = from_float<T>(b * c[i] + a * s[i]);
+  }
+}
+
+template <class T>
+void launch_apply_rope(void* data, int64_t rows, int64_t row_stride, int64_t num_heads, int64_t head_dim,
+                       const float* cos, const float* sin, cudaStream_t stream) {
+  if (rows <= 0) return;
+  apply_rope_kernel<T><<<unsigned(rows), block_threads(num_heads * head_dim / 2), 0, stream>>>(
+      static_cast<T*>(data), row_stride, num_heads, head_dim, cos, sin);
+  PAGEDLLM_CUDA_CHECK_LAUNCH();
+}
+
+// ---- SwiGLU -----------------------------------------------------------------------
+
+template <class T, int N>
+__global__ void silu_mul_kernel(const T* gate_up, int64_t rows, int64_t inter, T* out) {
+  using V = Vec<T, N>;
+  const int64_t vecs_per_row = inter / N, count = rows * vecs_per_row;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = idx / vecs_per_row, i = idx % vecs_per_row;
+    const T* row_in = gate_up + row * 2 * inter;
+    const V g = reinterpret_cast<const V*>(row_in)[i];
+    const V u = reinterpret_cast<const V*>(row_in + inter)[i];
+    V r;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      const float x = to_float(g.v[k]);
+      r.v[k] = from_float<T>(x / (1.0f + expf(-x)) * to_float(u.v[k]));
+    }
+    reinterpret_cast<V*>(out + row * inter)[i] = r;
+  }
+}
+
+template <class T>
+void launch_silu_mul(const void* gate_up, int64_t rows, int64_t inter, void* out, cudaStream_t stream) {
+  if (rows <= 0) return;
+  constexpr int N = kVec16<T>;
+  const bool vectorised = inter % N == 0;
+  const int64_t count = rows * (vectorised ? inter / N : inter);
+  if (vectorised) {
+    silu_mul_kernel<T, N><<<stride_blocks(count), kStrideThreads, 0, stream>>>(static_cast<const T*>(gate_up), rows,
+                                                                                inter, static_cast<T*>(out));
+  } else {
+    silu_mul_kernel<T, 1><<<stride_blocks(count), kStrideThreads, 0, stream>>>(static_cast<const T*>(gate_up), rows,
+                                                                                inter, static_cast<T*>(out));
+  }
+  PAGEDLLM_CUDA_CHECK_LAUNCH();
+}
+
+// ---- conversion -------------------------------------------------------------------
+
+template <class T>
+__global__ void convert_kernel(const float* src, int64_t count, T* dst) {
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count; idx += int64_t(gridDim.x) * blockDim.x) {
+    dst[idx] = from_float<T>(src[idx]);
+  }
+}
+
+template <class T>
+void launch_convert(const float* src, int64_t count, void* dst, cudaStream_t stream) {
+  if (count <= 0) return;
+  convert_kernel<T><<<stride_blocks(count), kStrideThreads, 0, stream>>>(src, count, static_cast<T*>(dst));
+  PAGEDLLM_CUDA_CHECK_LAUNCH();
+}
+
+// Calls fn(T{}) with T the storage type of `dtype`.
+template <class Fn>
+void by_dtype(pllm_dtype dtype, const char* what, Fn&& fn) {
+  switch (dtype) {
+    case PLLM_DTYPE_F32: return fn(float{});
+    case PLLM_DTYPE_F16: return fn(__half{});
+    case PLLM_DTYPE_BF16: return fn(__nv_bfloat16{});
+    default:
+      throw pllm::Error(PLLM_ERROR_INTERNAL, std::string("llama_cuda: ") + what + " on dtype " +
+                                                 std::to_string(int(dtype)) + " (F32, F16 or BF16 only)");
+  }
+}
+
+}  // namespace
+
+void embed_rows(pllm_dtype dtype, const void* embed, const int32_t* ids, int64_t rows, int64_t hidden, void* out,
+                cudaStream_t stream) {
+  if (rows <= 0) return;
+  const int64_t row_bytes = hidden * pllm_dtype_size(dtype);
+  if (row_bytes % 16 == 0) {
+    launch_embed_rows<uint4>(embed, ids, rows, row_bytes, out, stream);
+  } else if (row_bytes % 4 == 0) {
+    launch_embed_rows<uint32_t>(embed, ids, rows, row_bytes, out, stream);
+  } else {
+    launch_embed_rows<uint16_t>(embed, ids, rows, row_bytes, out, stream);
+  }
+}
+
+void add_rms_norm(pllm_dtype dtype, void* residual, const void* delta, const int32_t* row_index, const void* weight,
+                  float eps, int64_t rows, int64_t dim, pllm_dtype out_dtype, void* out, cudaStream_t stream) {
+  by_dtype(dtype, "add_rms_norm", [&](auto zero) {
+    using T = decltype(zero);
+    if (out_dtype == dtype) {
+      launch_add_rms_norm<T, T>(residual, delta, row_index, weight, eps, rows, dim, out, stream);
+    } else if (out_dtype == PLLM_DTYPE_F32) {
+      launch_add_rms_norm<T, float>(residual, delta, row_index, weight, eps, rows, dim, out, stream);
+    } else {
+      throw pllm::Error(PLLM_ERROR_INTERNAL, "llama_cuda: add_rms_norm writes its own dtype or F32");
+    }
+  });
+}
+
+void rope_tables(const int32_t* positions, const double* inv_freq, int64_t rows, int64_t half, float* cos, float* sin,
+                 cudaStream_t stream) {
+  if (rows <= 0) return;
+  rope_tables_kernel<<<stride_blocks(rows * half), kStrideThreads, 0, stream>>>(positions, inv_freq, rows, half, cos,
+                                                                              sin);
+  PAGEDLLM_CUDA_CHECK_LAUNCH();
+}
+
+void apply_rope(pllm_dtype dtype, void* data, int64_t rows, int64_t row_stride, int64_t num_heads, int64_t head_dim,
+                const float* cos, const float* sin, cudaStream_t stream) {
+  by_dtype(dtype, "apply_rope", [&](auto zero) {
+    launch_apply_rope<decltype(zero)>(data, rows, row_stride, num_heads, head_dim, cos, sin, stream);
+  });
+}
+
+void silu_mul(pllm_dtype dtype, const void* gate_up, int64_t rows, int64_t inter, void* out, cudaStream_t stream) {
+  by_dtype(dtype, "silu_mul", [&](auto zero) { launch_silu_mul<decltype(zero)>(gate_up, rows, inter, out, stream); });
+}
+
+void convert_from_f32(const float* src, int64_t count, pllm_dtype dtype, void* dst, cudaStream_t stream) {
+  by_dtype(dtype, "convert_from_f32", [&](auto zero) { launch_convert<decltype(zero)>(src, count, dst, stream); });
+}
+
+}  // namespace pagedllm::llama_cuda

@@ -1,0 +1,49 @@
+#pragma once
+// The element-wise and row-wise CUDA kernels of the Llama forward (the GEMMs
+// are cuBLAS, attention is the backend's). Every kernel computes in f32
+// whatever the storage dtype `dtype` (F32, F16 or BF16) of its activations,
+// indexes with int64, and is enqueued on `stream` without synchronising.
+// Launch failures (a bad configuration) throw pllm::Error at the call.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "pagedllm/sdk.h"
+
+namespace pagedllm::llama_cuda {
+
+// out[t] = embed[ids[t]]: `rows` rows of `hidden` elements.
+void embed_rows(pllm_dtype dtype, const void* embed, const int32_t* ids, int64_t rows, int64_t hidden, void* out,
+                cudaStream_t stream);
+
+// The residual add fused with RMSNorm. For each of `rows` output rows r, with
+// source row s = row_index ? row_index[r] : r:
+//   v      = residual[s] + delta[s]   (delta may be null), rounded to dtype
+//   out[r] = v / sqrt(mean(v^2) + eps) * weight
+// Without row_index, v is also written back to residual[s] (the stream moves
+// on); with it, residual is only read (rows may repeat), which is how the
+// final norm gathers the logits / hidden rows. `out` is `out_dtype`: dtype, or
+// F32 for rows handed to the host.
+void add_rms_norm(pllm_dtype dtype, void* residual, const void* delta, const int32_t* row_index, const void* weight,
+                  float eps, int64_t rows, int64_t dim, pllm_dtype out_dtype, void* out, cudaStream_t stream);
+
+// cos[t * half + i], sin[...] of positions[t] * inv_freq[i] (the angle in
+// f64, as the CPU forward computes it: f32 would lose ~1e-3 rad at position
+// 10^5), for `rows` rows.
+void rope_tables(const int32_t* positions, const double* inv_freq, int64_t rows, int64_t half, float* cos, float* sin,
+                 cudaStream_t stream);
+
+// Rotates the first `num_heads` heads of `head_dim` elements of each of
+// `rows` rows (row_stride elements apart) in place: (x_i, x_{i+d/2}) by row
+// t's angle i, HF's rotate_half convention.
+void apply_rope(pllm_dtype dtype, void* data, int64_t rows, int64_t row_stride, int64_t num_heads, int64_t head_dim,
+                const float* cos, const float* sin, cudaStream_t stream);
+
+// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i] over `rows` rows.
+void silu_mul(pllm_dtype dtype, const void* gate_up, int64_t rows, int64_t inter, void* out, cudaStream_t stream);
+
+// dst[i] = src[i] converted to `dtype`, for `count` elements (weight upload).
+void convert_from_f32(const float* src, int64_t count, pllm_dtype dtype, void* dst, cudaStream_t stream);
+
+}  // namespace pagedllm::llama_cuda
