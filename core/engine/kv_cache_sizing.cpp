@@ -152,7 +152,8 @@ class Sizer {
     const std::uint64_t in_use_after = profile();
     // What the step left in use besides its own cache: weights, runtime and the
     // activation workspace the model keeps for its largest step.
-    const std::uint64_t non_kv = std::max(sizing_.in_use_before_bytes, in_use_after - std::min(in_use_after, profiling_cache_bytes_));
+    const std::uint64_t non_kv =
+        std::max(sizing_.in_use_before_bytes, in_use_after - std::min(in_use_after, profiling_cache_bytes_));
     sizing_.activation_peak_bytes = non_kv - sizing_.in_use_before_bytes;
     const std::uint64_t budget = limit > non_kv ? limit - non_kv : 0;
     sizing_.num_device_blocks = blocks_in(budget);

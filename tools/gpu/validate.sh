@@ -200,6 +200,7 @@ e2e_stage() {
     i=$((i + 1))
     local args=(--prompt "$prompt" --max-tokens 64 --temperature 0 --ignore-eos)
     local cpu gpu t0=$SECONDS
+    echo "== prompt $i: $(printf '%q' "$prompt")" >>"$OUT/e2e.log"
     cpu=$("$host" --config configs/serve.yaml --log-level warn "${args[@]}" 2>>"$OUT/e2e.log")
     local cpu_s=$((SECONDS - t0))
     t0=$SECONDS
@@ -207,7 +208,7 @@ e2e_stage() {
     gpu=$("$host" --config configs/serve-cuda.yaml --log-level info "${args[@]}" 2>>"$OUT/e2e.log")
     local gpu_status=$? gpu_s=$((SECONDS - t0))
     {
-      echo "== prompt $i: $(printf '%q' "$prompt") (cpu ${cpu_s} s, gpu ${gpu_s} s, gpu exit $gpu_status)"
+      echo "-- cpu ${cpu_s} s, gpu ${gpu_s} s, gpu exit $gpu_status"
       echo "-- cpu:"; printf '%s\n' "$cpu"
       echo "-- gpu:"; printf '%s\n' "$gpu"
     } >>"$OUT/e2e.log"
