@@ -61,7 +61,7 @@ void apply_override(YAML::Node& root, const std::string& override_text, SourceMa
     current.reset(next);
   }
   current[keys.back()] = value;
-  sources.record_override(path, override_text);
+  sources.record_override(path, override_text, value);
 }
 
 }  // namespace pagedllm

@@ -32,7 +32,8 @@ void SourceMap::record_file_nodes(const YAML::Node& node, const std::string& pat
   }
 }
 
-void SourceMap::record_override(const std::string& path, const std::string& override_text) {
+void SourceMap::record_override(const std::string& path, const std::string& override_text,
+                                const YAML::Node& value) {
   // Drop what the file said about this subtree: all of it comes from the override now.
   for (auto it = origins_.lower_bound(path); it != origins_.end() && it->first.starts_with(path);) {
     const char next = it->first.size() > path.size() ? it->first[path.size()] : '\0';
@@ -42,7 +43,15 @@ void SourceMap::record_override(const std::string& path, const std::string& over
       ++it;
     }
   }
-  origins_[path] = {"--set " + override_text, true};
+  record_override_nodes(path, "--set " + override_text, value);
+}
+
+void SourceMap::record_override_nodes(const std::string& path, const std::string& where, const YAML::Node& node) {
+  origins_[path] = {where, true};
+  if (!node.IsMap()) return;
+  for (const auto& item : node) {
+    if (item.first.IsScalar()) record_override_nodes(join_key_path(path, item.first.Scalar()), where, item.second);
+  }
 }
 
 const SourceMap::Origin* SourceMap::find(const std::string& path) const {

@@ -18,14 +18,18 @@ class SourceMap {
 
   // Records the position of `node` and everything under it, keyed by dotted path.
   void record_file_nodes(const YAML::Node& node, const std::string& path);
-  // Marks `path` and everything under it as coming from a --set override.
-  void record_override(const std::string& path, const std::string& override_text);
+  // Marks `path` and everything under it as coming from a --set override whose
+  // value is `value` (the keys of a mapping value count as written by it).
+  void record_override(const std::string& path, const std::string& override_text, const YAML::Node& value);
 
   // "serve.yaml:12:5" for a key from the file, "--set a.b=c" for an override,
   // falling back to the nearest ancestor path, then to the file itself.
   std::string locate(const std::string& path) const;
   // True when `path` (or an ancestor) was set by --set.
   bool is_override(const std::string& path) const;
+  // True when the file or a --set wrote this very key, not only an ancestor:
+  // what tells a value the user chose from a default.
+  bool written(const std::string& path) const { return origins_.contains(path); }
 
   const std::filesystem::path& file() const { return file_; }
 
@@ -36,6 +40,7 @@ class SourceMap {
   };
   const Origin* find(const std::string& path) const;
   void record(const std::string& path, const YAML::Mark& mark);
+  void record_override_nodes(const std::string& path, const std::string& where, const YAML::Node& node);
 
   std::filesystem::path file_;
   std::map<std::string, Origin> origins_;

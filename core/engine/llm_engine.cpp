@@ -22,6 +22,7 @@
 #include "core/config/config_error.h"
 #include "core/engine/engine.h"
 #include "core/engine/generation_config.h"
+#include "core/engine/kv_cache_sizing.h"
 #include "core/engine/request_validation.h"
 #include "core/engine/seeds.h"
 #include "core/engine/sequence_output.h"
@@ -273,40 +274,17 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
   // ---- the KV cache: bytes per block from the backend, blocks from the budget ----
   // The draft's layers share the pool and the block tables, after the target's.
   const int num_kv_layers = model_info_.num_layers + (speculative_ ? speculative_->num_draft_layers() : 0);
-  pllm_kv_cache_spec spec{sizeof(pllm_kv_cache_spec), num_kv_layers, model_info_.num_kv_heads,
-                          model_info_.head_dim, config.cache.block_size, model_info_.dtype};
-  std::uint64_t bytes_per_block = 0;
-  check_plugin_call(attention_.api().bytes_per_block(attention_.get(), &spec, &bytes_per_block, &error),
-                    error, attention_.library(), "bytes_per_block");
-  if (bytes_per_block == 0) {
-    throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': bytes_per_block returned 0",
-                                                           attention_.library().name()));
-  }
-  if (config.cache.kv_cache_bytes == 0) {
-    throw ConfigError(fmt::format("{}: cache.kv_cache_bytes must be set on {} (sizing from device "
-                                  "memory is not available yet)",
-                                  config.sources.locate("cache"), config.device.str()));
-  }
-  const auto num_device_blocks = static_cast<int>(
-      std::min<std::uint64_t>(config.cache.kv_cache_bytes / bytes_per_block, 1u << 30));
-  num_host_blocks_ = static_cast<int>(
-      std::min<std::uint64_t>(config.cache.swap_space_bytes / bytes_per_block, 1u << 30));
-  const int blocks_for_longest = (max_model_len + config.cache.block_size - 1) / config.cache.block_size;
-  if (num_device_blocks < blocks_for_longest) {
-    throw ConfigError(fmt::format(
-        "{}: cache.kv_cache_bytes={} holds {} blocks of {} tokens ({} bytes each), fewer than the "
-        "{} one sequence of max_model_len={} needs; raise kv_cache_bytes or lower "
-        "scheduler.max_model_len",
-        config.sources.locate("cache.kv_cache_bytes"), config.cache.kv_cache_bytes, num_device_blocks,
-        config.cache.block_size, bytes_per_block, blocks_for_longest, max_model_len));
-  }
-  check_plugin_call(attention_.api().allocate_cache(attention_.get(), &spec, num_device_blocks,
-                                                    num_host_blocks_, &error),
-                    error, attention_.library(), "allocate_cache");
+  const int num_speculative_tokens = speculative_ ? speculative_->num_speculative_tokens() : 0;
+  const KvCacheSizing sizing = size_and_allocate_kv_cache(
+      {config, attention_, model_instance_,
+       pllm_kv_cache_spec{sizeof(pllm_kv_cache_spec), num_kv_layers, model_info_.num_kv_heads, model_info_.head_dim,
+                          config.cache.block_size, model_info_.dtype},
+       max_model_len, num_speculative_tokens});
+  const int num_device_blocks = sizing.num_device_blocks;
+  num_host_blocks_ = sizing.num_host_blocks;
 
   SchedulerConfig scheduler_config = config.scheduler;
   scheduler_config.max_model_len = max_model_len;
-  const int num_speculative_tokens = speculative_ ? speculative_->num_speculative_tokens() : 0;
   scheduler_config.num_lookahead_tokens = num_speculative_tokens;
   scheduler_config.num_draft_slots = std::max(0, num_speculative_tokens - 1);
   try {
@@ -326,11 +304,8 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
   metrics_.scheduler = scheduler_->stats();
   metrics_.speculative_decoding_enabled = speculative_ != nullptr;
 
-  log_->info("KV cache: {} blocks of {} tokens ({} bytes each, {} tokens) on {}, {} swap blocks; "
-             "max_model_len={}",
-             num_device_blocks, config.cache.block_size, bytes_per_block,
-             static_cast<std::int64_t>(num_device_blocks) * config.cache.block_size, config.device.str(),
-             num_host_blocks_, max_model_len);
+  log_->info("{}; max_model_len={}", describe_kv_cache_sizing(sizing, config.cache.block_size, config.device.str()),
+             max_model_len);
 }
 
 // ---- client side ----------------------------------------------------------------

@@ -1,11 +1,13 @@
 #include "core/host/plugin_check.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <ostream>
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "core/config/kv_sizing_method.h"
 #include "core/plugin/plugin_error.h"
 #include "core/plugin/plugin_kind.h"
 
@@ -33,6 +35,34 @@ std::optional<std::string> validate_options(const HostConfig& config, const Plug
   if (error.key[0] != '\0') path += std::string(".") + error.key;
   return fmt::format("{}: {}.options: plugin '{}' rejected its options: {}", config.sources.locate(path),
                      slot.key_path, library.name(), error.message);
+}
+
+// Which way the engine will size the KV pool, as far as the loaded plugins tell.
+std::string describe_kv_sizing(const HostConfig& config, const PluginCheckReport& report) {
+  const auto attention = std::find_if(report.plugins.begin(), report.plugins.end(), [](const ConfiguredPlugin& p) {
+    return p.kind == PLLM_PLUGIN_KIND_ATTENTION && p.library != nullptr;
+  });
+  if (attention == report.plugins.end()) {
+    return fmt::format("not known: the attention plugin '{}' is not loaded (a backend that reports device memory "
+                       "sizes from gpu_memory_utilization {}, any other from kv_cache_bytes {})",
+                       config.attention.plugin, config.cache.gpu_memory_utilization, config.cache.kv_cache_bytes);
+  }
+  const PluginLibrary& library = *attention->library;
+  const bool reports_memory = library.api<pllm_attention_api>().memory_info != nullptr;
+  switch (kv_sizing_method(config, reports_memory)) {
+    case KvSizingMethod::kConfiguredBytes:
+      return fmt::format("kv_cache_bytes {} ('{}' does not report device memory)", config.cache.kv_cache_bytes,
+                         library.name());
+    case KvSizingMethod::kExplicitBytesOnDevice:
+      return fmt::format("kv_cache_bytes {}, written in the config, checked against the free memory '{}' reports",
+                         config.cache.kv_cache_bytes, library.name());
+    case KvSizingMethod::kProfiled:
+      return fmt::format("gpu_memory_utilization {} of the memory '{}' reports, after a profiling step of "
+                         "max_num_batched_tokens {} tokens",
+                         config.cache.gpu_memory_utilization, library.name(),
+                         config.scheduler.max_num_batched_tokens);
+  }
+  return {};
 }
 
 }  // namespace
@@ -81,6 +111,7 @@ void print_check_summary(const HostConfig& config, const PluginCheckReport& repo
   fmt::print(out, "cache       block_size {}, kv_cache_bytes {}, swap_space {}, prefix caching {}\n",
              config.cache.block_size, config.cache.kv_cache_bytes, config.cache.swap_space_bytes,
              config.cache.enable_prefix_caching ? "on" : "off");
+  fmt::print(out, "kv sizing   {}\n", describe_kv_sizing(config, report));
   fmt::print(out, "scheduler   max_num_seqs {}, max_num_batched_tokens {}, chunked prefill {}, preemption {}\n",
              config.scheduler.max_num_seqs, config.scheduler.max_num_batched_tokens,
              config.scheduler.enable_chunked_prefill ? "on" : "off",

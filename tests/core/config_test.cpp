@@ -214,6 +214,24 @@ TEST_CASE("overrides given with --set replace values and are validated like the 
   CHECK_THAT(config_error(kMinimal, {"cache.block_size=[1"}), Contains("the value is not valid YAML"));
 }
 
+TEST_CASE("the source map tells a key the config wrote from a default", "[config][overrides]") {
+  // What decides whether cache.kv_cache_bytes overrides device-memory sizing.
+  const std::string with_cache = kMinimal + "cache:\n  block_size: 8\n  kv_cache_bytes: 1MiB\n";
+  CHECK(parse_config(with_cache, "/etc/pagedllm/test.yaml").sources.written("cache.kv_cache_bytes"));
+  CHECK_FALSE(parse_config(kMinimal, "/etc/pagedllm/test.yaml").sources.written("cache.kv_cache_bytes"));
+  // An ancestor in the file is not the key.
+  const std::string block_size_only = kMinimal + "cache:\n  block_size: 8\n";
+  CHECK_FALSE(parse_config(block_size_only, "/etc/pagedllm/test.yaml").sources.written("cache.kv_cache_bytes"));
+  CHECK(parse_config(kMinimal, "/etc/pagedllm/test.yaml", {"cache.kv_cache_bytes=2MiB"})
+            .sources.written("cache.kv_cache_bytes"));
+  // A --set of a whole mapping writes the keys it holds and drops what the file wrote.
+  const HostConfig replaced =
+      parse_config(with_cache, "/etc/pagedllm/test.yaml", {"cache={block_size: 4, swap_space: 1MiB}"});
+  CHECK(replaced.sources.written("cache.swap_space"));
+  CHECK_FALSE(replaced.sources.written("cache.kv_cache_bytes"));
+  CHECK(replaced.sources.locate("cache.swap_space") == "--set cache={block_size: 4, swap_space: 1MiB}");
+}
+
 TEST_CASE("byte sizes accept decimal and binary units", "[config]") {
   CHECK(parse_byte_size("1024") == 1024);
   CHECK(parse_byte_size("1KiB") == 1024);
@@ -228,6 +246,14 @@ TEST_CASE("the shipped configs are valid", "[config]") {
   CHECK(c.model.plugin.plugin == "models_llama");
   CHECK(c.attention.plugin == "attention_cpu");
   CHECK(c.model.path.is_absolute());
+  const HostConfig cuda = load_config(PAGEDLLM_SOURCE_DIR "/configs/serve-cuda.yaml");
+  CHECK(cuda.device.str() == "cuda:0");
+  CHECK(cuda.attention.plugin == "attention_cuda");
+  CHECK(cuda.model.dtype == "f32");
+  CHECK(cuda.model.path == c.model.path);
+  CHECK(cuda.cache.gpu_memory_utilization == 0.9);
+  // The pool is sized from device memory, not from a byte budget.
+  CHECK_FALSE(cuda.sources.written("cache.kv_cache_bytes"));
 }
 
 TEST_CASE("a missing config file is a clear error", "[config]") {

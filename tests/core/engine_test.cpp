@@ -649,3 +649,130 @@ TEST_CASE("speculative sampling reproduces with a seed whatever shares the batch
   CHECK(f.engine().metrics().spec_decode_num_drafts > 0);
   require_drained(f.engine());
 }
+
+// ---- KV pool sizing on a device with memory_info, over fixture_device_attention:
+// the plain fixture attention on a simulated device memory (its source says how
+// free memory moves). fixture_rule_model: 2 layers, 1 KV head, head_dim 8, f32,
+// so with block_size 4 a block is 2 * 2 * 1 * 4 * 8 * 4 = 512 bytes (768 with one
+// draft layer); max_model_len 256 needs 64 blocks. The profiling step of
+// max_num_batched_tokens 64 over max_num_seqs 16 is 16 prefills of 4 tokens, one
+// block each: a 16-block profiling cache.
+
+namespace {
+
+constexpr std::uint64_t kMiB = 1ull << 20;
+constexpr std::uint64_t kGiB = 1ull << 30;
+
+struct SimulatedDevice {
+  std::uint64_t total = 0;
+  std::uint64_t used = 0;
+  std::uint64_t per_token = 0;
+  std::uint64_t per_logits_row = 0;
+  std::uint64_t per_hidden_row = 0;
+};
+
+// Overrides that put the engine on the simulated device, with the cache section
+// replaced so kv_cache_bytes is not written unless `cache_yaml` writes it.
+std::vector<std::string> on_simulated_device(const SimulatedDevice& d, const std::string& cache_yaml) {
+  return {fmt::format("attention={{plugin: {}/fixture_device_attention.so, options: {{simulated_device: "
+                      "{{total_bytes: {}, used_bytes: {}, activation_bytes_per_token: {}, "
+                      "activation_bytes_per_logits_row: {}, activation_bytes_per_hidden_row: {}}}}}}}",
+                      PAGEDLLM_FIXTURE_PLUGIN_DIR, d.total, d.used, d.per_token, d.per_logits_row,
+                      d.per_hidden_row),
+          "cache={block_size: 4, " + cache_yaml + "}"};
+}
+
+int device_blocks(const Engine& engine) { return engine.metrics().scheduler.kv.num_device_blocks; }
+
+}  // namespace
+
+TEST_CASE("a device pool is what gpu_memory_utilization leaves after the profiling step", "[engine][kv_sizing]") {
+  const SimulatedDevice device{8 * kMiB, 1 * kMiB, 1024, 1536, 0};
+  EngineFixture f(on_simulated_device(device, "gpu_memory_utilization: 0.5"));
+  // The step's workspace: 64 tokens and one logits row per sequence (16); the
+  // budget is total * 0.5 - (in use after profiling - the profiling cache).
+  const std::uint64_t activations = 64 * 1024 + 16 * 1536;
+  const std::uint64_t budget = 4 * kMiB - (1 * kMiB + activations);
+  CHECK(budget / 512 == 5968);
+  CHECK(device_blocks(f.engine()) == 5968);
+
+  // The final cache replaced the profiling one: generation runs on it.
+  f.engine().start();
+  GenerateRequest r = f.request("def fibonacci(n):", 12);
+  const std::vector<std::int32_t> prompt = r.prompt_token_ids;
+  const Collected out = f.run(std::move(r));
+  REQUIRE_FALSE(out.error);
+  CHECK(out.sequences[0].tokens == rule_continuation(prompt, 12, f.vocab()));
+  require_drained(f.engine());
+}
+
+TEST_CASE("with a speculator the profiling step asks logits for 1 + K rows and hidden for every token",
+          "[engine][kv_sizing]") {
+  const SimulatedDevice device{8 * kMiB, 1 * kMiB, 1024, 1536, 256};
+  EngineFixture f(on_simulated_device(device, "gpu_memory_utilization: 0.5"), -1, speculative_yaml(2));
+  // K = 2: min(64 tokens, 16 sequences * 3) = 48 logits rows, 64 hidden rows;
+  // a block holds the draft's layer too (768 bytes).
+  const std::uint64_t activations = 64 * 1024 + 48 * 1536 + 64 * 256;
+  const std::uint64_t budget = 4 * kMiB - (1 * kMiB + activations);
+  CHECK(budget / 768 == 3893);
+  CHECK(device_blocks(f.engine()) == 3893);
+}
+
+TEST_CASE("kv_cache_bytes written in the config wins over gpu_memory_utilization on a device",
+          "[engine][kv_sizing]") {
+  const SimulatedDevice device{8 * kMiB, 1 * kMiB, 1024, 1536, 0};
+  SECTION("in the file's cache section") {
+    EngineFixture f(on_simulated_device(device, "gpu_memory_utilization: 0.5, kv_cache_bytes: 1MiB"));
+    CHECK(device_blocks(f.engine()) == 2048);
+  }
+  SECTION("by --set") {
+    std::vector<std::string> overrides = on_simulated_device(device, "gpu_memory_utilization: 0.5");
+    overrides.push_back("cache.kv_cache_bytes=3MiB");
+    EngineFixture f(overrides);
+    CHECK(device_blocks(f.engine()) == 6144);
+  }
+  SECTION("but it must fit in the free memory") {
+    // 7 MiB free; 7.5 MiB asked.
+    CHECK_THROWS_WITH(EngineFixture(on_simulated_device(device, "kv_cache_bytes: 7680KiB")),
+                      Catch::Contains("--set cache=") &&
+                          Catch::Contains("cache.kv_cache_bytes=7864320 (15360 blocks, 0.01 GiB) does not fit in "
+                                          "the 0.01 GiB free on cpu") &&
+                          Catch::Contains("lower kv_cache_bytes"));
+  }
+}
+
+TEST_CASE("device sizing refuses what cannot work, naming the key to change", "[engine][kv_sizing]") {
+  SECTION("a pool that cannot hold one max_model_len sequence") {
+    // 7 GiB in use and 1 GiB of activations leave nothing of 16 GiB * 0.5.
+    const SimulatedDevice device{16 * kGiB, 7 * kGiB, 16 * kMiB, 0, 0};
+    CHECK_THROWS_WITH(
+        EngineFixture(on_simulated_device(device, "gpu_memory_utilization: 0.5")),
+        Catch::Contains("cache.gpu_memory_utilization=0.5 leaves 0.00 GiB for the KV cache on cpu (0 blocks of 4 "
+                        "tokens), fewer than the 64 blocks (0.00 GiB) one sequence of max_model_len=256 needs: "
+                        "weights and runtime use 7.00 GiB and the largest step's activations 1.00 GiB of 16.00 GiB, "
+                        "so 8.00 GiB would be needed in all (gpu_memory_utilization 0.500); lower "
+                        "scheduler.max_model_len or scheduler.max_num_batched_tokens, or raise "
+                        "gpu_memory_utilization"));
+  }
+  SECTION("memory in use beyond gpu_memory_utilization") {
+    const SimulatedDevice device{16 * kGiB, 9 * kGiB, 1024, 0, 0};
+    CHECK_THROWS_WITH(EngineFixture(on_simulated_device(device, "gpu_memory_utilization: 0.5")),
+                      Catch::Contains("cache.gpu_memory_utilization=0.5 allows 8.00 GiB of the 16.00 GiB on cpu, "
+                                      "but the model and runtime already use 9.00 GiB before any KV cache; raise "
+                                      "gpu_memory_utilization"));
+  }
+  SECTION("a profiling step that runs out of memory") {
+    const SimulatedDevice device{16 * kGiB, 1 * kGiB, 1 * kGiB, 0, 0};
+    CHECK_THROWS_WITH(EngineFixture(on_simulated_device(device, "gpu_memory_utilization: 0.5")),
+                      Catch::Contains("scheduler.max_num_batched_tokens: the profiling step (64 tokens in 16 prefill "
+                                      "sequences, 16 logits rows, 0 hidden rows) ran out of device memory on cpu") &&
+                          Catch::Contains("lower scheduler.max_num_batched_tokens (or scheduler.max_num_seqs)"));
+  }
+}
+
+TEST_CASE("without memory_info the pool is kv_cache_bytes, whatever gpu_memory_utilization says",
+          "[engine][kv_sizing]") {
+  EngineFixture f({fmt::format("attention.plugin={}/fixture_attention.so", PAGEDLLM_FIXTURE_PLUGIN_DIR),
+                   "attention.options={}", "cache.gpu_memory_utilization=0.01"});
+  CHECK(device_blocks(f.engine()) == 1 * kMiB / 512);
+}

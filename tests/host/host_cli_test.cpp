@@ -65,6 +65,24 @@ TEST_CASE("check mode validates configs/serve.yaml and summarises its plugins", 
   CHECK_THAT(r.out, Contains(kSdk));
 }
 
+TEST_CASE("check mode says how the KV pool will be sized", "[host_cli]") {
+  auto r = run_command(host("--config '" + kServe + "' --check"));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("kv sizing   kv_cache_bytes 536870912 ('attention_cpu' does not report device memory)"));
+
+  // A backend with memory_info: the simulated device of fixture_device_attention.
+  const std::string device_attention = "--set 'attention={plugin: " + kFixtures +
+                                       "/fixture_device_attention.so, options: {simulated_device: {total_bytes: 1}}}'";
+  r = run_command(host("--config '" + kServe + "' --check " + device_attention));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("kv sizing   kv_cache_bytes 536870912, written in the config, checked against the free "
+                             "memory 'fixture_device_attention' reports"));
+  r = run_command(host("--config '" + kServe + "' --check " + device_attention + " --set 'cache={block_size: 16}'"));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("kv sizing   gpu_memory_utilization 0.9 of the memory 'fixture_device_attention' "
+                             "reports, after a profiling step of max_num_batched_tokens 2048 tokens"));
+}
+
 TEST_CASE("a misspelled config key exits 2 naming the key and its line", "[host_cli]") {
   TempDir dir;
   const auto config = dir.write("bad.yaml", "model: {plugin: models_llama, path: m}\nattention: {plugin: attention_cpu}\n"

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# The GPU validation run: build with CUDA, run the GPU tests, A/B the attention
+# backends, and compare greedy output on the GPU with the CPU path. Written for
+# the lent GPU machine (one H100/H200, 16 cores, nothing downloadable, at most
+# 10 minutes a call); docs/gpu-validation.md says how a session calls it and
+# where its numbers are recorded.
+#
+#   tools/gpu/validate.sh [STAGE...]      # default: every stage, in order
+#   stages: env deps configure build test attn e2e
+#
+# Results go to $OUT (the device tool's folder; default build-gpu/out), as at most
+# 7 files: summary.md (one line per stage and the numbers), build.log, test.log,
+# attn_bench.log, attn_bench_quick.json, attn_bench_decode.json, e2e.log.
+# A failing stage is marked FAIL in the summary and the run goes on to the next
+# one; the exit status is 1 when any stage failed.
+#
+# Contracts with code written elsewhere, by name:
+#   - GPU tests are ctest tests whose names contain "cuda" (test_attention_cuda,
+#     models_llama's CUDA cases); a GPU test that prints "SKIPPED: no CUDA device"
+#     here counts as a failure, since this machine has one.
+#   - pagedllm-attn-bench runs side B on a GPU with `--device-b cuda:0`. The stage
+#     reads `pagedllm-attn-bench --help` first; without that flag it is marked FAIL
+#     ("no --device-b") and nothing is run.
+#   - configs/serve-cuda.yaml is configs/serve.yaml on cuda:0 with attention_cuda and
+#     dtype f32, so greedy outputs must be equal.
+#
+# Dependencies: the machine has CUDA, CMake, ninja and a compiler, but not Boost,
+# yaml-cpp, spdlog, fmt, nlohmann-json, Catch2 or OpenBLAS. tools/gpu/pack_deps.sh,
+# run on the dev machine, puts their Debian packages in .gpu-deps/, which the call
+# carries; the deps stage unpacks them under /tmp/pagedllm-deps (never into /).
+#
+# Environment: BUILD (default build-gpu), CUDA_ARCH (default 90a), JOBS (default 16),
+# BUDGET_S (seconds for the whole run, default 560: a stage that cannot start with
+# at least a minute left is marked "not run" so the call ends inside its 10 minutes).
+# shellcheck disable=SC2317  # the stage functions are called through `stage NAME FUNCTION`
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+
+OUT=${OUT:-build-gpu/out}
+BUILD=${BUILD:-build-gpu}
+CUDA_ARCH=${CUDA_ARCH:-90a}
+JOBS=${JOBS:-16}
+BUDGET_S=${BUDGET_S:-560}
+DEPS_PREFIX=/tmp/pagedllm-deps
+mkdir -p "$OUT"
+SUMMARY=$OUT/summary.md
+STARTED=$SECONDS
+FAILED=0
+PROMPTS=(
+  "def fibonacci(n):"
+  "import os
+import sys
+
+
+def main():"
+  "class Stack:
+    def __init__(self):"
+  "# Read a JSON file and return its contents
+def load_json(path):"
+  "for i in range(10):
+    print(i"
+)
+
+note() { printf '%s\n' "$*" >>"$SUMMARY"; }
+
+seconds_left() { echo $((BUDGET_S - (SECONDS - STARTED))); }
+
+# stage NAME FUNCTION: runs FUNCTION, records PASS/FAIL and its duration.
+stage() {
+  local name=$1 fn=$2 left
+  left=$(seconds_left)
+  if ((left < 60)); then
+    note "| $name | not run | ${left} s of the budget left: rerun with \`tools/gpu/validate.sh $name ...\` |"
+    FAILED=1
+    return
+  fi
+  local t0=$SECONDS detail
+  echo "== $name" >&2
+  # The whole output goes to stderr (the call's output tail); the last line is the detail.
+  if detail=$("$fn" 2>&1 | tee /dev/stderr | tail -n 1; exit "${PIPESTATUS[0]}"); then
+    note "| $name | PASS | $((SECONDS - t0)) s | $detail |"
+  else
+    note "| $name | **FAIL** | $((SECONDS - t0)) s | $detail |"
+    FAILED=1
+  fi
+}
+
+# ---- stages: each prints its one-line result last and returns non-zero on failure ----
+
+env_stage() {
+  {
+    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "- commit: $(git rev-parse --short HEAD 2>/dev/null || echo 'unknown (no .git in the copy)')$(git diff --quiet HEAD 2>/dev/null || echo ' + local changes')"
+    echo "- device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+    echo "- nvcc: $(nvcc --version 2>&1 | grep -o 'release [0-9.]*' || echo missing)"
+    echo "- c++: $(c++ --version 2>&1 | head -1)"
+    echo "- cmake: $(cmake --version 2>&1 | head -1), ninja: $(ninja --version 2>&1 || echo missing)"
+    echo "- cores: $(nproc)"
+  } >>"$SUMMARY.env"
+  if ! command -v nvidia-smi >/dev/null || ! command -v nvcc >/dev/null || ! command -v cmake >/dev/null; then
+    echo "nvidia-smi, nvcc or cmake missing"
+    return 1
+  fi
+  nvidia-smi --query-gpu=name --format=csv,noheader | head -1
+}
+
+deps_stage() {
+  if ! ls .gpu-deps/*.deb >/dev/null 2>&1; then
+    echo "no .gpu-deps/*.deb: relying on system packages (run tools/gpu/pack_deps.sh and carry .gpu-deps)"
+    return 0
+  fi
+  mkdir -p "$DEPS_PREFIX"
+  for deb in .gpu-deps/*.deb; do dpkg -x "$deb" "$DEPS_PREFIX" || return 1; done
+  # Debian's OpenBLASConfig.cmake names /usr absolutely; point it at the unpacked copy.
+  sed -i "s#/usr/#$DEPS_PREFIX/usr/#g" "$DEPS_PREFIX"/usr/lib/x86_64-linux-gnu/openblas-pthread/cmake/openblas/OpenBLASConfig.cmake
+  echo "unpacked the packages of .gpu-deps into $DEPS_PREFIX"
+}
+
+# Makes the unpacked packages visible to CMake, the compiler and the loader.
+use_deps() {
+  [[ -d $DEPS_PREFIX/usr ]] || return 0
+  export CMAKE_PREFIX_PATH=$DEPS_PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+  export OpenBLAS_DIR=$DEPS_PREFIX/usr/lib/x86_64-linux-gnu/openblas-pthread/cmake/openblas
+  export CPATH=$DEPS_PREFIX/usr/include${CPATH:+:$CPATH}
+  local lib=$DEPS_PREFIX/usr/lib/x86_64-linux-gnu
+  export LIBRARY_PATH=$lib:$lib/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+}
+
+configure_stage() {
+  local generator=Ninja
+  command -v ninja >/dev/null || generator="Unix Makefiles"
+  cmake -S . -B "$BUILD" -G "$generator" -DCMAKE_BUILD_TYPE=Release -DPAGEDLLM_ENABLE_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DPAGEDLLM_BUILD_TESTS=ON >"$OUT/build.log" 2>&1 || {
+    tail -n 20 "$OUT/build.log"
+    echo "cmake configure failed (build.log)"
+    return 1
+  }
+  echo "configured $BUILD ($generator, CUDA arch $CUDA_ARCH)"
+}
+
+build_stage() {
+  local left=$(($(seconds_left) - 30))
+  timeout "$left" cmake --build "$BUILD" -j "$JOBS" >>"$OUT/build.log" 2>&1 || {
+    grep -E 'error|Error' "$OUT/build.log" | head -n 20
+    echo "build failed or ran out of time (build.log)"
+    return 1
+  }
+  echo "built with -j$JOBS"
+}
+
+test_stage() {
+  local left=$(($(seconds_left) - 30))
+  timeout "$left" ctest --test-dir "$BUILD" -R cuda --output-on-failure --timeout 300 >"$OUT/test.log" 2>&1
+  local status=$?
+  local listed
+  listed=$(grep -cE 'Test +#' "$OUT/test.log")
+  if ((listed == 0)); then
+    echo "no ctest test matches 'cuda' (test.log)"
+    return 1
+  fi
+  if grep -q 'SKIPPED: no CUDA device\|Not Run\|\*\*\*Skipped' "$OUT/test.log"; then
+    echo "$listed GPU tests, but some skipped on a machine with a GPU (test.log)"
+    return 1
+  fi
+  grep -E 'tests passed|tests failed' "$OUT/test.log" | tail -n 1
+  return "$status"
+}
+
+attn_stage() {
+  local bench=$BUILD/bin/pagedllm-attn-bench
+  [[ -x $bench ]] || { echo "$bench not built"; return 1; }
+  if ! "$bench" --help 2>&1 | grep -q -- '--device-b'; then
+    echo "pagedllm-attn-bench has no --device-b: attention_cuda cannot be A/B'd yet"
+    return 1
+  fi
+  local status=0
+  {
+    echo "== quick suite: attention_cpu (a) vs attention_cuda on cuda:0 (b), f32"
+    "$bench" --a attention_cpu --b attention_cuda --device-b cuda:0 --suite quick \
+      --json "$OUT/attn_bench_quick.json" || status=1
+    echo "== decode bandwidth, bf16 KV, 16 sequences"
+    "$bench" --a attention_cpu --b attention_cuda --device-b cuda:0 --workload decode \
+      --context 1024,4096,16384,32768 --gqa 4 --head-dim 128 --dtype bf16 --batch 16 --reps 10 \
+      --json "$OUT/attn_bench_decode.json" || status=1
+  } >"$OUT/attn_bench.log" 2>&1
+  if ((status == 0)); then
+    echo "both runs within tolerance (attn_bench.log)"
+  else
+    echo "a case differs or a run failed (attn_bench.log)"
+  fi
+  return "$status"
+}
+
+e2e_stage() {
+  local host=$BUILD/bin/pagedllm-host equal=0 i=0
+  [[ -x $host ]] || { echo "$host not built"; return 1; }
+  : >"$OUT/e2e.log"
+  for prompt in "${PROMPTS[@]}"; do
+    i=$((i + 1))
+    local args=(--prompt "$prompt" --max-tokens 64 --temperature 0 --ignore-eos)
+    local cpu gpu t0=$SECONDS
+    echo "== prompt $i: $(printf '%q' "$prompt")" >>"$OUT/e2e.log"
+    cpu=$("$host" --config configs/serve.yaml --log-level warn "${args[@]}" 2>>"$OUT/e2e.log")
+    local cpu_s=$((SECONDS - t0))
+    t0=$SECONDS
+    # At info the GPU run logs its KV pool sizing (what went where) into e2e.log.
+    gpu=$("$host" --config configs/serve-cuda.yaml --log-level info "${args[@]}" 2>>"$OUT/e2e.log")
+    local gpu_status=$? gpu_s=$((SECONDS - t0))
+    {
+      echo "-- cpu ${cpu_s} s, gpu ${gpu_s} s, gpu exit $gpu_status"
+      echo "-- cpu:"; printf '%s\n' "$cpu"
+      echo "-- gpu:"; printf '%s\n' "$gpu"
+    } >>"$OUT/e2e.log"
+    if [[ $gpu_status -eq 0 && "$cpu" == "$gpu" ]]; then
+      equal=$((equal + 1))
+    else
+      # Where the texts part: a near-tie flipped by f32 rounding shows as a late split.
+      local n=0
+      while ((n < ${#cpu} && n < ${#gpu})) && [[ "${cpu:n:1}" == "${gpu:n:1}" ]]; do n=$((n + 1)); done
+      echo "   differs from character $n of ${#cpu}" >>"$OUT/e2e.log"
+    fi
+  done
+  echo "$equal of ${#PROMPTS[@]} prompts: GPU greedy text equals the CPU's (64 tokens each; e2e.log)"
+  ((equal == ${#PROMPTS[@]}))
+}
+
+# ---- run ----
+stages=("$@")
+((${#stages[@]})) || stages=(env deps configure build test attn e2e)
+: >"$SUMMARY.env"
+{
+  echo "# GPU validation"
+  echo
+} >"$SUMMARY"
+note "| stage | result | time | detail |"
+note "| --- | --- | --- | --- |"
+use_deps
+for s in "${stages[@]}"; do
+  case $s in
+    env | deps | configure | build | test | attn | e2e)
+      stage "$s" "${s}_stage"
+      [[ $s == deps ]] && use_deps
+      ;;
+    *)
+      note "| $s | **FAIL** | 0 s | unknown stage (env deps configure build test attn e2e) |"
+      FAILED=1
+      ;;
+  esac
+done
+{
+  echo
+  cat "$SUMMARY.env"
+  echo "- budget: $((SECONDS - STARTED)) s of $BUDGET_S s used"
+} >>"$SUMMARY"
+rm -f "$SUMMARY.env"
+cat "$SUMMARY"
+exit $FAILED
