@@ -23,6 +23,7 @@
 #include "core/engine/engine.h"
 #include "core/engine/generation_config.h"
 #include "core/engine/kv_cache_sizing.h"
+#include "core/engine/plugin_batch.h"
 #include "core/engine/request_validation.h"
 #include "core/engine/seeds.h"
 #include "core/engine/sequence_output.h"
@@ -517,28 +518,9 @@ bool LlmEngine::step() {
 
   run_block_operations(output);
 
-  const StepBatch& b = output.batch;
-  pllm_batch batch{};
-  batch.struct_size = sizeof(pllm_batch);
-  batch.num_seqs = b.num_seqs();
-  batch.num_tokens = b.num_tokens();
-  batch.num_decode_seqs = b.num_decode_seqs;
-  batch.max_query_len = b.max_query_len;
-  batch.max_seq_len = b.max_seq_len;
-  batch.block_size = b.block_size;
-  batch.max_blocks_per_seq = b.max_blocks_per_seq;
-  batch.token_ids = b.token_ids.data();
-  batch.positions = b.positions.data();
-  batch.slot_mapping = b.slot_mapping.data();
-  batch.query_start_loc = b.query_start_loc.data();
-  batch.seq_lens = b.seq_lens.data();
-  batch.block_tables = b.block_tables.data();
-  batch.num_logits = static_cast<std::int32_t>(b.logits_indices.size());
-  batch.logits_indices = b.logits_indices.data();
   std::vector<std::int32_t> first_hidden_row;
   const std::vector<std::int32_t> hidden_rows = hidden_indices(output, first_hidden_row);
-  batch.num_hidden = static_cast<std::int32_t>(hidden_rows.size());
-  batch.hidden_indices = hidden_rows.empty() ? nullptr : hidden_rows.data();
+  const pllm_batch batch = plugin_batch_view(output.batch, hidden_rows);
 
   pllm_error error{};
   check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),
