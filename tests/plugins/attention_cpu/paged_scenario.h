@@ -118,8 +118,10 @@ class Scenario {
 
   // Fills every slot of the device pool with NaN K/V (through the write path:
   // one single-token sequence per slot), so any read beyond a sequence's
-  // context shows up as NaN in its output.
-  void poison(Backend& backend) const {
+  // context shows up as NaN in its output. `B` is Backend or a wrapper with
+  // its plan/run (attention_cuda's tests stage host buffers on the device).
+  template <class B>
+  void poison(B& backend) const {
     const int32_t bs = config_.block_size;
     const int32_t slots = num_device_blocks_ * bs;
     StepBatch sb;
@@ -149,7 +151,8 @@ class Scenario {
   // Writes positions [0, len) of every sequence cheaply: each token is its own
   // one-token "sequence" (attention over a single key), for benchmarks that
   // need long contexts without paying for their prefill.
-  void fill(Backend& backend, const std::vector<int32_t>& lens) const {
+  template <class B>
+  void fill(B& backend, const std::vector<int32_t>& lens) const {
     std::vector<Chunk> tokens;
     for (std::size_t s = 0; s < lens.size(); ++s) {
       for (int32_t p = 0; p < lens[s]; ++p) tokens.push_back({int32_t(s), p, 1});
@@ -211,7 +214,8 @@ class Scenario {
 
   // Runs one step (every layer) on `backend` and returns the outputs, one
   // buffer per layer, as f32 [num_tokens, num_heads, head_dim].
-  std::vector<std::vector<float>> run_step(Backend& backend, const std::vector<Chunk>& chunks,
+  template <class B>
+  std::vector<std::vector<float>> run_step(B& backend, const std::vector<Chunk>& chunks,
                                            int32_t num_decode_seqs = 0, bool write = true) const {
     const StepBatch sb = make_batch(chunks, num_decode_seqs, write);
     const pllm_batch b = sb.batch();
