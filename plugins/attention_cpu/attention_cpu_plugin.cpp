@@ -120,7 +120,7 @@ class AttentionCpu : public pllm::AttentionPlugin {
 
   void validate_batch(const pllm_batch& b) {
     const KvCache& cache = allocated();
-    plugins::PagedInputCheck("attention_cpu").batch(b, cache.geometry().block_size, cache.num_device_blocks());
+    check_.batch(b, cache.geometry().block_size, cache.num_device_blocks());
   }
 
   void check_tensor(const char* name, const pllm_tensor& t, int64_t tokens, int64_t heads, int64_t head_dim) const {
@@ -130,12 +130,7 @@ class AttentionCpu : public pllm::AttentionPlugin {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
                         "attention_cpu: " + what + "dtype " + dtype_name(t.dtype) + " is not supported (f32, f16, bf16)");
     }
-    if (t.ndim != 3) invalid(what + "expected 3 dimensions [tokens, heads, head_dim], got " + str(t.ndim));
-    if (t.shape[0] != tokens) invalid(what + "has " + str(t.shape[0]) + " rows, the batch " + str(tokens) + " tokens");
-    if (heads >= 0 && t.shape[1] != heads) invalid(what + "has " + str(t.shape[1]) + " heads, expected " + str(heads));
-    if (t.shape[2] != head_dim) invalid(what + "head_dim " + str(t.shape[2]) + " differs from the cache's " + str(head_dim));
-    if (t.strides[2] != 1) invalid(what + "the head_dim dimension must be contiguous (stride 1)");
-    if (tokens > 0 && !t.data) invalid(what + "null data");
+    check_.rows(name, t, tokens, heads, head_dim);
   }
 
   static Rows rows_of(const pllm_tensor& t) {
@@ -171,6 +166,7 @@ class AttentionCpu : public pllm::AttentionPlugin {
   }
 
   Options options_;
+  plugins::PagedInputCheck check_{"attention_cpu"};
   std::unique_ptr<OptimizedAttention> optimized_;  // null for the reference variant
   std::optional<KvCache> cache_;
   pllm_batch batch_{};

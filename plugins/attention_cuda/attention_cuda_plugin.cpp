@@ -251,18 +251,7 @@ class AttentionCuda : public pllm::AttentionPlugin {
                                                     " differs from the KV cache's " + plugins::dtype_name(g.dtype) +
                                                     " (activations and cache share one dtype)");
     }
-    if (t.ndim != 3) kCheck.invalid(what + "expected 3 dimensions [tokens, heads, head_dim], got " + str(t.ndim));
-    if (t.shape[0] != tokens) {
-      kCheck.invalid(what + "has " + str(t.shape[0]) + " rows, the batch " + str(tokens) + " tokens");
-    }
-    if (heads >= 0 && t.shape[1] != heads) {
-      kCheck.invalid(what + "has " + str(t.shape[1]) + " heads, expected " + str(heads));
-    }
-    if (t.shape[2] != g.head_dim) {
-      kCheck.invalid(what + "head_dim " + str(t.shape[2]) + " differs from the cache's " + str(g.head_dim));
-    }
-    if (t.strides[2] != 1) kCheck.invalid(what + "the head_dim dimension must be contiguous (stride 1)");
-    if (tokens > 0 && !t.data) kCheck.invalid(what + "null data");
+    kCheck.rows(name, t, tokens, heads, g.head_dim);
   }
 
   static DeviceRows rows_of(const pllm_tensor& t) { return DeviceRows{t.data, t.strides[0], t.strides[1]}; }

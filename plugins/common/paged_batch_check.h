@@ -1,8 +1,8 @@
 #pragma once
 // The checks an attention backend makes on what core hands it, shared by
 // attention_cpu and attention_cuda: a step batch against the cache (once per
-// step, so the kernels never index out of bounds) and block copy lists
-// against their pools. Failures throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT)
+// step, so the kernels never index out of bounds), the shape of a layer's
+// activations, and block copy lists against their pools. Failures throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT)
 // with a message that starts with the plugin's name and carries the values.
 
 #include <cstddef>
@@ -76,6 +76,20 @@ class PagedInputCheck {
                 ")");
       }
     }
+  }
+
+  // The shape of a [tokens, heads, head_dim] activation `name` (heads < 0: any).
+  // Device and dtype are the backend's own checks.
+  void rows(const char* name, const pllm_tensor& t, int64_t tokens, int64_t heads, int64_t head_dim) const {
+    const std::string what = std::string(name) + ": ";
+    if (t.ndim != 3) invalid(what + "expected 3 dimensions [tokens, heads, head_dim], got " + str(t.ndim));
+    if (t.shape[0] != tokens) invalid(what + "has " + str(t.shape[0]) + " rows, the batch " + str(tokens) + " tokens");
+    if (heads >= 0 && t.shape[1] != heads) invalid(what + "has " + str(t.shape[1]) + " heads, expected " + str(heads));
+    if (t.shape[2] != head_dim) {
+      invalid(what + "head_dim " + str(t.shape[2]) + " differs from the cache's " + str(head_dim));
+    }
+    if (t.strides[2] != 1) invalid(what + "the head_dim dimension must be contiguous (stride 1)");
+    if (tokens > 0 && !t.data) invalid(what + "null data");
   }
 
   // Every pair of a block copy list `what` against its source and destination pools.

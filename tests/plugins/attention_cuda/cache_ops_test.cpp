@@ -6,7 +6,6 @@
 
 #include <catch2/catch.hpp>
 
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -17,23 +16,6 @@
 using namespace attention_test;
 using Catch::Matchers::Contains;
 
-namespace {
-
-// A read-only decode of the sequence's last position (slot -1, NaN K/V): the
-// output depends only on what the cache holds for positions [0, len).
-void expect_cache_holds_sequence(const Scenario& scenario, CudaBackend& backend, int32_t seq, int32_t len) {
-  const std::vector<Chunk> read = {{seq, len - 1, 1}};
-  const auto expected = scenario.dense(read);
-  const auto got = scenario.run_step(backend, read, 1, /*write=*/false);
-  for (int32_t layer = 0; layer < scenario.config().num_layers; ++layer) {
-    INFO("layer " << layer);
-    REQUIRE(compare(got[std::size_t(layer)], expected[std::size_t(layer)], dense_tolerance(scenario.config().dtype),
-                    nullptr) == "");
-  }
-}
-
-}  // namespace
-
 TEST_CASE("attention_cuda copy_blocks, swap_out and swap_in preserve blocks in every layer",
           "[attention_cuda][gpu][cache_ops]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();
@@ -43,54 +25,8 @@ TEST_CASE("attention_cuda copy_blocks, swap_out and swap_in preserve blocks in e
   config.block_size = GENERATE(1, 16);
   config.dtype = GENERATE(PLLM_DTYPE_F32, PLLM_DTYPE_BF16);
   CAPTURE(config.block_size, int(config.dtype));
-  const int32_t len = 40;
-  const int32_t blocks = (len + config.block_size - 1) / config.block_size;
-  Scenario scenario(config, {len}, 11u, /*spare_blocks=*/blocks + 1);
   CudaBackend backend("{}");
-  const int64_t host_blocks = blocks + 2;
-  backend.allocate_cache(scenario.spec(), scenario.num_device_blocks(), host_blocks);
-  scenario.poison(backend);
-  scenario.run_step(backend, {{0, 0, len}});
-  expect_cache_holds_sequence(scenario, backend, 0, len);
-
-  const std::vector<int32_t> original(scenario.table(0).begin(), scenario.table(0).begin() + blocks);
-  const std::vector<int32_t> spare = scenario.free_blocks();
-  REQUIRE(spare.size() >= std::size_t(blocks));
-
-  SECTION("copy-on-write copies reach every layer") {
-    std::vector<pllm_block_copy> pairs;
-    for (int32_t i = 0; i < blocks; ++i) pairs.push_back({original[std::size_t(i)], spare[std::size_t(i)]});
-    backend.copy_blocks(pairs);
-    std::copy(spare.begin(), spare.begin() + blocks, scenario.table(0).begin());
-    expect_cache_holds_sequence(scenario, backend, 0, len);
-  }
-
-  SECTION("pairs apply in order: a chain through a spare block") {
-    // After the sequence's blocks are copied, spare[0] goes to spare[blocks]
-    // and back: the last pair must copy what the one before it wrote, or
-    // spare[0] ends up with the pool's NaN poison.
-    std::vector<pllm_block_copy> pairs;
-    for (int32_t i = 0; i < blocks; ++i) pairs.push_back({original[std::size_t(i)], spare[std::size_t(i)]});
-    pairs.push_back({spare[0], spare[std::size_t(blocks)]});
-    pairs.push_back({spare[std::size_t(blocks)], spare[0]});
-    backend.copy_blocks(pairs);
-    std::copy(spare.begin(), spare.begin() + blocks, scenario.table(0).begin());
-    expect_cache_holds_sequence(scenario, backend, 0, len);
-  }
-
-  SECTION("swap out, clobber the device pool, swap in elsewhere") {
-    std::vector<pllm_block_copy> out, in;
-    for (int32_t i = 0; i < blocks; ++i) {
-      const int64_t host = host_blocks - 1 - i;  // reversed, to catch an identity mapping
-      out.push_back({original[std::size_t(i)], host});
-      in.push_back({host, spare[std::size_t(i)]});
-    }
-    backend.swap_out(out);
-    scenario.poison(backend);  // the device copy is gone: only the host pool has the data
-    backend.swap_in(in);
-    std::copy(spare.begin(), spare.begin() + blocks, scenario.table(0).begin());
-    expect_cache_holds_sequence(scenario, backend, 0, len);
-  }
+  check_block_round_trips(config, backend);
 }
 
 TEST_CASE("attention_cuda allocate_cache twice replaces the cache; memory_info sees it",

@@ -5,27 +5,15 @@
 
 #include <catch2/catch.hpp>
 
-#include <functional>
-#include <stdexcept>
 #include <string>
 
-#include "tests/plugins/attention_cpu/attention_harness.h"
+#include "tests/plugins/attention_cpu/paged_scenario.h"
 #include "tests/support/cuda_device.h"
 
 using namespace attention_test;
 using Catch::Matchers::Contains;
 
 namespace {
-
-pagedllm::PluginCallError call_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const pagedllm::PluginCallError& e) {
-    return e;
-  }
-  FAIL("expected the call to fail");
-  throw std::logic_error("unreachable");
-}
 
 // validate_options, as `pagedllm-host --check` calls it: needs no device.
 pllm_status validate(const char* options_json, pllm_error& error) {
