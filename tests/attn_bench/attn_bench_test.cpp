@@ -127,6 +127,10 @@ TEST_CASE("attn-bench: attention_cpu reference vs optimized agree and the JSON h
   CHECK(j["a"]["plugin"] == "attention_cpu");
   CHECK(j["a"]["options"]["variant"] == "reference");
   CHECK(j["b"]["options"]["num_threads"] == 2);
+  for (const char* side : {"a", "b"}) {
+    CHECK(j[side]["device"] == "cpu");
+    CHECK(j[side]["copy_bandwidth_gbs"] == 0.0);  // measured for device sides only
+  }
   CHECK(j["failed"] == 0);
   CHECK(j["passed"] == 24);
   REQUIRE(j["cases"].size() == 24);
@@ -147,6 +151,7 @@ TEST_CASE("attn-bench: attention_cpu reference vs optimized agree and the JSON h
     for (const char* side : {"a", "b"}) {
       const auto& t = c[side];
       CHECK(t["times_ms"].size() == 2);
+      CHECK(t["kv_bandwidth_fraction_of_copy"].is_null());
       CHECK(t["time_ms_median"].get<double>() > 0);
       CHECK(t["kv_bandwidth_gbs"].get<double>() ==
             Approx(c["kv_bytes"].get<double>() / (t["time_ms_median"].get<double>() * 1e-3) / 1e9));
