@@ -50,9 +50,10 @@ Tolerance scaled(Tolerance t, int32_t context) {
 }
 
 // Fills every sequence's context by chunked prefill, then runs one mixed
-// step, then the same step read-only (slot -1, NaN K/V: nothing may be
-// written, outputs unchanged); every step on both backends, checked against
-// the dense reference and each other.
+// step, its decodes alone (a decode-only batch), then the mixed step
+// read-only (slot -1, NaN K/V: nothing may be written, outputs unchanged);
+// every step on both backends, checked against the dense reference and each
+// other.
 void check_against_cpu(const Config& config, uint32_t seed, const std::vector<SeqPlan>& plans,
                        const std::string& cuda_options = "{}") {
   std::vector<int32_t> seq_lens;
@@ -95,6 +96,9 @@ void check_against_cpu(const Config& config, uint32_t seed, const std::vector<Se
   int32_t num_decode = 0;
   while (num_decode < int32_t(plans.size()) && plans[std::size_t(num_decode)].query_len <= 5) ++num_decode;
   check_step(mixed, num_decode, true, "mixed step");
+  // The decodes alone (rewriting the same K/V): a decode-only batch.
+  const std::vector<Chunk> decodes(mixed.begin(), mixed.begin() + num_decode);
+  if (!decodes.empty()) check_step(decodes, num_decode, true, "decode-only step");
   check_step(mixed, num_decode, false, "the mixed step again, read-only (slot -1)");
   INFO("max |attention_cuda - dense| = " << max_dense_error);
   SUCCEED();
