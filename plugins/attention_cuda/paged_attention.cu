@@ -28,6 +28,11 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr unsigned kFullMask = 0xffffffffu;
+// Scores are kept in base 2: q is pre-multiplied by scale * log2(e), so
+// exp(scale * q.k - m) = exp2(q'.k - m') and every exponential is one exp2f
+// (the hardware's native exponential) instead of expf's extra range
+// reduction. Maxima (m, and the partials' max) are in the same base-2 units.
+constexpr float kLog2e = 1.4426950408889634f;
 
 template <class T, int HeadDim>
 struct Geometry {
@@ -42,9 +47,9 @@ struct Geometry {
 // disjoint token sets; an empty set has m = -inf and l = acc = 0.
 __device__ __forceinline__ void merge_scales(float m, float m_o, float& self, float& other, float& m_new) {
   m_new = fmaxf(m, m_o);
-  // exp(-inf - -inf) would be NaN: an empty side contributes nothing instead.
-  self = m == -INFINITY ? 0.0f : expf(m - m_new);
-  other = m_o == -INFINITY ? 0.0f : expf(m_o - m_new);
+  // exp2(-inf - -inf) would be NaN: an empty side contributes nothing instead.
+  self = m == -INFINITY ? 0.0f : exp2f(m - m_new);
+  other = m_o == -INFINITY ? 0.0f : exp2f(m_o - m_new);
 }
 
 template <class T, int HeadDim>
@@ -87,7 +92,7 @@ __global__ void __launch_bounds__(kThreads)
     const int d = idx % HeadDim;
     const T* src = static_cast<const T*>(p.query.data) + int64_t(q_start + row_of(v)) * p.query.token_stride +
                    int64_t(head_of(v)) * p.query.head_stride;
-    s_q[v][d] = to_float(src[d]) * p.scale;
+    s_q[v][d] = to_float(src[d]) * (p.scale * kLog2e);
   }
   __syncthreads();
 
@@ -137,8 +142,8 @@ __global__ void __launch_bounds__(kThreads)
       // Causal inside the new tokens: row r (position context_len + r) sees positions <= its own.
       if (in_range && pos <= context_len + row_of(v)) {
         const float m_new = fmaxf(m[v], dot);
-        const float rescale = expf(m[v] - m_new);  // m = -inf before the first token: exp(-inf) = 0
-        const float weight = expf(dot - m_new);
+        const float rescale = exp2f(m[v] - m_new);  // m = -inf before the first token: exp2(-inf) = 0
+        const float weight = exp2f(dot - m_new);
         l[v] = fmaf(l[v], rescale, weight);
 #pragma unroll
         for (int i = 0; i < kVec; ++i) acc[v][i] = fmaf(acc[v][i], rescale, weight * val[i]);
@@ -194,7 +199,7 @@ __global__ void __launch_bounds__(kThreads)
     float l_all = 0.0f, o = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float weight = s_m[w][v] == -INFINITY ? 0.0f : expf(s_m[w][v] - m_all);
+      const float weight = s_m[w][v] == -INFINITY ? 0.0f : exp2f(s_m[w][v] - m_all);
       l_all = fmaf(s_l[w][v], weight, l_all);
       o = fmaf(s_acc[w][v][d], weight, o);
     }
@@ -219,7 +224,8 @@ __global__ void __launch_bounds__(kThreads)
 
 // grid.x = split tile, grid.y = query head. Reduces the tile's partitions
 // (each a normalised partial output o_p with its max m_p and sum l_p):
-//   out = sum_p o_p l_p exp(m_p - M) / sum_p l_p exp(m_p - M),  M = max_p m_p.
+//   out = sum_p o_p l_p exp2(m_p - M) / sum_p l_p exp2(m_p - M),  M = max_p m_p
+// (m in the kernel's base-2 units).
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     combine_partitions_kernel(AttentionLaunch p, int32_t head_dim) {
@@ -238,7 +244,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int32_t part = 0; part < item.num_partials; ++part) {
       const int64_t slot = slot_of(part);
       const float m_p = p.partials.max[slot];
-      const float weight = m_p == -INFINITY ? 0.0f : p.partials.sum[slot] * expf(m_p - m_all);
+      const float weight = m_p == -INFINITY ? 0.0f : p.partials.sum[slot] * exp2f(m_p - m_all);
       l_all += weight;
       o = fmaf(p.partials.out[slot * head_dim + d], weight, o);
     }
