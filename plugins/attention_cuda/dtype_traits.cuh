@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "pagedllm/sdk.hpp"
 
@@ -25,6 +26,20 @@ __device__ __forceinline__ __half from_float<__half>(float x) { return __float2h
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+// A 16-bit element from its bit pattern.
+template <class T>
+__device__ __forceinline__ float bits_to_float(unsigned short bits) {
+  if constexpr (std::is_same_v<T, __half>) {
+    __half_raw raw;
+    raw.x = bits;
+    return __half2float(__half(raw));
+  } else {
+    __nv_bfloat16_raw raw;
+    raw.x = bits;
+    return __bfloat162float(__nv_bfloat16(raw));
+  }
+}
+
 // Elements in one 16-byte load: 4 f32 or 8 f16/bf16.
 template <class T>
 inline constexpr int kVecElems = 16 / int(sizeof(T));
@@ -41,11 +56,9 @@ __device__ __forceinline__ void load_vec(const T* p, float (&out)[kVecElems<T>])
   } else {
     const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      T pair[2];
-      memcpy(pair, &words[i], sizeof pair);
-      out[2 * i] = to_float(pair[0]);
-      out[2 * i + 1] = to_float(pair[1]);
+    for (int i = 0; i < 4; ++i) {  // little-endian: the lower-addressed element is the low half
+      out[2 * i] = bits_to_float<T>(static_cast<unsigned short>(words[i] & 0xffffu));
+      out[2 * i + 1] = bits_to_float<T>(static_cast<unsigned short>(words[i] >> 16));
     }
   }
 }
