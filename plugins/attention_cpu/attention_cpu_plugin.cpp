@@ -13,6 +13,7 @@
 #include "plugins/attention_cpu/dtype_convert.h"
 #include "plugins/attention_cpu/kv_cache.h"
 #include "plugins/attention_cpu/paged_attention.h"
+#include "plugins/common/paged_batch_check.h"
 #include "plugins/common/thread_pool.h"
 
 namespace pagedllm::attention_cpu {
@@ -52,11 +53,13 @@ class AttentionCpu : public pllm::AttentionPlugin {
                    optimized_ ? ", threads=" + str(optimized_->num_threads()) : std::string());
   }
 
-  uint64_t bytes_per_block(const pllm_kv_cache_spec& spec) { return CacheGeometry::from_spec(spec).bytes_per_block(); }
+  uint64_t bytes_per_block(const pllm_kv_cache_spec& spec) {
+    return CacheGeometry::from_spec(spec, "attention_cpu").bytes_per_block();
+  }
 
   void allocate_cache(const pllm_kv_cache_spec& spec, int64_t num_device_blocks, int64_t num_host_blocks) {
     if (cache_) invalid("allocate_cache called twice; the cache is allocated once per backend");
-    cache_.emplace(CacheGeometry::from_spec(spec), num_device_blocks, num_host_blocks);
+    cache_.emplace(CacheGeometry::from_spec(spec, "attention_cpu"), num_device_blocks, num_host_blocks);
   }
 
   void plan(const pllm_batch& batch) {
@@ -115,62 +118,9 @@ class AttentionCpu : public pllm::AttentionPlugin {
     return *cache_;
   }
 
-  // Checks everything run() relies on once per step, so the kernels never
-  // index out of bounds: lengths, block tables and slots against the pool.
   void validate_batch(const pllm_batch& b) {
     const KvCache& cache = allocated();
-    const CacheGeometry& g = cache.geometry();
-    if (b.struct_size < offsetof(pllm_batch, block_tables) + sizeof(b.block_tables)) {
-      invalid("batch: struct_size " + str(b.struct_size) + " is too small");
-    }
-    if (b.block_size != g.block_size) {
-      invalid("batch block_size " + str(b.block_size) + " differs from the cache's " + str(g.block_size));
-    }
-    if (b.num_seqs < 0 || b.num_tokens < 0) invalid("batch: negative num_seqs or num_tokens");
-    if (b.num_tokens > 0 && (!b.slot_mapping || !b.query_start_loc || !b.seq_lens)) {
-      invalid("batch: null slot_mapping, query_start_loc or seq_lens");
-    }
-    if (b.num_seqs > 0 && (!b.query_start_loc || !b.seq_lens || !b.block_tables)) {
-      invalid("batch: null query_start_loc, seq_lens or block_tables");
-    }
-    if (b.num_seqs > 0) {
-      if (b.query_start_loc[0] != 0) invalid("batch: query_start_loc[0] = " + str(b.query_start_loc[0]) + ", not 0");
-      if (b.query_start_loc[b.num_seqs] != b.num_tokens) {
-        invalid("batch: query_start_loc[num_seqs] = " + str(b.query_start_loc[b.num_seqs]) + " but num_tokens = " +
-                str(b.num_tokens));
-      }
-    } else if (b.num_tokens != 0) {
-      invalid("batch: " + str(b.num_tokens) + " tokens but no sequences");
-    }
-    for (int32_t s = 0; s < b.num_seqs; ++s) {
-      const int32_t query_len = b.query_start_loc[s + 1] - b.query_start_loc[s];
-      if (query_len < 0) invalid("batch: query_start_loc decreases at sequence " + str(s));
-      const int32_t seq_len = b.seq_lens[s];
-      if (seq_len < query_len) {
-        invalid("batch: sequence " + str(s) + " has seq_len " + str(seq_len) + " < its " + str(query_len) +
-                " new tokens");
-      }
-      const int64_t blocks = (int64_t(seq_len) + g.block_size - 1) / g.block_size;
-      if (blocks > b.max_blocks_per_seq) {
-        invalid("batch: sequence " + str(s) + " needs " + str(blocks) + " blocks for " + str(seq_len) +
-                " tokens but max_blocks_per_seq is " + str(b.max_blocks_per_seq));
-      }
-      for (int64_t i = 0; i < blocks; ++i) {
-        const int32_t block = b.block_tables[int64_t(s) * b.max_blocks_per_seq + i];
-        if (block < 0 || block >= cache.num_device_blocks()) {
-          invalid("batch: block_tables[" + str(s) + "][" + str(i) + "] = " + str(block) +
-                  " is out of range for the device pool of " + str(cache.num_device_blocks()) + " blocks");
-        }
-      }
-    }
-    const int64_t num_slots = cache.num_device_blocks() * g.block_size;
-    for (int32_t t = 0; t < b.num_tokens; ++t) {
-      const int64_t slot = b.slot_mapping[t];
-      if (slot < -1 || slot >= num_slots) {
-        invalid("batch: slot_mapping[" + str(t) + "] = " + str(slot) + " is out of range [-1, " + str(num_slots) +
-                ")");
-      }
-    }
+    check_.batch(b, cache.geometry().block_size, cache.num_device_blocks());
   }
 
   void check_tensor(const char* name, const pllm_tensor& t, int64_t tokens, int64_t heads, int64_t head_dim) const {
@@ -180,12 +130,7 @@ class AttentionCpu : public pllm::AttentionPlugin {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
                         "attention_cpu: " + what + "dtype " + dtype_name(t.dtype) + " is not supported (f32, f16, bf16)");
     }
-    if (t.ndim != 3) invalid(what + "expected 3 dimensions [tokens, heads, head_dim], got " + str(t.ndim));
-    if (t.shape[0] != tokens) invalid(what + "has " + str(t.shape[0]) + " rows, the batch " + str(tokens) + " tokens");
-    if (heads >= 0 && t.shape[1] != heads) invalid(what + "has " + str(t.shape[1]) + " heads, expected " + str(heads));
-    if (t.shape[2] != head_dim) invalid(what + "head_dim " + str(t.shape[2]) + " differs from the cache's " + str(head_dim));
-    if (t.strides[2] != 1) invalid(what + "the head_dim dimension must be contiguous (stride 1)");
-    if (tokens > 0 && !t.data) invalid(what + "null data");
+    check_.rows(name, t, tokens, heads, head_dim);
   }
 
   static Rows rows_of(const pllm_tensor& t) {
@@ -221,6 +166,7 @@ class AttentionCpu : public pllm::AttentionPlugin {
   }
 
   Options options_;
+  plugins::PagedInputCheck check_{"attention_cpu"};
   std::unique_ptr<OptimizedAttention> optimized_;  // null for the reference variant
   std::optional<KvCache> cache_;
   pllm_batch batch_{};

@@ -5,27 +5,14 @@
 #include <string>
 
 #include "pagedllm/sdk/cpp/error.hpp"
-#include "plugins/attention_cpu/dtype_convert.h"
+#include "plugins/common/paged_batch_check.h"
 
 namespace pagedllm::attention_cpu {
 namespace {
 
 [[noreturn]] void invalid(const std::string& message) { throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, message); }
 
-void check_pairs(const char* what, std::span<const pllm_block_copy> pairs, int64_t src_blocks, const char* src_pool,
-                 int64_t dst_blocks, const char* dst_pool) {
-  for (std::size_t i = 0; i < pairs.size(); ++i) {
-    const auto& p = pairs[i];
-    if (p.src < 0 || p.src >= src_blocks) {
-      invalid(std::string(what) + ": pair " + std::to_string(i) + ": source block " + std::to_string(p.src) +
-              " is out of range for the " + src_pool + " pool of " + std::to_string(src_blocks) + " blocks");
-    }
-    if (p.dst < 0 || p.dst >= dst_blocks) {
-      invalid(std::string(what) + ": pair " + std::to_string(i) + ": destination block " + std::to_string(p.dst) +
-              " is out of range for the " + dst_pool + " pool of " + std::to_string(dst_blocks) + " blocks");
-    }
-  }
-}
+const plugins::PagedInputCheck kCheck("attention_cpu");
 
 std::unique_ptr<std::byte[]> allocate(int64_t blocks, const CacheGeometry& g, const char* pool) {
   if (blocks == 0) return nullptr;
@@ -45,32 +32,6 @@ std::unique_ptr<std::byte[]> allocate(int64_t blocks, const CacheGeometry& g, co
 }
 
 }  // namespace
-
-CacheGeometry CacheGeometry::from_spec(const pllm_kv_cache_spec& spec) {
-  if (spec.struct_size < sizeof(pllm_kv_cache_spec)) {
-    invalid("kv cache spec: struct_size " + std::to_string(spec.struct_size) + " is smaller than " +
-            std::to_string(sizeof(pllm_kv_cache_spec)));
-  }
-  auto positive = [](const char* name, int32_t v) {
-    if (v <= 0) invalid(std::string("kv cache spec: ") + name + " must be positive, got " + std::to_string(v));
-  };
-  positive("num_layers", spec.num_layers);
-  positive("num_kv_heads", spec.num_kv_heads);
-  positive("head_dim", spec.head_dim);
-  positive("block_size", spec.block_size);
-  if (!is_float_dtype(spec.dtype)) {
-    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, std::string("attention_cpu: KV cache dtype ") + dtype_name(spec.dtype) +
-                                                  " is not supported (use f32, f16 or bf16)");
-  }
-  CacheGeometry g;
-  g.num_layers = spec.num_layers;
-  g.num_kv_heads = spec.num_kv_heads;
-  g.head_dim = spec.head_dim;
-  g.block_size = spec.block_size;
-  g.dtype = spec.dtype;
-  g.element_size = pllm_dtype_size(spec.dtype);
-  return g;
-}
 
 KvCache::KvCache(const CacheGeometry& geometry, int64_t num_device_blocks, int64_t num_host_blocks)
     : geometry_(geometry), num_device_blocks_(num_device_blocks), num_host_blocks_(num_host_blocks) {
@@ -101,17 +62,17 @@ void KvCache::copy_between(const CacheGeometry& g, std::byte* dst_pool, int64_t 
 }
 
 void KvCache::copy_blocks(std::span<const pllm_block_copy> pairs) {
-  check_pairs("copy_blocks", pairs, num_device_blocks_, "device", num_device_blocks_, "device");
+  kCheck.block_pairs("copy_blocks", pairs, num_device_blocks_, "device", num_device_blocks_, "device");
   copy_between(geometry_, device_.get(), num_device_blocks_, device_.get(), num_device_blocks_, pairs);
 }
 
 void KvCache::swap_out(std::span<const pllm_block_copy> pairs) {
-  check_pairs("swap_out", pairs, num_device_blocks_, "device", num_host_blocks_, "host swap");
+  kCheck.block_pairs("swap_out", pairs, num_device_blocks_, "device", num_host_blocks_, "host swap");
   copy_between(geometry_, host_.get(), num_host_blocks_, device_.get(), num_device_blocks_, pairs);
 }
 
 void KvCache::swap_in(std::span<const pllm_block_copy> pairs) {
-  check_pairs("swap_in", pairs, num_host_blocks_, "host swap", num_device_blocks_, "device");
+  kCheck.block_pairs("swap_in", pairs, num_host_blocks_, "host swap", num_device_blocks_, "device");
   copy_between(geometry_, device_.get(), num_device_blocks_, host_.get(), num_host_blocks_, pairs);
 }
 

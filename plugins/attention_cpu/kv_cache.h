@@ -16,25 +16,11 @@
 #include <span>
 
 #include "pagedllm/sdk.h"
+#include "plugins/common/kv_cache_geometry.h"
 
 namespace pagedllm::attention_cpu {
 
-// The cache's shape; validated on construction (throws pllm::Error).
-struct CacheGeometry {
-  int32_t num_layers = 0;
-  int32_t num_kv_heads = 0;
-  int32_t head_dim = 0;
-  int32_t block_size = 0;
-  pllm_dtype dtype = PLLM_DTYPE_INVALID;
-  int64_t element_size = 0;
-
-  static CacheGeometry from_spec(const pllm_kv_cache_spec& spec);
-  // Elements of one block of one layer, K or V: num_kv_heads * block_size * head_dim.
-  int64_t block_elements() const { return int64_t(num_kv_heads) * block_size * head_dim; }
-  int64_t block_bytes_per_layer() const { return block_elements() * element_size; }
-  // What bytes_per_block reports: K and V of every layer.
-  uint64_t bytes_per_block() const { return uint64_t(2) * uint64_t(num_layers) * uint64_t(block_bytes_per_layer()); }
-};
+using plugins::CacheGeometry;
 
 class KvCache {
  public:

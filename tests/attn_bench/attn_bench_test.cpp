@@ -11,8 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
+#ifdef PAGEDLLM_ATTN_BENCH_CUDA
+#include "tests/support/cuda_device.h"
+#endif
+
 #include "tests/support/run_command.h"
 #include "tools/attn_bench/bench_cases.h"
+#include "tools/attn_bench/device_side.h"
 #include "tools/attn_bench/paged_case.h"
 
 using namespace pagedllm::attn_bench;
@@ -122,6 +127,10 @@ TEST_CASE("attn-bench: attention_cpu reference vs optimized agree and the JSON h
   CHECK(j["a"]["plugin"] == "attention_cpu");
   CHECK(j["a"]["options"]["variant"] == "reference");
   CHECK(j["b"]["options"]["num_threads"] == 2);
+  for (const char* side : {"a", "b"}) {
+    CHECK(j[side]["device"] == "cpu");
+    CHECK(j[side]["copy_bandwidth_gbs"] == 0.0);  // measured for device sides only
+  }
   CHECK(j["failed"] == 0);
   CHECK(j["passed"] == 24);
   REQUIRE(j["cases"].size() == 24);
@@ -142,6 +151,7 @@ TEST_CASE("attn-bench: attention_cpu reference vs optimized agree and the JSON h
     for (const char* side : {"a", "b"}) {
       const auto& t = c[side];
       CHECK(t["times_ms"].size() == 2);
+      CHECK(t["kv_bandwidth_fraction_of_copy"].is_null());
       CHECK(t["time_ms_median"].get<double>() > 0);
       CHECK(t["kv_bandwidth_gbs"].get<double>() ==
             Approx(c["kv_bytes"].get<double>() / (t["time_ms_median"].get<double>() * 1e-3) / 1e9));
@@ -190,4 +200,39 @@ TEST_CASE("attn-bench: unusable setups exit 2 with a message naming the problem"
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Contains(bad.message));
   }
+}
+
+TEST_CASE("attn-bench devices: spelling, and a CUDA side without a device exits 2 naming it", "[attn_bench]") {
+  CHECK(parse_device("cpu", "--device-a").type == PLLM_DEVICE_CPU);
+  const pllm_device cuda1 = parse_device("cuda:1", "--device-b");
+  CHECK(cuda1.type == PLLM_DEVICE_CUDA);
+  CHECK(cuda1.index == 1);
+  CHECK(parse_device("cuda", "--device-b").index == 0);
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:1a", "CPU"}) {
+    INFO(bad);
+    CHECK_THROWS_WITH(parse_device(bad, "--device-a"), Contains("--device-a") && Contains("not a device"));
+  }
+  const BenchOptions o = parse_args({"--a", "x", "--b", "y", "--device-b", "cuda:0"});
+  CHECK(o.device_a.type == PLLM_DEVICE_CPU);
+  CHECK(o.device_b.type == PLLM_DEVICE_CUDA);
+
+  // A device no machine here has: refused before any plugin is loaded, whatever the build.
+  const auto r = run_command(kBench + kPluginDirs + kTiny + " --a attention_cpu --b attention_cuda --device-b cuda:99");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("--device-b cuda:99"));
+#ifdef PAGEDLLM_ATTN_BENCH_CUDA
+  const std::string no_device = pagedllm::testing::cuda_device_unavailable_reason();
+  if (!no_device.empty()) {
+    // This machine: CUDA's own reason (no driver, no device), for cuda:0 too.
+    const auto r0 = run_command(kBench + kPluginDirs + kTiny + " --a attention_cpu --b attention_cuda --device-b cuda:0");
+    INFO(r0.out << r0.err);
+    CHECK(r0.exit_code == 2);
+    CHECK_THAT(r0.err, Contains("--device-b cuda:0: no usable CUDA device") && Contains(no_device));
+  } else {
+    CHECK_THAT(r.err, Contains("no such device"));
+  }
+#else
+  CHECK_THAT(r.err, Contains("built without CUDA"));
+#endif
 }

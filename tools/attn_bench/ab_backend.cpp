@@ -5,11 +5,12 @@
 #include <fmt/format.h>
 
 #include "core/plugin/plugin_error.h"
+#include "tools/attn_bench/device_side.h"
 
 namespace pagedllm::attn_bench {
 
-AbBackend::AbBackend(std::string side, const BackendSpec& spec, PluginRegistry& registry)
-    : side_(std::move(side)), spec_(spec) {
+AbBackend::AbBackend(std::string side, const BackendSpec& spec, const pllm_device& device, PluginRegistry& registry)
+    : side_(std::move(side)), spec_(spec), device_(device) {
   try {
     library_ = registry.load(spec_.plugin, PLLM_PLUGIN_KIND_ATTENTION, "--" + side_);
   } catch (const PluginLoadError& e) {
@@ -24,8 +25,9 @@ AbBackend::AbBackend(std::string side, const BackendSpec& spec, PluginRegistry& 
 }
 
 std::string AbBackend::label() const {
-  return spec_.options_json == "{}" ? fmt::format("{} ({})", side_, spec_.plugin)
-                                    : fmt::format("{} ({} {})", side_, spec_.plugin, spec_.options_json);
+  const std::string on = device_.type == PLLM_DEVICE_CPU ? std::string() : " on " + device_label(device_);
+  return spec_.options_json == "{}" ? fmt::format("{} ({}{})", side_, spec_.plugin, on)
+                                    : fmt::format("{} ({} {}{})", side_, spec_.plugin, spec_.options_json, on);
 }
 
 template <class F>
@@ -39,7 +41,7 @@ void AbBackend::call(F&& f, const char* what, const CaseSpec* c) {
                                  where,
                                  c ? fmt::format("dtype {}, head_dim {}, block_size {}, gqa {}", dtype_name(c->dtype),
                                                  c->head_dim, c->block_size, c->gqa)
-                                   : std::string("device cpu"),
+                                   : "device " + device_label(device_),
                                  error.message));
   }
   if (status == PLLM_ERROR_OUT_OF_MEMORY) {
@@ -55,7 +57,7 @@ void AbBackend::create() {
   pllm_attention_create_args args{};
   args.struct_size = sizeof args;
   args.options_json = spec_.options_json.c_str();
-  args.device = {PLLM_DEVICE_CPU, 0};
+  args.device = device_;
   pllm_attention_backend* handle = nullptr;
   const auto& api = library_->api<pllm_attention_api>();
   call([&](pllm_error* e) { return api.create(&args, &handle, e); }, "create", nullptr);

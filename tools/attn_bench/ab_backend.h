@@ -23,13 +23,14 @@ class BenchError : public std::runtime_error {
 
 class AbBackend {
  public:
-  // `side` is "a" or "b". Throws BenchError.
-  AbBackend(std::string side, const BackendSpec& spec, PluginRegistry& registry);
+  // `side` is "a" or "b"; the backends it creates run on `device`. Throws BenchError.
+  AbBackend(std::string side, const BackendSpec& spec, const pllm_device& device, PluginRegistry& registry);
 
   const std::string& side() const { return side_; }
   const BackendSpec& spec() const { return spec_; }
+  const pllm_device& device() const { return device_; }
   const PluginLibrary& library() const { return *library_; }
-  // "a (attention_cpu {"variant":"reference"})"
+  // "a (attention_cpu {"variant":"reference"})", "b (attention_cuda on cuda:0)"
   std::string label() const;
 
   // Destroys the previous backend (and its cache) and creates a new one.
@@ -47,6 +48,7 @@ class AbBackend {
 
   std::string side_;
   BackendSpec spec_;
+  pllm_device device_;
   std::shared_ptr<PluginLibrary> library_;
   AttentionInstance instance_;
 };

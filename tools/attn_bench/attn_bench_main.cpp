@@ -23,6 +23,7 @@
 #include "core/plugin/plugin_registry.h"
 #include "tools/attn_bench/ab_backend.h"
 #include "tools/attn_bench/bench_cases.h"
+#include "tools/attn_bench/device_side.h"
 #include "tools/attn_bench/output_diff.h"
 #include "tools/attn_bench/paged_case.h"
 
@@ -83,33 +84,24 @@ struct CaseResult {
   bool pass() const { return step_diff.max_abs <= tolerance && fill_diff.max_abs <= tolerance; }
 };
 
-pllm_attention_layer_args layer_args(StepInputs& in, TypedBuffer& output, const CaseSpec& c, float scale) {
-  const int64_t tokens = in.batch.num_tokens();
-  pllm_attention_layer_args args{};
-  args.struct_size = sizeof args;
-  args.query = in.query.tensor3(tokens, c.num_heads(), c.head_dim);
-  args.key = in.key.tensor3(tokens, c.num_kv_heads, c.head_dim);
-  args.value = in.value.tensor3(tokens, c.num_kv_heads, c.head_dim);
-  args.output = output.tensor3(tokens, c.num_heads(), c.head_dim);
-  args.scale = scale;
-  args.stream = nullptr;
-  return args;
-}
+// One side of the A/B: the plugin and where it runs.
+struct Side {
+  AbBackend* backend;
+  DeviceSide* device;
+};
 
-// Plans and runs `in` on both backends and folds the outputs into `diff`.
-// Outputs start as NaN, so an element a backend leaves unwritten shows up.
-void run_compared(AbBackend& a, AbBackend& b, StepInputs& in, const PagedCase& pc, OutputDiff& diff) {
+// Plans and runs `in` on both sides and folds the outputs into `diff`.
+// Outputs start as NaN (DeviceSide::stage), so an element a backend leaves
+// unwritten shows up.
+void run_compared(Side (&sides)[2], StepInputs& in, const PagedCase& pc, OutputDiff& diff) {
   const CaseSpec& c = pc.spec();
   const pllm_batch batch = in.batch.view();
-  const std::size_t count = in.query.size();
   std::vector<float> outputs[2];
-  AbBackend* sides[2] = {&a, &b};
   for (int s = 0; s < 2; ++s) {
-    TypedBuffer out(c.dtype, count);
-    out.fill(std::numeric_limits<float>::quiet_NaN());
-    sides[s]->plan(batch, c);
-    sides[s]->run(layer_args(in, out, c, pc.scale()), c);
-    outputs[s] = out.to_f32();
+    const pllm_attention_layer_args args = sides[s].device->stage(in, c, pc.scale());
+    sides[s].backend->plan(batch, c);
+    sides[s].backend->run(args, c);
+    outputs[s] = sides[s].device->output();
   }
   diff.add(outputs[0], outputs[1]);
 }
@@ -121,7 +113,11 @@ std::string gib(double bytes) { return fmt::format("{:.2f} GiB", bytes / kGiB); 
 void check_memory(const CaseSpec& c, AbBackend& a, AbBackend& b) {
   const pllm_kv_cache_spec spec = PagedCase::cache_spec(c);
   const auto blocks = uint64_t(PagedCase::max_device_blocks(c));
-  const uint64_t cache_a = a.bytes_per_block(spec, c) * blocks, cache_b = b.bytes_per_block(spec, c) * blocks;
+  // A CUDA side's cache is device memory: its plugin reports OUT_OF_MEMORY itself.
+  auto host_cache = [&](AbBackend& side) {
+    return side.device().type == PLLM_DEVICE_CPU ? side.bytes_per_block(spec, c) * blocks : 0;
+  };
+  const uint64_t cache_a = host_cache(a), cache_b = host_cache(b);
   const uint64_t host = PagedCase::max_host_bytes(c);
   const uint64_t need = cache_a + cache_b + host;
   const uint64_t avail = available_memory();
@@ -134,8 +130,9 @@ void check_memory(const CaseSpec& c, AbBackend& a, AbBackend& b) {
   }
 }
 
-CaseResult run_case(const BenchOptions& o, const CaseSpec& c, std::size_t index, std::size_t total, AbBackend& a,
-                    AbBackend& b) {
+CaseResult run_case(const BenchOptions& o, const CaseSpec& c, std::size_t index, std::size_t total, Side (&sides)[2]) {
+  AbBackend& a = *sides[0].backend;
+  AbBackend& b = *sides[1].backend;
   const std::string tag = fmt::format("[{}/{}] {}", index + 1, total, c.name());
   CaseResult r;
   r.spec = c;
@@ -161,7 +158,7 @@ CaseResult run_case(const BenchOptions& o, const CaseSpec& c, std::size_t index,
   auto last_report = started;
   for (int32_t i = 0; i < pc.num_fill_steps(); ++i) {
     StepInputs in = pc.fill_step(i);
-    run_compared(a, b, in, pc, r.fill_diff);
+    run_compared(sides, in, pc, r.fill_diff);
     if (seconds_since(last_report) > 2.0) {
       std::fprintf(stderr, "%s: filling the KV caches, batch %d/%d (%.0f s)\n", tag.c_str(), i + 1,
                    pc.num_fill_steps(), seconds_since(started));
@@ -172,7 +169,7 @@ CaseResult run_case(const BenchOptions& o, const CaseSpec& c, std::size_t index,
   // The step: one compared call each, then warm-up, then timed calls
   // alternating which side goes first, so drift hits both alike.
   StepInputs& step = pc.step();
-  run_compared(a, b, step, pc, r.step_diff);
+  run_compared(sides, step, pc, r.step_diff);
   if (r.step_diff.worst >= 0) {
     const int64_t row = int64_t(c.num_heads()) * c.head_dim;
     r.worst_token = r.step_diff.worst / row;
@@ -181,34 +178,35 @@ CaseResult run_case(const BenchOptions& o, const CaseSpec& c, std::size_t index,
     const auto& qsl = step.batch.query_start_loc;
     r.worst_seq = int64_t(std::upper_bound(qsl.begin(), qsl.end(), int32_t(r.worst_token)) - qsl.begin()) - 1;
   }
+  // Timing: a device side's run() is asynchronous, so it is timed with
+  // events on its stream; plan() queues the metadata upload the first run()
+  // after it waits for, which a model amortises over all its layers, so on a
+  // device one untimed run() follows plan() and the next one is timed.
   const pllm_batch batch = step.batch.view();
-  TypedBuffer out_a(c.dtype, step.query.size()), out_b(c.dtype, step.query.size());
-  const pllm_attention_layer_args args_a = layer_args(step, out_a, c, pc.scale());
-  const pllm_attention_layer_args args_b = layer_args(step, out_b, c, pc.scale());
-  struct Side {
-    AbBackend* backend;
-    const pllm_attention_layer_args* args;
-    SideTiming* timing;
-  };
-  Side sides[2] = {{&a, &args_a, &r.a}, {&b, &args_b, &r.b}};
+  pllm_attention_layer_args args[2];
+  SideTiming* timings[2] = {&r.a, &r.b};
+  for (int s = 0; s < 2; ++s) args[s] = sides[s].device->stage(step, c, pc.scale());
   for (int32_t w = 0; w < o.warmup; ++w) {
-    for (Side& s : sides) {
-      s.backend->plan(batch, c);
-      s.backend->run(*s.args, c);
+    for (int s = 0; s < 2; ++s) {
+      sides[s].backend->plan(batch, c);
+      sides[s].backend->run(args[s], c);
+      sides[s].device->synchronize();
     }
   }
   const int32_t reps = o.repetitions();
   last_report = Clock::now();
   for (int32_t rep = 0; rep < reps; ++rep) {
     for (int k = 0; k < 2; ++k) {
-      Side& s = sides[(rep + k) % 2];
+      const int s = (rep + k) % 2;
+      Side& side = sides[s];
       const auto t0 = Clock::now();
-      s.backend->plan(batch, c);
-      const auto t1 = Clock::now();
-      s.backend->run(*s.args, c);
-      const auto t2 = Clock::now();
-      s.timing->plan_s.push_back(std::chrono::duration<double>(t1 - t0).count());
-      s.timing->run_s.push_back(std::chrono::duration<double>(t2 - t1).count());
+      side.backend->plan(batch, c);
+      timings[s]->plan_s.push_back(seconds_since(t0));
+      if (side.device->device().type != PLLM_DEVICE_CPU) {
+        side.backend->run(args[s], c);
+        side.device->synchronize();
+      }
+      timings[s]->run_s.push_back(side.device->time_run([&] { side.backend->run(args[s], c); }));
     }
     if (seconds_since(last_report) > 2.0) {
       std::fprintf(stderr, "%s: timing, repetition %d/%d\n", tag.c_str(), rep + 1, reps);
@@ -222,12 +220,18 @@ CaseResult run_case(const BenchOptions& o, const CaseSpec& c, std::size_t index,
 
 double bandwidth_gbs(uint64_t bytes, double seconds) { return seconds > 0 ? double(bytes) / seconds / 1e9 : 0; }
 
-void print_case(const CaseResult& r, std::size_t index, std::size_t total) {
+// " 61% of copy" for a device side, empty on the CPU (no copy bandwidth measured).
+std::string fraction_of_copy(double gbs, double copy_gbs) {
+  return copy_gbs > 0 ? fmt::format(" {:>3.0f}% of copy", 100.0 * gbs / copy_gbs) : std::string();
+}
+
+void print_case(const CaseResult& r, std::size_t index, std::size_t total, const double (&copy_gbs)[2]) {
   const double ta = r.a.run_median(), tb = r.b.run_median();
-  fmt::print("[{:>2}/{}] {:<40} {:>4} seqs {:>5} tok  KV {:>8.1f} MiB | a {:>9.3f} ms {:>7.2f} GB/s | b {:>9.3f} ms "
-             "{:>7.2f} GB/s | b speed-up {:>6.2f}x | max abs {:.2e} rel {:.2e} | {}\n",
+  const double bw_a = bandwidth_gbs(r.kv_bytes, ta), bw_b = bandwidth_gbs(r.kv_bytes, tb);
+  fmt::print("[{:>2}/{}] {:<40} {:>4} seqs {:>5} tok  KV {:>8.1f} MiB | a {:>9.3f} ms {:>7.2f} GB/s{} | b {:>9.3f} ms "
+             "{:>7.2f} GB/s{} | b speed-up {:>6.2f}x | max abs {:.2e} rel {:.2e} | {}\n",
              index + 1, total, r.spec.name(), r.num_seqs, r.num_tokens, double(r.kv_bytes) / (1024.0 * 1024.0),
-             ta * 1e3, bandwidth_gbs(r.kv_bytes, ta), tb * 1e3, bandwidth_gbs(r.kv_bytes, tb),
+             ta * 1e3, bw_a, fraction_of_copy(bw_a, copy_gbs[0]), tb * 1e3, bw_b, fraction_of_copy(bw_b, copy_gbs[1]),
              tb > 0 ? ta / tb : 0.0, std::max(r.step_diff.max_abs, r.fill_diff.max_abs), r.step_diff.max_rel,
              r.pass() ? "ok" : "FAIL");
   std::fflush(stdout);
@@ -246,16 +250,20 @@ std::string failure_detail(const CaseResult& r) {
                      r.spec.name(), r.fill_diff.max_abs, r.tolerance, r.fill_diff.worst_a, r.fill_diff.worst_b);
 }
 
-json side_json(const AbBackend& side) {
+json side_json(const AbBackend& side, double copy_gbs) {
   return json{{"plugin", side.spec().plugin},
+              {"device", device_label(side.device())},
+              {"copy_bandwidth_gbs", copy_gbs},
               {"options", json::parse(side.spec().options_json)},
               {"name", side.library().name()},
               {"version", side.library().version()},
               {"file", side.library().file().string()}};
 }
 
-json timing_json(const SideTiming& t, uint64_t kv_bytes) {
+json timing_json(const SideTiming& t, uint64_t kv_bytes, double copy_gbs) {
+  const double gbs = bandwidth_gbs(kv_bytes, t.run_median());
   return json{{"time_ms_median", t.run_median() * 1e3},
+              {"kv_bandwidth_fraction_of_copy", copy_gbs > 0 ? json(gbs / copy_gbs) : json(nullptr)},
               {"time_ms_min", t.run_min() * 1e3},
               {"plan_ms_median", t.plan_median() * 1e3},
               {"kv_bandwidth_gbs", bandwidth_gbs(kv_bytes, t.run_median())},
@@ -266,7 +274,7 @@ json timing_json(const SideTiming& t, uint64_t kv_bytes) {
                }()}};
 }
 
-json case_json(const CaseResult& r) {
+json case_json(const CaseResult& r, const double (&copy_gbs)[2]) {
   const CaseSpec& c = r.spec;
   auto finite = [](double x) { return std::isfinite(x) ? json(x) : json("inf"); };
   json j{{"name", c.name()},
@@ -289,8 +297,8 @@ json case_json(const CaseResult& r) {
          {"fill_max_abs_diff", finite(r.fill_diff.max_abs)},
          {"tolerance", r.tolerance},
          {"pass", r.pass()},
-         {"a", timing_json(r.a, r.kv_bytes)},
-         {"b", timing_json(r.b, r.kv_bytes)},
+         {"a", timing_json(r.a, r.kv_bytes, copy_gbs[0])},
+         {"b", timing_json(r.b, r.kv_bytes, copy_gbs[1])},
          {"speedup_b_over_a", r.b.run_median() > 0 ? r.a.run_median() / r.b.run_median() : 0.0}};
   if (r.worst_token >= 0) {
     j["worst"] = {{"token", r.worst_token}, {"seq", r.worst_seq}, {"head", r.worst_head}, {"dim", r.worst_dim},
@@ -306,13 +314,28 @@ int run(const BenchOptions& o) {
     for (auto& p : pagedllm::PluginRegistry::default_search_paths()) dirs.push_back(std::move(p));
   }
   pagedllm::PluginRegistry registry(dirs);
-  AbBackend a("a", o.a, registry);
-  AbBackend b("b", o.b, registry);
+  // Devices first: a CUDA side on a machine without one is refused before any plugin loads.
+  const std::unique_ptr<DeviceSide> device_a = make_device_side(o.device_a, "a");
+  const std::unique_ptr<DeviceSide> device_b = make_device_side(o.device_b, "b");
+  AbBackend a("a", o.a, o.device_a, registry);
+  AbBackend b("b", o.b, o.device_b, registry);
+  Side sides[2] = {{&a, device_a.get()}, {&b, device_b.get()}};
   const std::vector<CaseSpec> cases = o.cases();
 
-  for (const AbBackend* side : {&a, &b}) {
-    fmt::print("{}: {} {} ({})\n", side->label(), side->library().name(), side->library().version(),
-               side->library().file().string());
+  for (const Side& side : sides) {
+    fmt::print("{}: {} {} ({}) on {}\n", side.backend->label(), side.backend->library().name(),
+               side.backend->library().version(), side.backend->library().file().string(),
+               side.device->description());
+  }
+  // Measured once per device side, before the cases, so the report can put
+  // each kernel's KV bandwidth next to what the memory system delivers.
+  double copy_gbs[2] = {0, 0};
+  for (int s = 0; s < 2; ++s) {
+    copy_gbs[s] = sides[s].device->copy_bandwidth_gbs();
+    if (copy_gbs[s] > 0) {
+      fmt::print("{}: device-to-device copy bandwidth {:.1f} GB/s (cudaMemcpy of 1 GiB, read + write bytes)\n",
+                 sides[s].backend->label(), copy_gbs[s]);
+    }
   }
   fmt::print("suite {}: {} cases, {} warm-up + {} timed run() calls per backend, seed {}, {} hardware threads; "
              "times are medians per run() call (one layer), KV bandwidth = KV bytes read / time\n",
@@ -326,8 +349,8 @@ int run(const BenchOptions& o) {
 
   std::vector<CaseResult> results;
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    results.push_back(run_case(o, cases[i], i, cases.size(), a, b));
-    print_case(results.back(), i, cases.size());
+    results.push_back(run_case(o, cases[i], i, cases.size(), sides));
+    print_case(results.back(), i, cases.size(), copy_gbs);
   }
 
   int failed = 0;
@@ -341,8 +364,8 @@ int run(const BenchOptions& o) {
 
   if (!o.json_path.empty()) {
     json j{{"tool", "pagedllm-attn-bench"},
-           {"a", side_json(a)},
-           {"b", side_json(b)},
+           {"a", side_json(a, copy_gbs[0])},
+           {"b", side_json(b, copy_gbs[1])},
            {"suite", o.suite},
            {"seed", o.seed},
            {"warmup", o.warmup},
@@ -351,7 +374,7 @@ int run(const BenchOptions& o) {
            {"passed", int(results.size()) - failed},
            {"failed", failed},
            {"cases", json::array()}};
-    for (const CaseResult& r : results) j["cases"].push_back(case_json(r));
+    for (const CaseResult& r : results) j["cases"].push_back(case_json(r, copy_gbs));
     std::ofstream out(o.json_path);
     out << j.dump(2) << "\n";
     if (!out) throw BenchError(fmt::format("--json {}: cannot write the file", o.json_path));

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "tools/attn_bench/device_side.h"
+
 namespace pagedllm::attn_bench {
 
 const char* workload_name(Workload w) {
@@ -130,6 +132,10 @@ reports max abs / rel difference of their outputs, time per run() call
 
   --a, --b SPEC        plugin name or path, optionally ':' and its options as JSON,
                        e.g. --a 'attention_cpu:{"variant":"reference"}' --b attention_cpu
+  --device-a, --device-b DEVICE
+                       where each side runs: cpu (default), cuda or cuda:N; a CUDA side
+                       gets its Q/K/V, output and KV cache in device memory, a stream,
+                       and event timing (needs a build with CUDA)
   --plugin-dir DIR     where plugins are looked up (repeatable); default: the host's
                        search paths (PAGEDLLM_PLUGIN_PATH, then next to the binary)
   --suite quick|full   the grid of cases (default quick); the flags below override it:
@@ -176,6 +182,10 @@ BenchOptions parse_args(const std::vector<std::string>& args) {
     } else if (flag == "--b") {
       o.b = BackendSpec::parse(value, flag);
       have_b = true;
+    } else if (flag == "--device-a") {
+      o.device_a = parse_device(value, flag);
+    } else if (flag == "--device-b") {
+      o.device_b = parse_device(value, flag);
     } else if (flag == "--plugin-dir") {
       o.plugin_dirs.emplace_back(value);
     } else if (flag == "--suite") {

@@ -56,6 +56,7 @@ struct CaseSpec {
 
 struct BenchOptions {
   BackendSpec a, b;
+  pllm_device device_a{PLLM_DEVICE_CPU, 0}, device_b{PLLM_DEVICE_CPU, 0};  // --device-a, --device-b
   std::vector<std::filesystem::path> plugin_dirs;  // empty: the host's search paths
   std::string suite = "quick";
   std::vector<Workload> workloads;

@@ -5,7 +5,9 @@ bandwidth vs context length, for both backends, one column per workload.
 usage: /usr/bin/python3 tools/attn_bench/plot_attn_bench.py RESULTS.json OUT.png
 
 Cases that differ only in context are one line; other dimensions (GQA,
-head_dim, block size, dtype) become separate lines, labelled by them.
+head_dim, block size, dtype) become separate lines, labelled by them. A side
+on a CUDA device gets its measured copy bandwidth as a dotted line on the
+bandwidth plot.
 Needs matplotlib (Debian: python3-matplotlib).
 """
 
@@ -29,7 +31,8 @@ def main(argv):
     for side in ("a", "b"):
         spec = results[side]
         opts = json.dumps(spec["options"], separators=(",", ":")) if spec["options"] else ""
-        label[side] = f"{side}: {spec['plugin']} {opts}".strip()
+        device = spec.get("device", "cpu")  # files from before --device-a/--device-b have none
+        label[side] = f"{side}: {spec['plugin']} {opts}".strip() + ("" if device == "cpu" else f" on {device}")
 
     workloads = []
     series = defaultdict(list)  # (workload, variant) -> [case]
@@ -56,6 +59,11 @@ def main(argv):
                              label=line_label)
                 ax_bw.plot(ctx, [c[side]["kv_bandwidth_gbs"] for c in cases], markers[side], color=color,
                            label=line_label)
+        for side in ("a", "b"):
+            copy_gbs = results[side].get("copy_bandwidth_gbs", 0)
+            if copy_gbs > 0:
+                ax_bw.axhline(copy_gbs, linestyle=":", color="gray",
+                              label=f"{side}: device-to-device copy {copy_gbs:.0f} GB/s")
         first = next(c for c in results["cases"] if c["workload"] == workload)
         ax_time.set_title(f"{workload}: {first['num_seqs']} seqs, {first['num_tokens']} new tokens")
         for ax in (ax_time, ax_bw):
@@ -66,6 +74,7 @@ def main(argv):
         ax_time.set_ylabel("time per run() call, median (ms)")
         ax_bw.set_ylabel("effective KV bandwidth (GB/s)")
         ax_time.legend(fontsize=7)
+        ax_bw.legend(fontsize=7)
     fig.suptitle(f"pagedllm-attn-bench\n{label['a']}\nvs {label['b']}\n"
                  f"(o-- = a, s- = b; {results['reps']} timed calls per point, "
                  f"{results['hardware_threads']} hardware threads)", fontsize=10)

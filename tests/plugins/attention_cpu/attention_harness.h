@@ -1,7 +1,8 @@
 #pragma once
-// Test harness for the attention_cpu plugin: loads the real .so through the
+// Test harness for the attention plugins: loads the real .so through the
 // host's registry, wraps its C table in throwing calls, and builds paged
 // batches together with the dense data a plain reference attention needs.
+// attention_cuda's tests (tests/plugins/attention_cuda) use it too.
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <limits>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -25,20 +27,22 @@ using pagedllm::attention_cpu::f16_to_f32;
 using pagedllm::attention_cpu::f32_to_bf16;
 using pagedllm::attention_cpu::f32_to_f16;
 
-inline std::shared_ptr<pagedllm::PluginLibrary> attention_library() {
+inline std::shared_ptr<pagedllm::PluginLibrary> attention_library(const std::string& name = "attention_cpu") {
   static pagedllm::PluginRegistry registry({PAGEDLLM_BINARY_DIR "/plugins"});
-  return registry.load("attention_cpu", PLLM_PLUGIN_KIND_ATTENTION, "attention.plugin");
+  return registry.load(name, PLLM_PLUGIN_KIND_ATTENTION, "attention.plugin");
 }
 
 // The plugin behind its C table; every failed call throws PluginCallError.
 class Backend {
  public:
-  explicit Backend(const std::string& options_json, pllm_device device = {PLLM_DEVICE_CPU, 0}) {
+  explicit Backend(const std::string& options_json, pllm_device device = {PLLM_DEVICE_CPU, 0},
+                   const std::string& plugin = "attention_cpu") {
     pllm_attention_create_args args{};
     args.struct_size = sizeof args;
     args.options_json = options_json.c_str();
     args.device = device;
-    instance_ = pagedllm::create_plugin_instance<pllm_attention_api, pllm_attention_backend>(attention_library(), args);
+    instance_ =
+        pagedllm::create_plugin_instance<pllm_attention_api, pllm_attention_backend>(attention_library(plugin), args);
   }
 
   uint64_t bytes_per_block(const pllm_kv_cache_spec& spec) {
@@ -67,6 +71,14 @@ class Backend {
   void swap_in(const std::vector<pllm_block_copy>& pairs) {
     call([&](pllm_error* e) { return api().swap_in(instance_.get(), pairs.data(), int64_t(pairs.size()), e); },
          "swap_in");
+  }
+  // The optional SDK 1.1 slot; fails the test when the plugin leaves it NULL.
+  pllm_device_memory memory_info() {
+    if (!api().memory_info) throw std::logic_error("the plugin has no memory_info");
+    pllm_device_memory info{};
+    info.struct_size = sizeof info;
+    call([&](pllm_error* e) { return api().memory_info(instance_.get(), &info, e); }, "memory_info");
+    return info;
   }
 
  private:

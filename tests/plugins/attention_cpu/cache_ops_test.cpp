@@ -9,33 +9,6 @@
 using namespace attention_test;
 using Catch::Matchers::Contains;
 
-namespace {
-
-// A read-only decode of the sequence's last position (slot -1, NaN K/V): the
-// output depends only on what the cache holds for positions [0, len).
-void expect_cache_holds_sequence(const Scenario& scenario, Backend& backend, int32_t seq, int32_t len) {
-  const std::vector<Chunk> read = {{seq, len - 1, 1}};
-  const auto expected = scenario.dense(read);
-  const auto got = scenario.run_step(backend, read, 1, /*write=*/false);
-  for (int32_t layer = 0; layer < scenario.config().num_layers; ++layer) {
-    INFO("layer " << layer);
-    REQUIRE(compare(got[std::size_t(layer)], expected[std::size_t(layer)],
-                    dense_tolerance(scenario.config().dtype), nullptr) == "");
-  }
-}
-
-pagedllm::PluginCallError call_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const pagedllm::PluginCallError& e) {
-    return e;
-  }
-  FAIL("expected the call to fail");
-  throw std::logic_error("unreachable");
-}
-
-}  // namespace
-
 TEST_CASE("copy_blocks, swap_out and swap_in preserve block contents in every layer", "[attention_cpu][cache_ops]") {
   Config config;
   config.num_layers = 2;
@@ -44,41 +17,8 @@ TEST_CASE("copy_blocks, swap_out and swap_in preserve block contents in every la
   config.dtype = GENERATE(PLLM_DTYPE_F32, PLLM_DTYPE_BF16);
   const char* options = GENERATE(R"({"variant": "reference"})", R"({"variant": "optimized", "num_threads": 2})");
   CAPTURE(config.block_size, int(config.dtype), options);
-  const int32_t len = 40;
-  const int32_t blocks = (len + config.block_size - 1) / config.block_size;
-  Scenario scenario(config, {len}, 11u, /*spare_blocks=*/blocks + 1);
   Backend backend(options);
-  const int64_t host_blocks = blocks + 2;
-  backend.allocate_cache(scenario.spec(), scenario.num_device_blocks(), host_blocks);
-  scenario.poison(backend);
-  scenario.run_step(backend, {{0, 0, len}});
-  expect_cache_holds_sequence(scenario, backend, 0, len);
-
-  const std::vector<int32_t> original(scenario.table(0).begin(), scenario.table(0).begin() + blocks);
-  const std::vector<int32_t> spare = scenario.free_blocks();
-  REQUIRE(spare.size() >= std::size_t(blocks));
-
-  SECTION("copy-on-write copies reach every layer") {
-    std::vector<pllm_block_copy> pairs;
-    for (int32_t i = 0; i < blocks; ++i) pairs.push_back({original[std::size_t(i)], spare[std::size_t(i)]});
-    backend.copy_blocks(pairs);
-    std::copy(spare.begin(), spare.begin() + blocks, scenario.table(0).begin());
-    expect_cache_holds_sequence(scenario, backend, 0, len);
-  }
-
-  SECTION("swap out, clobber the device pool, swap in elsewhere") {
-    std::vector<pllm_block_copy> out, in;
-    for (int32_t i = 0; i < blocks; ++i) {
-      const int64_t host = host_blocks - 1 - i;  // reversed, to catch an identity mapping
-      out.push_back({original[std::size_t(i)], host});
-      in.push_back({host, spare[std::size_t(i)]});
-    }
-    backend.swap_out(out);
-    scenario.poison(backend);  // the device copy is gone: only the host pool has the data
-    backend.swap_in(in);
-    std::copy(spare.begin(), spare.begin() + blocks, scenario.table(0).begin());
-    expect_cache_holds_sequence(scenario, backend, 0, len);
-  }
+  check_block_round_trips(config, backend);
 }
 
 TEST_CASE("block operations reject out-of-range block ids with a message", "[attention_cpu][cache_ops]") {

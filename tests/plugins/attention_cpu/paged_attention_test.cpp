@@ -73,20 +73,9 @@ void check_scenario(const Config& config, uint32_t seed, const std::vector<SeqPl
   };
 
   // Chunked prefill of the contexts, random chunk sizes.
-  std::vector<int32_t> written(plans.size(), 0);
-  std::uniform_int_distribution<int32_t> chunk_len(1, 2 * config.block_size + 3);
-  for (;;) {
-    std::vector<Chunk> chunks;
-    for (std::size_t s = 0; s < plans.size(); ++s) {
-      const int32_t left = plans[s].context_len - written[s];
-      if (left == 0) continue;
-      const int32_t len = std::min(left, chunk_len(scenario.rng()));
-      chunks.push_back({int32_t(s), written[s], len});
-      written[s] += len;
-    }
-    if (chunks.empty()) break;
-    check_step(chunks, 0, "context prefill step");
-  }
+  std::vector<int32_t> context_lens;
+  for (const auto& p : plans) context_lens.push_back(p.context_len);
+  for (const auto& chunks : scenario.prefill_steps(context_lens)) check_step(chunks, 0, "context prefill step");
 
   std::vector<Chunk> mixed;
   int32_t num_decode = 0;

@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -118,8 +120,10 @@ class Scenario {
 
   // Fills every slot of the device pool with NaN K/V (through the write path:
   // one single-token sequence per slot), so any read beyond a sequence's
-  // context shows up as NaN in its output.
-  void poison(Backend& backend) const {
+  // context shows up as NaN in its output. `B` is Backend or a wrapper with
+  // its plan/run (attention_cuda's tests stage host buffers on the device).
+  template <class B>
+  void poison(B& backend) const {
     const int32_t bs = config_.block_size;
     const int32_t slots = num_device_blocks_ * bs;
     StepBatch sb;
@@ -149,7 +153,8 @@ class Scenario {
   // Writes positions [0, len) of every sequence cheaply: each token is its own
   // one-token "sequence" (attention over a single key), for benchmarks that
   // need long contexts without paying for their prefill.
-  void fill(Backend& backend, const std::vector<int32_t>& lens) const {
+  template <class B>
+  void fill(B& backend, const std::vector<int32_t>& lens) const {
     std::vector<Chunk> tokens;
     for (std::size_t s = 0; s < lens.size(); ++s) {
       for (int32_t p = 0; p < lens[s]; ++p) tokens.push_back({int32_t(s), p, 1});
@@ -169,6 +174,27 @@ class Scenario {
       TypedBuffer out(config_.dtype, std::vector<float>(q.size(), 0.0f));
       pllm_attention_layer_args args = layer_args(q, k, v, out, b.num_tokens);
       backend.run(layer, args);
+    }
+  }
+
+  // A chunked prefill of positions [0, context_lens[s]) of every sequence:
+  // steps of one chunk per unfinished sequence, each of a random length in
+  // [1, 2 * block_size + 3] (so chunks start and end mid-block).
+  std::vector<std::vector<Chunk>> prefill_steps(const std::vector<int32_t>& context_lens) {
+    std::vector<std::vector<Chunk>> steps;
+    std::vector<int32_t> written(context_lens.size(), 0);
+    std::uniform_int_distribution<int32_t> chunk_len(1, 2 * config_.block_size + 3);
+    for (;;) {
+      std::vector<Chunk> chunks;
+      for (std::size_t s = 0; s < context_lens.size(); ++s) {
+        const int32_t left = context_lens[s] - written[s];
+        if (left == 0) continue;
+        const int32_t len = std::min(left, chunk_len(rng_));
+        chunks.push_back({int32_t(s), written[s], len});
+        written[s] += len;
+      }
+      if (chunks.empty()) return steps;
+      steps.push_back(std::move(chunks));
     }
   }
 
@@ -211,7 +237,8 @@ class Scenario {
 
   // Runs one step (every layer) on `backend` and returns the outputs, one
   // buffer per layer, as f32 [num_tokens, num_heads, head_dim].
-  std::vector<std::vector<float>> run_step(Backend& backend, const std::vector<Chunk>& chunks,
+  template <class B>
+  std::vector<std::vector<float>> run_step(B& backend, const std::vector<Chunk>& chunks,
                                            int32_t num_decode_seqs = 0, bool write = true) const {
     const StepBatch sb = make_batch(chunks, num_decode_seqs, write);
     const pllm_batch b = sb.batch();
@@ -332,6 +359,87 @@ std::string compare(const std::vector<float>& got, const std::vector<Ref>& ref, 
   }
   if (max_error) *max_error = std::max(*max_error, worst);
   return {};
+}
+
+// The error a plugin call made, which must fail.
+inline pagedllm::PluginCallError call_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const pagedllm::PluginCallError& e) {
+    return e;
+  }
+  FAIL("expected the call to fail");
+  throw std::logic_error("unreachable");
+}
+
+// A read-only decode of the sequence's last position (slot -1, NaN K/V): the
+// output depends only on what the cache holds for positions [0, len).
+template <class B>
+void expect_cache_holds_sequence(const Scenario& scenario, B& backend, int32_t seq, int32_t len) {
+  const std::vector<Chunk> read = {{seq, len - 1, 1}};
+  const auto expected = scenario.dense(read);
+  const auto got = scenario.run_step(backend, read, 1, /*write=*/false);
+  for (int32_t layer = 0; layer < scenario.config().num_layers; ++layer) {
+    INFO("layer " << layer);
+    REQUIRE(compare(got[std::size_t(layer)], expected[std::size_t(layer)], dense_tolerance(scenario.config().dtype),
+                    nullptr) == "");
+  }
+}
+
+// copy_blocks, swap_out and swap_in observed through attention, one SECTION
+// each: a 40-token sequence is written, its blocks copied (or swapped out,
+// the device pool poisoned, and swapped back in elsewhere), its table pointed
+// at the copies, and a read-only decode must attend exactly as before.
+// `backend` is fresh (no cache yet); `config` has at least one layer.
+template <class B>
+void check_block_round_trips(const Config& config, B& backend) {
+  const int32_t len = 40;
+  const int32_t blocks = (len + config.block_size - 1) / config.block_size;
+  Scenario scenario(config, {len}, 11u, /*spare_blocks=*/blocks + 1);
+  const int64_t host_blocks = blocks + 2;
+  backend.allocate_cache(scenario.spec(), scenario.num_device_blocks(), host_blocks);
+  scenario.poison(backend);
+  scenario.run_step(backend, {{0, 0, len}});
+  expect_cache_holds_sequence(scenario, backend, 0, len);
+
+  const std::vector<int32_t> original(scenario.table(0).begin(), scenario.table(0).begin() + blocks);
+  const std::vector<int32_t> spare = scenario.free_blocks();
+  REQUIRE(spare.size() >= std::size_t(blocks) + 1);
+
+  SECTION("copy-on-write copies reach every layer") {
+    std::vector<pllm_block_copy> pairs;
+    for (int32_t i = 0; i < blocks; ++i) pairs.push_back({original[std::size_t(i)], spare[std::size_t(i)]});
+    backend.copy_blocks(pairs);
+    std::copy(spare.begin(), spare.begin() + blocks, scenario.table(0).begin());
+    expect_cache_holds_sequence(scenario, backend, 0, len);
+  }
+
+  SECTION("pairs apply in order: a chain through a spare block") {
+    // After the sequence's blocks are copied, spare[0] goes to spare[blocks]
+    // and back: the last pair must copy what the one before it wrote, or
+    // spare[0] ends up with the pool's NaN poison.
+    std::vector<pllm_block_copy> pairs;
+    for (int32_t i = 0; i < blocks; ++i) pairs.push_back({original[std::size_t(i)], spare[std::size_t(i)]});
+    pairs.push_back({spare[0], spare[std::size_t(blocks)]});
+    pairs.push_back({spare[std::size_t(blocks)], spare[0]});
+    backend.copy_blocks(pairs);
+    std::copy(spare.begin(), spare.begin() + blocks, scenario.table(0).begin());
+    expect_cache_holds_sequence(scenario, backend, 0, len);
+  }
+
+  SECTION("swap out, clobber the device pool, swap in elsewhere") {
+    std::vector<pllm_block_copy> out, in;
+    for (int32_t i = 0; i < blocks; ++i) {
+      const int64_t host = host_blocks - 1 - i;  // reversed, to catch an identity mapping
+      out.push_back({original[std::size_t(i)], host});
+      in.push_back({host, spare[std::size_t(i)]});
+    }
+    backend.swap_out(out);
+    scenario.poison(backend);  // the device copy is gone: only the host pool has the data
+    backend.swap_in(in);
+    std::copy(spare.begin(), spare.begin() + blocks, scenario.table(0).begin());
+    expect_cache_holds_sequence(scenario, backend, 0, len);
+  }
 }
 
 }  // namespace attention_test

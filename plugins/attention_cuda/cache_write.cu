@@ -1,0 +1,23 @@
+// Launching the K/V write kernel (cache_write_kernels.cuh).
+
+#include "plugins/attention_cuda/cache_write_kernels.cuh"
+#include "plugins/attention_cuda/dtype_traits.cuh"
+#include "plugins/attention_cuda/kernels.h"
+#include "plugins/cuda_common/cuda_check.h"
+
+namespace pagedllm::attention_cuda {
+
+using device::kWriteThreads;
+using device::write_kv_kernel;
+
+void launch_write_kv(const LayerCache& cache, const DeviceStep& step, const DeviceRows& key, const DeviceRows& value,
+                     cudaStream_t stream) {
+  if (step.num_tokens == 0) return;
+  dispatch_dtype(cache.dtype, [&]<class T>() {
+    write_kv_kernel<T><<<dim3(unsigned(step.num_tokens), 2), kWriteThreads, 0, stream>>>(cache, step.slot_mapping,
+                                                                                       key, value);
+  });
+  PAGEDLLM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace pagedllm::attention_cuda

@@ -1,0 +1,52 @@
+// Launching the paged attention kernels (paged_attention_kernels.cuh).
+
+#include <string>
+
+#include "plugins/attention_cuda/dtype_traits.cuh"
+#include "plugins/attention_cuda/kernels.h"
+#include "plugins/attention_cuda/paged_attention_kernels.cuh"
+#include "plugins/cuda_common/cuda_check.h"
+
+namespace pagedllm::attention_cuda {
+namespace {
+
+using device::combine_partitions_kernel;
+using device::kThreads;
+using device::paged_attention_kernel;
+
+template <class T, int HeadDim>
+void launch_typed(const AttentionLaunch& launch, int32_t max_tile_rows, cudaStream_t stream) {
+  const int32_t group = launch.num_heads / launch.cache.num_kv_heads;
+  const int32_t qv_chunks = (max_tile_rows * group + kMaxQueryVectors - 1) / kMaxQueryVectors;
+  if (int64_t(launch.cache.num_kv_heads) * qv_chunks > 65535) {  // grid.y's limit
+    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "attention_cuda: " + std::to_string(launch.num_heads) +
+                                                  " query heads over " + std::to_string(launch.cache.num_kv_heads) +
+                                                  " kv heads need more CTAs per tile than one grid dimension holds");
+  }
+  const dim3 grid(unsigned(launch.step.num_work), unsigned(launch.cache.num_kv_heads * qv_chunks));
+  paged_attention_kernel<T, HeadDim><<<grid, kThreads, 0, stream>>>(launch, qv_chunks);
+  PAGEDLLM_CUDA_CHECK_LAUNCH();
+  if (launch.step.num_combine > 0) {
+    const dim3 combine_grid(unsigned(launch.step.num_combine), unsigned(launch.num_heads));
+    combine_partitions_kernel<T><<<combine_grid, kThreads, 0, stream>>>(launch, HeadDim);
+    PAGEDLLM_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace
+
+void launch_paged_attention(const AttentionLaunch& launch, cudaStream_t stream) {
+  if (launch.step.num_work == 0) return;
+  dispatch_dtype(launch.cache.dtype, [&]<class T>() {
+    switch (launch.cache.head_dim) {
+      case 32: return launch_typed<T, 32>(launch, launch.step.max_tile_rows, stream);
+      case 64: return launch_typed<T, 64>(launch, launch.step.max_tile_rows, stream);
+      case 128: return launch_typed<T, 128>(launch, launch.step.max_tile_rows, stream);
+      default:
+        throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "attention_cuda: no kernel for head_dim " +
+                                                      std::to_string(launch.cache.head_dim) + " (32, 64, 128)");
+    }
+  });
+}
+
+}  // namespace pagedllm::attention_cuda

@@ -1,0 +1,85 @@
+// attention_cuda block operations and cache lifetime, observed through
+// attention (a sequence whose table points at copied or swapped-in blocks
+// must attend exactly as before): copy_blocks, swap_out/swap_in through the
+// pinned host pool, allocate_cache twice (SDK 1.1 profiling), memory_info,
+// and device out-of-memory. GPU cases; they skip without a device.
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "tests/plugins/attention_cpu/paged_scenario.h"
+#include "tests/plugins/attention_cuda/cuda_backend.h"
+#include "tests/support/cuda_device.h"
+
+using namespace attention_test;
+using Catch::Matchers::Contains;
+
+TEST_CASE("attention_cuda copy_blocks, swap_out and swap_in preserve blocks in every layer",
+          "[attention_cuda][gpu][cache_ops]") {
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  Config config;
+  config.num_layers = 2;
+  config.group = 2;
+  config.block_size = GENERATE(1, 16);
+  config.dtype = GENERATE(PLLM_DTYPE_F32, PLLM_DTYPE_BF16);
+  CAPTURE(config.block_size, int(config.dtype));
+  CudaBackend backend("{}");
+  check_block_round_trips(config, backend);
+}
+
+TEST_CASE("attention_cuda allocate_cache twice replaces the cache; memory_info sees it",
+          "[attention_cuda][gpu][cache_ops]") {
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  Config config;
+  config.group = 4;
+  const int32_t len = 50;
+  Scenario scenario(config, {len}, 5u);
+  CudaBackend backend("{}");
+  const pllm_device_memory before = backend.memory_info();
+  CHECK(before.total_bytes > 0);
+  CHECK(before.free_bytes <= before.total_bytes);
+
+  // The profiling cache: small, used for a step, then replaced.
+  backend.allocate_cache(scenario.spec(), scenario.num_device_blocks(), 1);
+  scenario.poison(backend);
+  scenario.run_step(backend, {{0, 0, len}});
+
+  // The final cache: 1 GiB more than the first, which must be gone.
+  const uint64_t per_block = backend.bytes_per_block(scenario.spec());
+  const int64_t big_blocks = int64_t((uint64_t(1) << 30) / per_block);
+  backend.allocate_cache(scenario.spec(), big_blocks, 4);
+  const pllm_device_memory after = backend.memory_info();
+  INFO("free before " << before.free_bytes << ", after " << after.free_bytes << ", cache " << big_blocks * per_block);
+  CHECK(after.free_bytes + uint64_t(big_blocks) * per_block / 2 < before.free_bytes);
+  CHECK(after.total_bytes == before.total_bytes);
+
+  // The new cache works (its contents start undefined: poison, write, read).
+  scenario.poison(backend);
+  scenario.run_step(backend, {{0, 0, len}});
+  expect_cache_holds_sequence(scenario, backend, 0, len);
+}
+
+TEST_CASE("attention_cuda: a cache larger than the device is OUT_OF_MEMORY naming the bytes",
+          "[attention_cuda][gpu][cache_ops]") {
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  Config config;
+  Scenario scenario(config, {16}, 1u);
+  CudaBackend backend("{}");
+  const pllm_device_memory info = backend.memory_info();
+  const uint64_t per_block = backend.bytes_per_block(scenario.spec());
+  const int64_t too_many = int64_t(info.total_bytes / per_block) * 2;
+  try {
+    backend.allocate_cache(scenario.spec(), too_many, 0);
+    FAIL("allocate_cache of twice the device's memory succeeded");
+  } catch (const pagedllm::PluginCallError& e) {
+    CHECK(e.status() == PLLM_ERROR_OUT_OF_MEMORY);
+    CHECK_THAT(e.what(), Contains(std::to_string(uint64_t(too_many) * per_block) + " bytes requested"));
+  }
+  // The backend stays usable after the failure.
+  backend.allocate_cache(scenario.spec(), scenario.num_device_blocks(), 0);
+  scenario.poison(backend);
+  scenario.run_step(backend, {{0, 0, 16}});
+  expect_cache_holds_sequence(scenario, backend, 0, 16);
+}
