@@ -13,7 +13,8 @@ using device::write_kv_kernel;
 void launch_write_kv(const LayerCache& cache, const DeviceStep& step, const DeviceRows& key, const DeviceRows& value,
                      cudaStream_t stream) {
   if (step.num_tokens == 0) return;
-  dispatch_dtype(cache.dtype, [&]<class T>() {
+  cuda::visit_storage_type(cache.dtype, "attention_cuda", [&](auto zero) {
+    using T = decltype(zero);
     write_kv_kernel<T><<<dim3(unsigned(step.num_tokens), 2), kWriteThreads, 0, stream>>>(cache, step.slot_mapping,
                                                                                        key, value);
   });

@@ -37,7 +37,8 @@ void launch_typed(const AttentionLaunch& launch, int32_t max_tile_rows, cudaStre
 
 void launch_paged_attention(const AttentionLaunch& launch, cudaStream_t stream) {
   if (launch.step.num_work == 0) return;
-  dispatch_dtype(launch.cache.dtype, [&]<class T>() {
+  cuda::visit_storage_type(launch.cache.dtype, "attention_cuda", [&](auto zero) {
+    using T = decltype(zero);
     switch (launch.cache.head_dim) {
       case 32: return launch_typed<T, 32>(launch, launch.step.max_tile_rows, stream);
       case 64: return launch_typed<T, 64>(launch, launch.step.max_tile_rows, stream);

@@ -7,22 +7,13 @@
 #include <string>
 
 #include "plugins/cuda_common/cuda_check.h"
+#include "plugins/cuda_common/dtype_convert.cuh"
 
 namespace pagedllm::llama_cuda {
 namespace {
 
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+using cuda::from_float;
+using cuda::to_float;
 
 // N elements moved by one aligned load or store: 16 bytes (one LDG.128) for
 // N = 16 / sizeof(T), the width every bandwidth-bound kernel here uses when
@@ -244,19 +235,6 @@ void launch_convert(const float* src, int64_t count, void* dst, cudaStream_t str
   PAGEDLLM_CUDA_CHECK_LAUNCH();
 }
 
-// Calls fn(T{}) with T the storage type of `dtype`.
-template <class Fn>
-void by_dtype(pllm_dtype dtype, const char* what, Fn&& fn) {
-  switch (dtype) {
-    case PLLM_DTYPE_F32: return fn(float{});
-    case PLLM_DTYPE_F16: return fn(__half{});
-    case PLLM_DTYPE_BF16: return fn(__nv_bfloat16{});
-    default:
-      throw pllm::Error(PLLM_ERROR_INTERNAL, std::string("llama_cuda: ") + what + " on dtype " +
-                                                 std::to_string(int(dtype)) + " (F32, F16 or BF16 only)");
-  }
-}
-
 }  // namespace
 
 void embed_rows(pllm_dtype dtype, const void* embed, const int32_t* ids, int64_t rows, int64_t hidden, void* out,
@@ -274,7 +252,7 @@ void embed_rows(pllm_dtype dtype, const void* embed, const int32_t* ids, int64_t
 
 void add_rms_norm(pllm_dtype dtype, void* residual, const void* delta, const int32_t* row_index, const void* weight,
                   float eps, int64_t rows, int64_t dim, pllm_dtype out_dtype, void* out, cudaStream_t stream) {
-  by_dtype(dtype, "add_rms_norm", [&](auto zero) {
+  cuda::visit_storage_type(dtype, "llama_cuda: add_rms_norm", [&](auto zero) {
     using T = decltype(zero);
     if (out_dtype == dtype) {
       launch_add_rms_norm<T, T>(residual, delta, row_index, weight, eps, rows, dim, out, stream);
@@ -296,17 +274,19 @@ void rope_tables(const int32_t* positions, const double* inv_freq, int64_t rows,
 
 void apply_rope(pllm_dtype dtype, void* data, int64_t rows, int64_t row_stride, int64_t num_heads, int64_t head_dim,
                 const float* cos, const float* sin, cudaStream_t stream) {
-  by_dtype(dtype, "apply_rope", [&](auto zero) {
+  cuda::visit_storage_type(dtype, "llama_cuda: apply_rope", [&](auto zero) {
     launch_apply_rope<decltype(zero)>(data, rows, row_stride, num_heads, head_dim, cos, sin, stream);
   });
 }
 
 void silu_mul(pllm_dtype dtype, const void* gate_up, int64_t rows, int64_t inter, void* out, cudaStream_t stream) {
-  by_dtype(dtype, "silu_mul", [&](auto zero) { launch_silu_mul<decltype(zero)>(gate_up, rows, inter, out, stream); });
+  cuda::visit_storage_type(dtype, "llama_cuda: silu_mul",
+                           [&](auto zero) { launch_silu_mul<decltype(zero)>(gate_up, rows, inter, out, stream); });
 }
 
 void convert_from_f32(const float* src, int64_t count, pllm_dtype dtype, void* dst, cudaStream_t stream) {
-  by_dtype(dtype, "convert_from_f32", [&](auto zero) { launch_convert<decltype(zero)>(src, count, dst, stream); });
+  cuda::visit_storage_type(dtype, "llama_cuda: convert_from_f32",
+                           [&](auto zero) { launch_convert<decltype(zero)>(src, count, dst, stream); });
 }
 
 }  // namespace pagedllm::llama_cuda
