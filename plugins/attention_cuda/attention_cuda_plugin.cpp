@@ -121,6 +121,11 @@ class AttentionCuda : public pllm::AttentionPlugin {
   }
 
   void plan(const pllm_batch& batch) {
+    // A plan that fails part-way (a CUDA error in the upload) has already
+    // rebuilt the host work list but not the device metadata: run() must not
+    // launch with the two out of step (partials sized for one list, indexed by
+    // the other), so until this plan completes there is none.
+    planned_ = false;
     activate();
     const DeviceKvCache& cache = allocated();
     kCheck.batch(batch, cache.geometry().block_size, cache.num_device_blocks());
