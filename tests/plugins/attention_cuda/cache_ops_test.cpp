@@ -29,7 +29,7 @@ TEST_CASE("attention_cuda copy_blocks, swap_out and swap_in preserve blocks in e
   check_block_round_trips(config, backend);
 }
 
-TEST_CASE("attention_cuda allocate_cache twice replaces the cache; memory_info sees it",
+TEST_CASE("attention_cuda allocate_cache twice replaces the cache, and memory_info sees it",
           "[attention_cuda][gpu][cache_ops]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();
   Config config;
