@@ -121,6 +121,11 @@ class AttentionCuda : public pllm::AttentionPlugin {
   }
 
   void plan(const pllm_batch& batch) {
+    // A plan that fails part-way (a CUDA error in the upload) has already
+    // rebuilt the host work list but not the device metadata: run() must not
+    // launch with the two out of step (partials sized for one list, indexed by
+    // the other), so until this plan completes there is none.
+    planned_ = false;
     activate();
     const DeviceKvCache& cache = allocated();
     kCheck.batch(batch, cache.geometry().block_size, cache.num_device_blocks());
@@ -165,8 +170,6 @@ class AttentionCuda : public pllm::AttentionPlugin {
     layer_cache.head_dim = g.head_dim;
     layer_cache.block_size = g.block_size;
     layer_cache.dtype = g.dtype;
-    launch_write_kv(layer_cache, step, rows_of(args.key), rows_of(args.value), stream);
-
     AttentionLaunch launch;
     launch.cache = layer_cache;
     launch.step = step;
@@ -174,7 +177,13 @@ class AttentionCuda : public pllm::AttentionPlugin {
     launch.output = rows_of(args.output);
     launch.num_heads = int32_t(num_heads);
     launch.scale = args.scale;
+    // Everything that can refuse the layer (grid limits, the split-K scratch
+    // running out of memory) before the first kernel: a failed run() must not
+    // leave a K/V write in flight that last_compute_ does not cover (the next
+    // plan() would overwrite the metadata it reads) or a half-done layer.
+    (void)query_vector_chunks(launch);
     launch.partials = partials_for(metadata_.num_partials(), launch.num_heads, g.head_dim, stream);
+    launch_write_kv(layer_cache, step, rows_of(args.key), rows_of(args.value), stream);
     launch_paged_attention(launch, stream);
     PAGEDLLM_CUDA_CHECK(cudaEventRecord(last_compute_.get(), stream));
   }

@@ -104,6 +104,12 @@ struct AttentionLaunch {
   Partials partials;
 };
 
+// CTAs per kv head along grid.y (query-vector chunks of the step's largest
+// tile) for `launch`; PLLM_ERROR_UNSUPPORTED when a grid would exceed grid.y's
+// 65535. run() asks before it enqueues anything, so a refused layer has
+// written nothing (not even its K/V) and left no work in flight.
+int32_t query_vector_chunks(const AttentionLaunch& launch);
+
 // The attention kernel over every work item, then (when the step has split
 // tiles) the combine kernel.
 void launch_paged_attention(const AttentionLaunch& launch, cudaStream_t stream);

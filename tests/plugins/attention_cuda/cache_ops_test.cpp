@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,7 @@ TEST_CASE("attention_cuda copy_blocks, swap_out and swap_in preserve blocks in e
   check_block_round_trips(config, backend);
 }
 
-TEST_CASE("attention_cuda allocate_cache twice replaces the cache; memory_info sees it",
+TEST_CASE("attention_cuda allocate_cache twice replaces the cache, and memory_info sees it",
           "[attention_cuda][gpu][cache_ops]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();
   Config config;
@@ -82,4 +83,39 @@ TEST_CASE("attention_cuda: a cache larger than the device is OUT_OF_MEMORY namin
   scenario.poison(backend);
   scenario.run_step(backend, {{0, 0, 16}});
   expect_cache_holds_sequence(scenario, backend, 0, 16);
+}
+
+TEST_CASE("attention_cuda: a layer refused for its launch grid has written nothing", "[attention_cuda][gpu][errors]") {
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  Config config;
+  config.num_kv_heads = 1;
+  config.head_dim = 32;
+  const int32_t len = 20;
+  Scenario scenario(config, {len}, 11u);
+  CudaBackend backend("{}");
+  backend.allocate_cache(scenario.spec(), scenario.num_device_blocks(), 0);
+  scenario.poison(backend);
+  scenario.run_step(backend, {{0, 0, len}});
+
+  // Rewrite the last position with NaN K/V, for a query of 8 x 65536 heads on
+  // the one kv head: a CTA holds 8 query vectors, so grid.y would need 65536.
+  const StepBatch rewrite = scenario.make_batch({{0, len - 1, 1}}, 1);
+  backend.plan(rewrite.batch());
+  const int64_t heads = int64_t(8) * 65536;
+  TypedBuffer q(config.dtype, std::vector<float>(std::size_t(heads * config.head_dim), 0.5f));
+  TypedBuffer out(config.dtype, std::vector<float>(q.size(), 0.0f));
+  TypedBuffer nan_kv(config.dtype, std::vector<float>(std::size_t(config.head_dim), std::nanf("")));
+  pllm_attention_layer_args args{};
+  args.struct_size = sizeof args;
+  args.query = tensor3(q, 1, heads, config.head_dim);
+  args.key = tensor3(nan_kv, 1, 1, config.head_dim);
+  args.value = tensor3(nan_kv, 1, 1, config.head_dim);
+  args.output = tensor3(out, 1, heads, config.head_dim);
+  args.scale = 1.0f;
+  const auto e = call_error([&] { backend.run(0, args); });
+  CHECK(e.status() == PLLM_ERROR_UNSUPPORTED);
+  CHECK_THAT(e.what(), Contains("grid dimension"));
+
+  // The refused layer's K/V never reached the cache: the sequence attends as before.
+  expect_cache_holds_sequence(scenario, backend, 0, len);
 }

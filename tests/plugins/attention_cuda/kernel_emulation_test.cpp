@@ -177,8 +177,11 @@ TEST_CASE("attention_cuda kernels under SIMT emulation equal dense attention", "
     pllm_dtype dtype;
     int32_t head_dim, group, num_kv_heads, block_size;
   };
+  // Every token-group width: f32 x 128 is one token per warp (32 lanes a row,
+  // no merge between groups); f16 x 32 is 8 tokens per warp (4 lanes a row).
   const Case c = GENERATE(Case{PLLM_DTYPE_F32, 64, 4, 2, 16}, Case{PLLM_DTYPE_F32, 32, 12, 1, 1},
-                          Case{PLLM_DTYPE_F16, 128, 8, 1, 16}, Case{PLLM_DTYPE_BF16, 64, 1, 2, 16});
+                          Case{PLLM_DTYPE_F16, 128, 8, 1, 16}, Case{PLLM_DTYPE_BF16, 64, 1, 2, 16},
+                          Case{PLLM_DTYPE_F32, 128, 2, 1, 16}, Case{PLLM_DTYPE_F16, 32, 4, 1, 16});
   CAPTURE(int(c.dtype), c.head_dim, c.group, c.num_kv_heads, c.block_size);
   Config config;
   config.dtype = c.dtype;
