@@ -63,7 +63,7 @@ TEST_CASE("workloads: exact lengths from the pool, Poisson arrivals, same seed s
   CHECK(make_workload(spec, pool).back().arrival_s == 0.0);
 }
 
-TEST_CASE("percentiles interpolate like numpy; the summary counts only successes", "[bench]") {
+TEST_CASE("percentiles interpolate like numpy, the summary counts only successes", "[bench]") {
   CHECK(percentile({}, 50) == 0.0);
   CHECK(percentile({3, 1, 2}, 50) == 2.0);
   CHECK(percentile({1, 2, 3, 4}, 50) == 2.5);

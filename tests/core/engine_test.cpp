@@ -207,7 +207,7 @@ TEST_CASE("greedy output follows the model and max_tokens ends it with length", 
   CHECK(m.e2e_request_latency.count() == 1);
 }
 
-TEST_CASE("EOS ends a sequence unless ignore_eos; stop tokens end it too", "[engine]") {
+TEST_CASE("EOS ends a sequence unless ignore_eos, stop tokens end it too", "[engine]") {
   // Make the 5th greedy token the model's EOS.
   std::vector<std::int32_t> prompt;
   int vocab = 0;
@@ -555,7 +555,7 @@ TEST_CASE("speculative greedy output equals plain decoding token for token, in m
   if (mode != "none") CHECK(m.scheduler.num_preemptions() > 0);
 }
 
-TEST_CASE("speculative decoding: a perfect draft is always accepted; an opted-out request never drafts",
+TEST_CASE("speculative decoding: a perfect draft is always accepted, an opted-out request never drafts",
           "[engine][speculative]") {
   EngineFixture f({}, -1, speculative_yaml(4, /*wrong_every=*/0));
   f.engine().start();
@@ -612,7 +612,7 @@ TEST_CASE("speculative greedy and sampled requests in one batch: greedy follows 
   require_drained(f.engine());
 }
 
-TEST_CASE("speculative sampling reproduces with a seed whatever shares the batch; n > 1 and logprobs still work",
+TEST_CASE("speculative sampling reproduces with a seed whatever shares the batch, n > 1 and logprobs still work",
           "[engine][speculative]") {
   EngineFixture f({}, -1, speculative_yaml(3));
   f.engine().start();

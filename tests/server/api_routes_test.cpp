@@ -72,7 +72,7 @@ TEST_CASE("API keys guard /v1 only", "[server][routes]") {
   CHECK(reply.headers == std::vector<std::pair<std::string, std::string>>{{"WWW-Authenticate", "Bearer"}});
 }
 
-TEST_CASE("error bodies have OpenAI's shape; 503 carries Retry-After", "[server][routes]") {
+TEST_CASE("error bodies have OpenAI's shape, 503 carries Retry-After", "[server][routes]") {
   const HttpReply bad = error_reply(invalid_request("'n' is wrong", "n"));
   CHECK(bad.status == 400);
   CHECK(json::parse(bad.body) ==

@@ -134,7 +134,7 @@ TEST_CASE("HTTP/1.0 and Connection: close end the connection after the response"
   }
 }
 
-TEST_CASE("malformed HTTP gets a 400 and a closed connection; the server goes on", "[server][http]") {
+TEST_CASE("malformed HTTP gets a 400 and a closed connection, the server goes on", "[server][http]") {
   Served s;
   static constexpr char kTlsHello[] = "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n";  // NULs included
   for (const std::string& garbage : {std::string("GARBAGE\r\n\r\n"), std::string("GET / HTTP/1.1\r\nContent-Length: abc\r\n\r\n"),
@@ -156,7 +156,7 @@ TEST_CASE("malformed HTTP gets a 400 and a closed connection; the server goes on
   CHECK(c.post("/v1/completions", kHello).result_int() == 200);
 }
 
-TEST_CASE("bodies over the limit get 413; headers over the limit 431", "[server][http]") {
+TEST_CASE("bodies over the limit get 413, headers over the limit 431", "[server][http]") {
   Served s;
   {
     TestConnection c(s.port());
@@ -233,7 +233,7 @@ TEST_CASE("Expect: 100-continue", "[server][http]") {
   CHECK(c.read_response().result_int() == 200);
 }
 
-TEST_CASE("SSE: data chunks, the finish, usage and [DONE]; the connection stays usable", "[server][http][sse]") {
+TEST_CASE("SSE: data chunks, the finish, usage and [DONE], the connection stays usable", "[server][http][sse]") {
   Served s;
   TestConnection c(s.port());
   TestConnection::Stream stream{c, {}};
@@ -332,7 +332,7 @@ TEST_CASE("503 with Retry-After when over max_concurrent_requests or the engine 
   CHECK(eventually([&] { return s.server.requests_in_flight() == 0; }));
 }
 
-TEST_CASE("RequestRejected is a 400; engine failure is a 500 or a last error event", "[server][http]") {
+TEST_CASE("RequestRejected is a 400, engine failure is a 500 or a last error event", "[server][http]") {
   FakeEngineOptions options;
   options.step_interval = std::chrono::milliseconds(5);
   Served s(test_config(), options);

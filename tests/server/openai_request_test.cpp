@@ -189,7 +189,7 @@ TEST_CASE("the model must be the served one", "[server][request]") {
   CHECK(completion(engine, {{"prompt", "x"}}).model == "fake-model");  // absent: the served model
 }
 
-TEST_CASE("prompts longer than the context are 400s; the default max_tokens fits what is left",
+TEST_CASE("prompts longer than the context are 400s, the default max_tokens fits what is left",
           "[server][request]") {
   FakeEngineOptions options;
   options.max_model_len = 20;

@@ -87,7 +87,7 @@ TEST_CASE("histograms are cumulative with +Inf, sum and count", "[server][metric
   }
 }
 
-TEST_CASE("every family has HELP and TYPE; label values are escaped", "[server][metrics]") {
+TEST_CASE("every family has HELP and TYPE, label values are escaped", "[server][metrics]") {
   const std::string text = render_prometheus(EngineMetrics{}, "a\"b\\c\nd");
   CHECK(has_line(text, "pagedllm:num_requests_running{model_name=\"a\\\"b\\\\c\\nd\"} 0"));
   std::istringstream in(text);

@@ -46,7 +46,7 @@ TEST_CASE("SIGTERM drains: the stream in flight finishes, then exit 0", "[server
   CHECK(server.wait(std::chrono::seconds(10)) == 0);
 }
 
-TEST_CASE("past the grace period, requests in flight are aborted with an error event; exit 0", "[server][serve]") {
+TEST_CASE("past the grace period, requests in flight are aborted with an error event, exit 0", "[server][serve]") {
   ChildProcess server({kFakeServer, "--step-ms", "20", "--grace", "0.2"});
   const unsigned short port = start(server);
   TestConnection c(port);

@@ -86,7 +86,8 @@ class EmulatedBackend {
     launch.partials.max = partials_.data() + vectors * cache.head_dim;
     launch.partials.sum = launch.partials.max + vectors;
     if (step_.num_tokens == 0) return;
-    ac::dispatch_dtype(spec_.dtype, [&]<class T>() {
+    pagedllm::cuda::visit_storage_type(spec_.dtype, "emulated attention", [&](auto zero) {
+      using T = decltype(zero);
       switch (cache.head_dim) {
         case 32: return run_typed<T, 32>(launch, args);
         case 64: return run_typed<T, 64>(launch, args);
