@@ -10,7 +10,8 @@
 //   out = lm_head(g) for the logits rows
 //
 // The embedding and lm_head are the target's, read through its get_tensor();
-// the head holds only fc and layers.0 (widened to f32 at load).
+// the head holds only fc and layers.0 (widened to f32 at load). With a draft
+// vocabulary (draft_vocab.h) it also holds a copy of those lm_head rows.
 
 #include <cstdint>
 #include <filesystem>
@@ -30,14 +31,17 @@ class EagleHead {
   // with fc.weight [hidden, 2 hidden], optional fc.bias, layers.0.*) and binds
   // the target's embedding and lm_head. Throws pllm::Error naming the file or
   // tensor for a missing or malformed checkpoint and for a draft whose sizes
-  // do not match the target's.
-  EagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target, int num_threads);
+  // do not match the target's. `draft_vocab` (ascending token ids, from
+  // load_draft_vocab; empty: the whole vocabulary) are the tokens it may draft.
+  EagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target,
+            std::vector<int32_t> draft_vocab, int num_threads);
 
   const llama_cpu::LlamaConfig& config() const { return config_; }
   int num_threads() const { return pool_.size(); }
 
   // One draft forward (see pllm_draft_args): logits of batch.logits_indices
-  // rows, valid until the next call. Keeps the predicted features of those
+  // rows over the whole vocabulary (-inf outside the draft vocabulary), valid
+  // until the next call. Keeps the predicted features of those
   // rows for a following call with features of ndim 0.
   void draft(const pllm_draft_args& args, pllm_draft_output& out);
 
@@ -57,13 +61,18 @@ class EagleHead {
   // Target-owned [vocab, hidden] f32 (valid as long as the target model).
   const float* embed_ = nullptr;
   int64_t embed_stride_ = 0;
+  // The lm_head the draft multiplies by: the target's [vocab, hidden], or
+  // draft_lm_head_, its rows of the draft vocabulary.
   const float* lm_head_ = nullptr;
+  int64_t lm_head_rows_ = 0;
+  std::vector<int32_t> draft_vocab_;
+  std::vector<float> draft_lm_head_;
 
   std::vector<float> fc_, fc_bias_;  // [hidden, 2 hidden], [hidden] (empty: no bias)
   llama_cpu::DecoderLayerWeights layer_;
 
   llama_cpu::DecoderScratch scratch_;
-  llama_cpu::Buffer input_, x_, rows_, logits_;
+  llama_cpu::Buffer input_, x_, draft_logits_, logits_;
   // Predicted features of the previous call's logits rows; -1 rows: none kept.
   std::vector<float> chain_;
   int64_t chain_rows_ = -1;

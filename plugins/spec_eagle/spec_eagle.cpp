@@ -8,6 +8,7 @@
 #include "pagedllm/sdk.hpp"
 #include "plugins/common/rejection_sampler.h"
 #include "plugins/common/thread_pool.h"
+#include "plugins/spec_eagle/draft_vocab.h"
 #include "plugins/spec_eagle/eagle_head.h"
 
 namespace pagedllm::spec_eagle {
@@ -16,10 +17,12 @@ namespace {
 class EaglePlugin : public pllm::SpeculatorPlugin {
  public:
   struct Options {
-    int32_t num_threads = 0;  // 0 = one per hardware thread
+    int32_t num_threads = 0;       // 0 = one per hardware thread
+    int64_t draft_vocab_size = 0;  // 0 = the whole vocabulary (draft_vocab.h)
     static Options parse(pllm::OptionReader& reader) {
       Options o;
       o.num_threads = reader.get_in_range<int32_t>("num_threads", 0, 0, 1024);
+      o.draft_vocab_size = reader.get_in_range<int64_t>("draft_vocab_size", 0, 0, int64_t(1) << 31);
       return o;
     }
   };
@@ -42,7 +45,10 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
                                                          " must be at least 1");
     }
     const int threads = plugins::resolve_num_threads(options.num_threads);
-    head_ = std::make_unique<EagleHead>(args.draft_path, args.target, threads);
+    if (!args.target.info) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: no target model");
+    head_ = std::make_unique<EagleHead>(
+        args.draft_path, args.target,
+        load_draft_vocab(args.draft_path, options.draft_vocab_size, args.target.info->vocab_size), threads);
     const auto& c = head_->config();
     info_.struct_size = sizeof info_;
     info_.num_draft_layers = c.num_layers;
