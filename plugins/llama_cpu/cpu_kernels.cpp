@@ -98,17 +98,23 @@ template <int M, int J>
 }
 
 // linear() for up to kDotRowsMaxRows rows: blocks of four rows, then the
-// remaining one to three.
+// remaining one to three, over tiles of columns whose weights (~256 KiB) stay
+// in L2 from the first block to the last, so w comes from memory once.
 PAGEDLLM_VECTOR_CLONES
 void dot_rows(const float* a, int64_t lda, int64_t m, const float* w, int64_t n, int64_t k, float* out, int64_t ldc,
               bool accumulate) {
-  int64_t r = 0;
-  for (; r + 4 <= m; r += 4) dot_row_block<4, 4>(a + r * lda, lda, w, n, k, out + r * ldc, ldc, accumulate);
-  switch (m - r) {
-    case 1: dot_row_block<1, 8>(a + r * lda, lda, w, n, k, out + r * ldc, ldc, accumulate); break;
-    case 2: dot_row_block<2, 8>(a + r * lda, lda, w, n, k, out + r * ldc, ldc, accumulate); break;
-    case 3: dot_row_block<3, 5>(a + r * lda, lda, w, n, k, out + r * ldc, ldc, accumulate); break;
-    default: break;
+  const int64_t tile = m <= 4 ? n : std::max<int64_t>(8, (int64_t(1) << 16) / k);
+  for (int64_t j = 0; j < n; j += tile) {
+    const int64_t cols = std::min(tile, n - j);
+    const float* wt = w + j * k;
+    int64_t r = 0;
+    for (; r + 4 <= m; r += 4) dot_row_block<4, 4>(a + r * lda, lda, wt, cols, k, out + r * ldc + j, ldc, accumulate);
+    switch (m - r) {
+      case 1: dot_row_block<1, 8>(a + r * lda, lda, wt, cols, k, out + r * ldc + j, ldc, accumulate); break;
+      case 2: dot_row_block<2, 8>(a + r * lda, lda, wt, cols, k, out + r * ldc + j, ldc, accumulate); break;
+      case 3: dot_row_block<3, 5>(a + r * lda, lda, wt, cols, k, out + r * ldc + j, ldc, accumulate); break;
+      default: break;
+    }
   }
 }
 
