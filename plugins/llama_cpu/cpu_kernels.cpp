@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "plugins/common/fast_exp.h"
 
@@ -28,24 +29,24 @@ using Floats16 = float __attribute__((vector_size(64)));
   return v;
 }
 
-// Pairwise lane sums of two vectors: lanes 0-7 of the result add lanes
-// (i, i + 8) of a, lanes 8-15 those of b; fold4/2/1 do the same at strides 4,
-// 2 and 1 inside each half, quarter and eighth.
-[[gnu::always_inline]] inline Floats16 fold8(Floats16 a, Floats16 b) {
-  return __builtin_shufflevector(a, b, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) +
-         __builtin_shufflevector(a, b, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+// Lane l of fold<W>(a, b) adds two lanes W apart of a or b: chunks of W
+// result lanes alternate between a and b, and chunk c reads a's (or b's)
+// lanes (c / 2) * 2W + [0, W) and W past them. fold<8> puts the half-sums of
+// a in lanes 0-7 and of b in 8-15; fold<4>, <2>, <1> repeat that inside each
+// half, quarter and eighth.
+template <int W>
+constexpr int fold_source(int lane, bool upper) {
+  const int chunk = lane / W;
+  return (chunk % 2 == 1 ? 16 : 0) + chunk / 2 * 2 * W + lane % W + (upper ? W : 0);
 }
-[[gnu::always_inline]] inline Floats16 fold4(Floats16 a, Floats16 b) {
-  return __builtin_shufflevector(a, b, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) +
-         __builtin_shufflevector(a, b, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31);
+template <int W, int... Lane>
+[[gnu::always_inline]] inline Floats16 fold(Floats16 a, Floats16 b, std::integer_sequence<int, Lane...>) {
+  return __builtin_shufflevector(a, b, fold_source<W>(Lane, false)...) +
+         __builtin_shufflevector(a, b, fold_source<W>(Lane, true)...);
 }
-[[gnu::always_inline]] inline Floats16 fold2(Floats16 a, Floats16 b) {
-  return __builtin_shufflevector(a, b, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) +
-         __builtin_shufflevector(a, b, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31);
-}
-[[gnu::always_inline]] inline Floats16 fold1(Floats16 a, Floats16 b) {
-  return __builtin_shufflevector(a, b, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) +
-         __builtin_shufflevector(a, b, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31);
+template <int W>
+[[gnu::always_inline]] inline Floats16 fold(Floats16 a, Floats16 b) {
+  return fold<W>(a, b, std::make_integer_sequence<int, 16>());
 }
 
 // The lane sums of sixteen accumulators in one vector (15 shuffle pairs
@@ -53,10 +54,10 @@ using Floats16 = float __attribute__((vector_size(64)));
 // Every accumulator's lanes are added in the same tree, whichever slot it is.
 [[gnu::always_inline]] inline Floats16 sum_lanes(const Floats16 (&acc)[16]) {
   Floats16 halves[8], quarters[4], eighths[2];
-  for (int p = 0; p < 8; ++p) halves[p] = fold8(acc[2 * p], acc[2 * p + 1]);
-  for (int p = 0; p < 4; ++p) quarters[p] = fold4(halves[2 * p], halves[2 * p + 1]);
-  for (int p = 0; p < 2; ++p) eighths[p] = fold2(quarters[2 * p], quarters[2 * p + 1]);
-  return fold1(eighths[0], eighths[1]);
+  for (int p = 0; p < 8; ++p) halves[p] = fold<8>(acc[2 * p], acc[2 * p + 1]);
+  for (int p = 0; p < 4; ++p) quarters[p] = fold<4>(halves[2 * p], halves[2 * p + 1]);
+  for (int p = 0; p < 2; ++p) eighths[p] = fold<2>(quarters[2 * p], quarters[2 * p + 1]);
+  return fold<1>(eighths[0], eighths[1]);
 }
 constexpr int kLaneOfAccumulator[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
 
