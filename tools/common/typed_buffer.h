@@ -1,6 +1,8 @@
 #pragma once
 // Host buffers of f32, f16 or bf16 elements: filled from f32 (rounding to
 // nearest even) and read back as f32, plus the tensor view a plugin gets.
+// pagedllm-attn-bench's inputs and the attention tests' (tools/common is what
+// the tools share, and the tests may use; it depends on nothing in tests/).
 
 #include <cstddef>
 #include <cstdint>
@@ -11,13 +13,16 @@
 #include "pagedllm/sdk/cpp/float_convert.hpp"
 #include "plugins/common/float16_rounding.h"
 
-namespace pagedllm::attn_bench {
+namespace pagedllm::tools {
 
 class TypedBuffer {
  public:
   TypedBuffer() = default;
   TypedBuffer(pllm_dtype dtype, std::size_t count)
       : dtype_(dtype), size_(std::size_t(pllm_dtype_size(dtype))), bytes_(count * size_) {}
+  TypedBuffer(pllm_dtype dtype, const std::vector<float>& values) : TypedBuffer(dtype, values.size()) {
+    for (std::size_t i = 0; i < values.size(); ++i) set(i, values[i]);
+  }
 
   pllm_dtype dtype() const { return dtype_; }
   std::size_t size() const { return size_ ? bytes_.size() / size_ : 0; }
@@ -70,4 +75,4 @@ class TypedBuffer {
   std::vector<std::byte> bytes_;
 };
 
-}  // namespace pagedllm::attn_bench
+}  // namespace pagedllm::tools
