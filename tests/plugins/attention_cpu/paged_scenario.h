@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tests/plugins/attention_cpu/attention_harness.h"
+#include "tests/support/thrown.h"
 
 namespace attention_test {
 
@@ -350,13 +351,7 @@ std::string compare(const std::vector<float>& got, const std::vector<Ref>& ref, 
 
 // The error a plugin call made, which must fail.
 inline pagedllm::PluginCallError call_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const pagedllm::PluginCallError& e) {
-    return e;
-  }
-  FAIL("expected the call to fail");
-  throw std::logic_error("unreachable");
+  return pagedllm::testing::thrown<pagedllm::PluginCallError>(f);
 }
 
 // A read-only decode of the sequence's last position (slot -1, NaN K/V): the
