@@ -1,14 +1,14 @@
 #pragma once
 // f16 / bf16 <-> f32 conversions for the CPU attention backend. Storage types
-// are plain 16-bit patterns; arithmetic always happens in f32. f32 -> f16/bf16
-// is plugins/common/float16_rounding.h.
+// are plain 16-bit patterns; arithmetic always happens in f32. f16/bf16 -> f32
+// are the SDK's (float_convert.hpp), f32 -> f16/bf16 plugins/common's
+// (float16_rounding.h).
 
-#include <bit>
-#include <cmath>
 #include <cstdint>
 
 #include "plugins/common/dtype_name.h"
 #include "plugins/common/float16_rounding.h"
+#include "pagedllm/sdk/cpp/float_convert.hpp"
 #include "pagedllm/sdk/tensor.h"
 
 namespace pagedllm::attention_cpu {
@@ -20,20 +20,9 @@ struct bf16_t {
   std::uint16_t bits;
 };
 
-inline float bf16_to_f32(std::uint16_t h) { return std::bit_cast<float>(std::uint32_t(h) << 16); }
-
-inline float f16_to_f32(std::uint16_t h) {
-  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
-  const std::uint32_t exponent = (h >> 10) & 0x1fu;
-  const std::uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  if (exponent == 0) {
-    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;  // subnormal (or zero): exact
-    return sign ? -magnitude : magnitude;
-  }
-  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-}
-
+using pllm::bf16_to_f32;
+using pllm::f16_to_f32;
+using pllm::is_float_dtype;
 using plugins::f32_to_bf16;
 using plugins::f32_to_f16;
 
@@ -90,10 +79,6 @@ inline void store_f32(const float* src, pllm_dtype dtype, void* dst, std::int64_
     case PLLM_DTYPE_I8:
       break;
   }
-}
-
-inline bool is_float_dtype(pllm_dtype dtype) {
-  return dtype == PLLM_DTYPE_F32 || dtype == PLLM_DTYPE_F16 || dtype == PLLM_DTYPE_BF16;
 }
 
 using pagedllm::plugins::dtype_name;
