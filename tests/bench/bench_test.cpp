@@ -6,6 +6,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
+#include <set>
+#include <vector>
 
 #include "tests/server/child_process.h"
 #include "tests/support/run_command.h"
@@ -61,6 +64,29 @@ TEST_CASE("workloads: exact lengths from the pool, Poisson arrivals, same seed s
   CHECK(make_workload(spec, pool)[1].prompt != a[1].prompt);
   spec.request_rate.reset();
   CHECK(make_workload(spec, pool).back().arrival_s == 0.0);
+}
+
+TEST_CASE("workloads: contiguous prompts are windows of the pool at seeded offsets", "[bench]") {
+  std::vector<std::int32_t> pool(50);
+  std::iota(pool.begin(), pool.end(), 100);  // token i of the text is 100 + i
+  WorkloadSpec spec;
+  spec.num_requests = 500;
+  spec.input_len = {1, 50};
+  spec.seed = 3;
+  spec.contiguous_prompts = true;
+  const auto a = make_workload(spec, pool);
+  std::set<std::int32_t> starts;
+  for (const auto& r : a) {
+    REQUIRE(!r.prompt.empty());
+    REQUIRE(r.prompt.size() <= 50);
+    for (std::size_t i = 1; i < r.prompt.size(); ++i) REQUIRE(r.prompt[i] == r.prompt[i - 1] + 1);
+    REQUIRE(r.prompt.back() <= 149);  // never past the end of the text
+    starts.insert(r.prompt.front());
+  }
+  CHECK(starts.size() > 30);  // offsets spread over the text
+  CHECK(make_workload(spec, pool)[77].prompt == a[77].prompt);
+  spec.input_len = {51, 51};
+  CHECK_THROWS_WITH(make_workload(spec, pool), "the prompt text has 50 tokens, fewer than the longest prompt (51)");
 }
 
 TEST_CASE("percentiles interpolate like numpy, the summary counts only successes", "[bench]") {
@@ -124,10 +150,31 @@ TEST_CASE("pagedllm-bench against a server: summary, JSON, plots", "[bench]") {
     INFO(png);
     CHECK(std::filesystem::file_size(plots / png) > 1000);
   }
+
+  // Prompts from a file: windows of its tokens.
+  const auto text = dir.path() / "prompts.py";
+  {
+    std::ofstream out(text);
+    for (int i = 0; i < 40; ++i) out << "def f" << i << "(x):\n    return x * " << i << "\n";
+  }
+  const auto windows_json = dir.path() / "windows.json";
+  const auto w = run_command(std::string(PAGEDLLM_BINARY_DIR "/bin/pagedllm-bench") + " --url " + url +
+                             " --num-requests 6 --input-len 16 --output-len 4 --prompt-file '" + text.string() +
+                             "' --json '" + windows_json.string() + "'");
+  INFO(w.out << w.err);
+  REQUIRE(w.exit_code == 0);
+  std::ifstream windows_in(windows_json);
+  const auto windows = nlohmann::json::parse(windows_in);
+  CHECK(windows["summary"]["completed"] == 6);
+  CHECK(windows["config"]["prompt_file"] == text.string());
   server.signal(SIGTERM);
   CHECK(server.wait(std::chrono::seconds(10)) == 0);
 
   const auto bad = run_command(std::string(PAGEDLLM_BINARY_DIR "/bin/pagedllm-bench") + " --input-len 0");
   CHECK(bad.exit_code == 2);
   CHECK_THAT(bad.err, Contains("--input-len"));
+  const auto missing = run_command(std::string(PAGEDLLM_BINARY_DIR "/bin/pagedllm-bench") +
+                                   " --prompt-file '" + (dir.path() / "no-such-file").string() + "'");
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Contains("--prompt-file: cannot read"));
 }

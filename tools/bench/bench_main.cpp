@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,8 +43,9 @@ constexpr const char* kUsage = R"(Usage: pagedllm-bench [options]
 
 Replays a workload against a running pagedllm (or any OpenAI-compatible)
 server: streamed /v1/completions requests with prompts of exact token lengths
-(token ids drawn from the server's /tokenize of a built-in text) and exact
-output lengths (ignore_eos). Prints throughput and latency; writes JSON and plots.
+(token ids drawn one by one from the server's /tokenize of a built-in text, or
+windows of a text file's tokens) and exact output lengths (ignore_eos). Prints
+throughput and latency; writes JSON and plots.
 
 Options:
   --url URL               the server (default http://127.0.0.1:8000)
@@ -53,6 +55,9 @@ Options:
   --request-rate R        Poisson arrivals at R requests/s (default: all at once)
   --concurrency C         at most C requests in flight (default: no limit)
   --seed S                workload seed (default 0)
+  --prompt-file FILE      each prompt is a window of FILE's tokens at a random offset
+                          (the text read in order, e.g. source code: what speculative
+                          decoding sees in use), not tokens drawn one by one
   --temperature T         sampling temperature (default 0: greedy)
   --model NAME            model name to send (default: the server's /v1/models)
   --api-key KEY           sent as "Authorization: Bearer KEY"
@@ -85,11 +90,22 @@ struct Options {
   double timeout_s = 600;
   std::optional<std::string> json_path;
   std::optional<std::string> plot_dir;
+  std::optional<std::string> prompt_file;
+  std::optional<std::string> prompt_text;  // prompt_file's contents
 };
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+std::string read_prompt_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(fmt::format("--prompt-file: cannot read '{}'", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (text.str().empty()) throw UsageError(fmt::format("--prompt-file: '{}' is empty", path));
+  return text.str();
+}
 
 Options parse_options(int argc, char** argv) {
   Options o;
@@ -144,6 +160,10 @@ Options parse_options(int argc, char** argv) {
       o.json_path = value;
     } else if (flag == "--plot-dir") {
       o.plot_dir = value;
+    } else if (flag == "--prompt-file") {
+      o.prompt_file = value;
+      o.prompt_text = read_prompt_file(value);
+      o.workload.contiguous_prompts = true;
     } else {
       throw UsageError(fmt::format("unknown option '{}'", flag));
     }
@@ -302,7 +322,8 @@ int run(const Options& o) {
 
   const std::string model = o.model ? *o.model : call(o, endpoints, http::verb::get, "/v1/models")["data"][0]["id"].get<std::string>();
   const json tokenized = call(o, endpoints, http::verb::post, "/tokenize",
-                              {{"prompt", kCorpus}, {"add_special_tokens", false}});
+                              {{"prompt", o.prompt_text ? *o.prompt_text : std::string(kCorpus)},
+                               {"add_special_tokens", false}});
   const auto pool = tokenized["tokens"].get<std::vector<std::int32_t>>();
   const std::vector<PlannedRequest> plan = make_workload(o.workload, pool);
   fmt::print("pagedllm-bench: {} requests to {} at {}:{}, input {} tokens, output {} tokens, rate {}, concurrency {}\n",
@@ -377,6 +398,7 @@ int run(const Options& o) {
                            {"request_rate", o.workload.request_rate ? json(*o.workload.request_rate) : json("inf")},
                            {"concurrency", o.concurrency ? json(*o.concurrency) : json(nullptr)},
                            {"seed", o.workload.seed},
+                           {"prompt_file", o.prompt_file ? json(*o.prompt_file) : json(nullptr)},
                            {"temperature", o.temperature}}},
                          {"summary", to_json(summary)},
                          {"requests", std::move(requests)}};

@@ -4,8 +4,8 @@
 Each DIR is a spec_bench.sh output directory (its summary.json, written by
 spec_bench_report.py). One group of bars per run: EAGLE's output tokens/s over
 plain's, measured in the same run, for the CLI at batch 1 and the server bench
-at concurrency 1 and 8; the number over the concurrency-1 bar is the server's
-mean acceptance length."""
+with random and code prompts at concurrency 1 and 8; the number over a server
+bar is its mean acceptance length."""
 import json
 import os
 import sys
@@ -24,16 +24,17 @@ def main():
         label, directory = arg.split("=", 1)
         with open(os.path.join(directory, "summary.json")) as f:
             runs.append((label, json.load(f)))
-    series = [("CLI, batch 1", lambda s: s["cli"]), ("server, concurrency 1", lambda s: s["server"]["1"]),
-              ("server, concurrency 8", lambda s: s["server"]["8"])]
-    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 + 1.6 * len(runs)), 4.2))
+    series = [("CLI, batch 1", lambda s: s["cli"])] + [
+        (f"server, {w} prompts, concurrency {c}", lambda s, key=f"{w}-c{c}": s["server"][key])
+        for w in ("random", "code") for c in (1, 8)]
+    fig, ax = plt.subplots(figsize=(max(7.0, 2.2 + 2.2 * len(runs)), 4.6))
     width = 0.8 / len(series)
     for i, (name, pick) in enumerate(series):
-        xs = [r + (i - 1) * width for r in range(len(runs))]
+        xs = [r + (i - (len(series) - 1) / 2) * width for r in range(len(runs))]
         bars = ax.bar(xs, [pick(s)["ratio"] if pick(s) else 0.0 for _, s in runs], width, label=name)
-        if i == 1:  # the server's acceptance length over its concurrency-1 bar
+        if i > 0:  # the server's mean acceptance length over its bars
             for bar, (_, s) in zip(bars, runs):
-                ax.annotate(f"{s['server']['1']['mean_acceptance_length']:.2f}",
+                ax.annotate(f"{pick(s)['mean_acceptance_length']:.1f}",
                             (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=7)
     ax.axhline(1.0, color="black", linewidth=0.8)
     ax.set_xticks(range(len(runs)))

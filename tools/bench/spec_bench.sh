@@ -2,8 +2,11 @@
 # Speculative decoding benchmark on the CPU: the embedded model with its EAGLE-1
 # head (configs/eagle.yaml) and without (configs/serve.yaml), in one run:
 #   1. batch 1 through the one-shot CLI: 'def fibonacci(n):', 256 greedy tokens;
-#   2. the same pagedllm-bench workload against a server of each, at
-#      concurrency 1 and 8 (64 prompt + 128 greedy output tokens).
+#   2. pagedllm-bench against a server of each, at concurrency 1 and 8 (64 prompt
+#      + 128 greedy output tokens), with two kinds of prompts: "random", tokens of
+#      an English text drawn one by one (a context no model can continue well:
+#      the worst case for drafting), and "code", windows of tools/train/train.py
+#      (Python the embedded model was not trained on, read in order).
 # This machine is noisy, so every configuration runs REPEATS times (default 3;
 # the CLI, which is quick, 3 x REPEATS), plain and EAGLE interleaved (the order
 # alternates between repeats), and the report takes medians: compare ratios,
@@ -17,7 +20,7 @@ bin=${BIN:-build/bin}  # where pagedllm-host and pagedllm-bench are
 out=${1:-build/spec-bench}
 repeats=${REPEATS:-3}
 mkdir -p "$out"
-rm -f "$out"/cli-*.txt "$out"/plain-c*-r*.* "$out"/eagle-c*-r*.*
+rm -f "$out"/cli-*.txt "$out"/plain-*-c*-r*.* "$out"/eagle-*-c*-r*.*
 
 order() {  # order REPEAT: the two configurations, their order alternating
   if ((${1} % 2 == 0)); then echo "eagle plain"; else echo "plain eagle"; fi
@@ -51,16 +54,21 @@ for repeat in $(seq $((3 * repeats))); do
   done
 done
 
-for concurrency in 1 8; do
-  requests=$((concurrency == 1 ? 8 : 48))
-  for repeat in $(seq "$repeats"); do
-    for name in $(order "$repeat"); do
-      serve "$name" "$(config_of "$name")"
-      echo "== $name, concurrency $concurrency, repeat $repeat ($requests requests, 64 prompt + 128 output tokens, greedy)"
-      "$bin/pagedllm-bench" --url "$url" --num-requests "$requests" --input-len 64 --output-len 128 \
-        --concurrency "$concurrency" --seed 1 --json "$out/$name-c$concurrency-r$repeat.json" | tail -n +1
-      curl -s "$url/metrics" | grep '^pagedllm:spec_decode' >"$out/$name-c$concurrency-r$repeat.metrics" || true
-      kill -TERM "$pid"; wait "$pid" || true
+prompts_of() { if [[ $1 == code ]]; then echo --prompt-file tools/train/train.py; fi; }
+for workload in random code; do
+  for concurrency in 1 8; do
+    requests=$((concurrency == 1 ? 8 : 48))
+    for repeat in $(seq "$repeats"); do
+      for name in $(order "$repeat"); do
+        serve "$name" "$(config_of "$name")"
+        run="$name-$workload-c$concurrency-r$repeat"
+        echo "== $name, $workload prompts, concurrency $concurrency, repeat $repeat ($requests requests, 64 prompt + 128 output tokens, greedy)"
+        # shellcheck disable=SC2046 # the options are words
+        "$bin/pagedllm-bench" --url "$url" --num-requests "$requests" --input-len 64 --output-len 128 \
+          --concurrency "$concurrency" --seed 1 $(prompts_of "$workload") --json "$out/$run.json" | tail -n +1
+        curl -s "$url/metrics" | grep '^pagedllm:spec_decode' >"$out/$run.metrics" || true
+        kill -TERM "$pid"; wait "$pid" || true
+      done
     done
   done
 done

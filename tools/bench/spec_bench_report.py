@@ -2,7 +2,7 @@
 """Summarises tools/bench/spec_bench.sh. The CLI runs (batch 1): median decode
 tokens/s with and without EAGLE, the inter-token latency that is (1 / rate), whether
 every run printed the same text, and the acceptance the EAGLE runs report. The
-servers, per concurrency: output tokens/s, time per
+servers, per kind of prompt (random, code) and concurrency: output tokens/s, time per
 output token (TPOT: (E2E - TTFT) / (output tokens - 1), mean over requests) and
 the gap between streamed chunks (ITL), with speculation (eagle) and without
 (plain), each the median over the run's repeats, the ratios of the medians, and
@@ -33,16 +33,16 @@ def load(path):
     return s["output_throughput"], tpot, s["itl_s"]["mean"]
 
 
-def medians(out, name, c):
-    runs = [load(p) for p in sorted(glob.glob(os.path.join(out, f"{name}-c{c}-r*.json")))]
+def medians(out, name, workload, c):
+    runs = [load(p) for p in sorted(glob.glob(os.path.join(out, f"{name}-{workload}-c{c}-r*.json")))]
     if not runs:
-        sys.exit(f"spec_bench_report: no {name}-c{c}-r*.json in {out}")
+        sys.exit(f"spec_bench_report: no {name}-{workload}-c{c}-r*.json in {out}")
     return tuple(statistics.median(run[i] for run in runs) for i in range(3)), len(runs)
 
 
-def acceptance(out, c):
+def acceptance(out, workload, c):
     totals, per_position = {}, {}
-    for path in glob.glob(os.path.join(out, f"eagle-c{c}-r*.metrics")):
+    for path in glob.glob(os.path.join(out, f"eagle-{workload}-c{c}-r*.metrics")):
         for line in open(path):
             m = re.match(r"(pagedllm:spec_decode_\w+)(\{[^}]*\})? (\S+)", line)
             if not m:
@@ -85,19 +85,21 @@ def cli(out):
 def main():
     out = sys.argv[1]
     summary = {"cli": cli(out), "server": {}}
-    print("| concurrency | repeats | output tok/s plain | with EAGLE | ratio | TPOT ms plain | with EAGLE | ratio "
-          "| chunk gap ms plain | with EAGLE | mean acceptance length | draft acceptance rate | by position |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for c in (1, 8):
-        p, n = medians(out, "plain", c)
-        e, _ = medians(out, "eagle", c)
-        mal, rate, per_position = acceptance(out, c)
-        positions = " / ".join(f"{x:.2f}" for x in per_position)
-        print(f"| {c} | {n} | {p[0]:.0f} | {e[0]:.0f} | {e[0] / p[0]:.2f}x | {p[1] * 1e3:.2f} | {e[1] * 1e3:.2f} | "
-              f"{e[1] / p[1]:.2f}x | {p[2] * 1e3:.2f} | {e[2] * 1e3:.2f} | {mal:.2f} | {rate:.0%} | {positions} |")
-        summary["server"][str(c)] = {"plain_tok_s": p[0], "eagle_tok_s": e[0], "ratio": e[0] / p[0],
-                                     "tpot_ms_plain": p[1] * 1e3, "tpot_ms_eagle": e[1] * 1e3,
-                                     "mean_acceptance_length": mal, "acceptance_by_position": per_position}
+    print("| prompts | concurrency | repeats | output tok/s plain | with EAGLE | ratio | TPOT ms plain | with EAGLE "
+          "| ratio | chunk gap ms plain | with EAGLE | mean acceptance length | draft acceptance rate | by position |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for workload in ("random", "code"):
+        for c in (1, 8):
+            p, n = medians(out, "plain", workload, c)
+            e, _ = medians(out, "eagle", workload, c)
+            mal, rate, per_position = acceptance(out, workload, c)
+            positions = " / ".join(f"{x:.2f}" for x in per_position)
+            print(f"| {workload} | {c} | {n} | {p[0]:.0f} | {e[0]:.0f} | {e[0] / p[0]:.2f}x | {p[1] * 1e3:.2f} | "
+                  f"{e[1] * 1e3:.2f} | {e[1] / p[1]:.2f}x | {p[2] * 1e3:.2f} | {e[2] * 1e3:.2f} | {mal:.2f} | "
+                  f"{rate:.0%} | {positions} |")
+            summary["server"][f"{workload}-c{c}"] = {
+                "plain_tok_s": p[0], "eagle_tok_s": e[0], "ratio": e[0] / p[0], "tpot_ms_plain": p[1] * 1e3,
+                "tpot_ms_eagle": e[1] * 1e3, "mean_acceptance_length": mal, "acceptance_by_position": per_position}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
 

@@ -34,6 +34,10 @@ std::string LengthRange::str() const { return min == max ? std::to_string(min) :
 
 std::vector<PlannedRequest> make_workload(const WorkloadSpec& spec, const std::vector<std::int32_t>& token_pool) {
   if (token_pool.empty()) throw std::invalid_argument("the token pool is empty");
+  if (spec.contiguous_prompts && token_pool.size() < static_cast<std::size_t>(spec.input_len.max)) {
+    throw std::invalid_argument(fmt::format("the prompt text has {} tokens, fewer than the longest prompt ({})",
+                                            token_pool.size(), spec.input_len.max));
+  }
   std::mt19937_64 random(spec.seed);
   std::uniform_int_distribution<int> input(spec.input_len.min, spec.input_len.max);
   std::uniform_int_distribution<int> output(spec.output_len.min, spec.output_len.max);
@@ -46,8 +50,15 @@ std::vector<PlannedRequest> make_workload(const WorkloadSpec& spec, const std::v
       r.arrival_s = clock;
       clock += gap(random);
     }
-    r.prompt.resize(static_cast<std::size_t>(input(random)));
-    for (auto& id : r.prompt) id = token_pool[token(random)];
+    const auto length = static_cast<std::size_t>(input(random));
+    if (spec.contiguous_prompts) {
+      const std::size_t start =
+          std::uniform_int_distribution<std::size_t>(0, token_pool.size() - length)(random);
+      r.prompt.assign(token_pool.begin() + std::ptrdiff_t(start), token_pool.begin() + std::ptrdiff_t(start + length));
+    } else {
+      r.prompt.resize(length);
+      for (auto& id : r.prompt) id = token_pool[token(random)];
+    }
     r.max_tokens = output(random);
   }
   return requests;

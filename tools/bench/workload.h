@@ -1,7 +1,9 @@
 #pragma once
 // pagedllm-bench's workload: request lengths (fixed or uniform in a range),
 // arrival times (Poisson at a rate, or all at once), prompts of exact token
-// lengths drawn from a pool of real token ids. Deterministic for a seed.
+// lengths from a pool of real token ids: each token drawn on its own, or a
+// contiguous window of the pool (a text's own continuation). Deterministic
+// for a seed.
 
 #include <cstdint>
 #include <optional>
@@ -32,9 +34,14 @@ struct WorkloadSpec {
   // Poisson arrivals at this many requests per second; unset = all at once.
   std::optional<double> request_rate;
   std::uint64_t seed = 0;
+  // false: every prompt token drawn from the pool on its own (text-like
+  // tokens in no order); true: each prompt the pool's tokens from a random
+  // offset on, so the prompt reads like the text it came from.
+  bool contiguous_prompts = false;
 };
 
-// `token_pool` must not be empty.
+// `token_pool` must not be empty, and with contiguous_prompts must hold at
+// least input_len.max tokens (std::invalid_argument otherwise).
 std::vector<PlannedRequest> make_workload(const WorkloadSpec& spec, const std::vector<std::int32_t>& token_pool);
 
 }  // namespace pagedllm::bench
