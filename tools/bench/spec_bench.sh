@@ -30,14 +30,20 @@ eagle_set=()
 for setting in ${EAGLE_SET:-}; do eagle_set+=(--set "$setting"); done
 overrides_of() { if [[ $1 == eagle ]]; then echo "${eagle_set[@]}"; fi; }
 
+pid=
+trap 'if [[ -n $pid ]]; then kill -TERM "$pid" 2>/dev/null || true; fi' EXIT  # no server outlives a failed run
+
 serve() {  # serve NAME CONFIG: starts a host on a free port, sets $url and $pid
+  # The log goes first: the shell truncates it only once the child runs, and
+  # the previous server's address must not be read in between.
+  rm -f "$out/$1.log"
   # shellcheck disable=SC2046 # the overrides are words
   "$bin/pagedllm-host" --config "$2" $(overrides_of "$1") --set server.port=0 --set logging.level=warn \
     >"$out/$1.log" 2>&1 &
   pid=$!
   url=
   for _ in $(seq 600); do
-    url=$(grep -o 'http://[0-9.:]*' "$out/$1.log" | head -1 || true)
+    url=$(grep -o 'http://[0-9.:]*' "$out/$1.log" 2>/dev/null | head -1 || true)
     [[ -n $url ]] && return
     sleep 0.1
   done
