@@ -1,14 +1,20 @@
-// spec_eagle: EAGLE-1 speculative decoding on the CPU. This file is the SDK
-// glue: options, create, info, draft and verify; the draft model is
-// eagle_head.h, the rejection sampler plugins/common/rejection_sampler.h.
+// spec_eagle: EAGLE-1 speculative decoding on the CPU or on CUDA. This file
+// is the SDK glue: options, create, info, draft and verify; the draft model is
+// eagle_head.h on the CPU and cuda_eagle_head.h on CUDA (built with CUDA
+// only), the rejection sampler plugins/common/rejection_sampler.h.
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pagedllm/sdk.hpp"
 #include "plugins/common/rejection_sampler.h"
 #include "plugins/common/thread_pool.h"
+#include "plugins/spec_eagle/eagle_config.h"
 #include "plugins/spec_eagle/eagle_head.h"
+#ifdef PAGEDLLM_HAVE_CUDA
+#include "plugins/spec_eagle/cuda_eagle_head.h"
+#endif
 
 namespace pagedllm::spec_eagle {
 namespace {
@@ -29,10 +35,6 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
                                sizeof(args.num_speculative_tokens)) {
       throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: create args struct_size is too small");
     }
-    if (args.device.type != PLLM_DEVICE_CPU) {
-      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle runs on the CPU only for now (device type " +
-                                                    std::to_string(int(args.device.type)) + ")");
-    }
     if (!args.draft_path || !*args.draft_path) {
       throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: no draft checkpoint path");
     }
@@ -42,7 +44,7 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
                                                          " must be at least 1");
     }
     const int threads = plugins::resolve_num_threads(options.num_threads);
-    head_ = std::make_unique<EagleHead>(args.draft_path, args.target, threads);
+    head_ = load_head(args, threads, {});
     const auto& c = head_->config();
     info_.struct_size = sizeof info_;
     info_.num_draft_layers = c.num_layers;
@@ -53,12 +55,31 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
 
   pllm_speculator_info info() { return info_; }
 
+  // The head for args.device: the CPU's, or (in a CUDA build) the CUDA one.
+  static std::unique_ptr<DraftHead> load_head(const pllm_speculator_create_args& args, int threads,
+                                              std::vector<int32_t> draft_vocab) {
+    switch (args.device.type) {
+      case PLLM_DEVICE_CPU:
+        return std::make_unique<EagleHead>(args.draft_path, args.target, threads);
+      case PLLM_DEVICE_CUDA:
+#ifdef PAGEDLLM_HAVE_CUDA
+        return load_cuda_eagle_head(args.draft_path, args.target, args.device.index, threads, std::move(draft_vocab));
+#else
+        throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle: " + device_label(args.device) +
+                                                      " asked for, but this build has no CUDA (built without CUDA)");
+#endif
+      case PLLM_DEVICE_INVALID:
+        break;
+    }
+    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle runs on the CPU or CUDA (" + device_label(args.device) + ")");
+  }
+
   void draft(const pllm_draft_args& args, pllm_draft_output& out) { head_->draft(args, out); }
 
   void verify(const pllm_verify_args& args, pllm_verify_output& out) { plugins::verify_drafts(args, out); }
 
  private:
-  std::unique_ptr<EagleHead> head_;
+  std::unique_ptr<DraftHead> head_;
   pllm_speculator_info info_{};
 };
 
@@ -66,4 +87,5 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
 }  // namespace pagedllm::spec_eagle
 
 PAGEDLLM_PLUGIN(pagedllm::spec_eagle::EaglePlugin, "spec_eagle", "0.1.0",
-                "EAGLE-1 draft head (shares the target's embedding and lm_head) and lossless rejection sampling, CPU")
+                "EAGLE-1 draft head (shares the target's embedding and lm_head) and lossless rejection sampling, CPU or "
+                "CUDA")
