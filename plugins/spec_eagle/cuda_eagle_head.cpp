@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <string>
 #include <string_view>
@@ -24,6 +23,7 @@
 #include "plugins/llama_cuda/llama_kernels.h"
 #include "plugins/llama_cuda/weight_upload.h"
 #include "plugins/spec_eagle/draft_inputs.h"
+#include "plugins/spec_eagle/draft_vocab.h"
 #include "plugins/spec_eagle/eagle_config.h"
 
 namespace pagedllm::spec_eagle {
@@ -53,7 +53,7 @@ pllm_dtype compute_dtype(const pllm_speculator_target& target) {
 class CudaEagleHead final : public DraftHead {
  public:
   CudaEagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target, int device,
-                int num_threads, std::vector<int32_t> draft_vocab);
+                std::vector<int32_t> draft_vocab, int num_threads);
 
   const LlamaConfig& config() const override { return config_; }
   void draft(const pllm_draft_args& args, pllm_draft_output& out) override;
@@ -102,12 +102,11 @@ class CudaEagleHead final : public DraftHead {
   // dtype_; -1 rows: none kept.
   CudaMemory chain_{CudaMemory::Kind::kDevice};
   int64_t chain_capacity_ = 0, chain_rows_ = -1;
-  // With a draft vocabulary: the [rows, vocab] host logits, -inf outside it.
-  std::vector<float> full_logits_;
+  DraftVocabLogits vocab_logits_;  // with a draft vocabulary: the full host rows
 };
 
 CudaEagleHead::CudaEagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target, int device,
-                             int num_threads, std::vector<int32_t> draft_vocab)
+                             std::vector<int32_t> draft_vocab, int num_threads)
     : config_(load_eagle_config(draft_dir, target)),
       dtype_(compute_dtype(target)),
       // Checked before the device is touched: a target elsewhere is the likelier mistake.
@@ -115,18 +114,7 @@ CudaEagleHead::CudaEagleHead(const std::filesystem::path& draft_dir, const pllm_
       context_(device, kWho),
       target_layers_(target.info->num_layers),
       draft_vocab_(std::move(draft_vocab)) {
-  if (int64_t(draft_vocab_.size()) > config_.vocab_size) {
-    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: the draft vocabulary has " +
-                                                       str(int64_t(draft_vocab_.size())) + " ids, more than the " +
-                                                       str(config_.vocab_size) + " of the vocabulary");
-  }
-  for (std::size_t i = 0; i < draft_vocab_.size(); ++i) {
-    if (draft_vocab_[i] < 0 || draft_vocab_[i] >= config_.vocab_size) {
-      throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: draft vocabulary id " + str(int64_t(i)) + " is " +
-                                                         str(draft_vocab_[i]) + ", outside the vocabulary [0, " +
-                                                         str(config_.vocab_size) + ")");
-    }
-  }
+  check_draft_vocab(draft_vocab_, config_.vocab_size);
   load_weights(draft_dir, num_threads);
 }
 
@@ -350,19 +338,8 @@ void CudaEagleHead::run_draft(const pllm_draft_args& args, pllm_draft_output& ou
   PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   chain_rows_ = logits;
 
-  float* result = host_logits;
-  if (!draft_vocab_.empty()) {
-    // Rows past the buffer's end start as -inf; entries outside the draft
-    // vocabulary are never written, so they stay -inf.
-    const std::size_t needed = std::size_t(logits * vocab);
-    if (full_logits_.size() < needed) full_logits_.resize(needed, -std::numeric_limits<float>::infinity());
-    for (int64_t r = 0; r < logits; ++r) {
-      float* row = full_logits_.data() + r * vocab;
-      const float* compact = host_logits + r * width;
-      for (int64_t i = 0; i < width; ++i) row[draft_vocab_[std::size_t(i)]] = compact[i];
-    }
-    result = full_logits_.data();
-  }
+  float* result =
+      draft_vocab_.empty() ? host_logits : vocab_logits_.scatter(draft_vocab_, host_logits, logits, vocab);
   out.logits = llama::tensor_view(result, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, {logits, vocab});
 }
 
@@ -370,8 +347,8 @@ void CudaEagleHead::run_draft(const pllm_draft_args& args, pllm_draft_output& ou
 
 std::unique_ptr<DraftHead> load_cuda_eagle_head(const std::filesystem::path& draft_dir,
                                                 const pllm_speculator_target& target, int device_index,
-                                                int num_threads, std::vector<int32_t> draft_vocab) {
-  return std::make_unique<CudaEagleHead>(draft_dir, target, device_index, num_threads, std::move(draft_vocab));
+                                                std::vector<int32_t> draft_vocab, int num_threads) {
+  return std::make_unique<CudaEagleHead>(draft_dir, target, device_index, std::move(draft_vocab), num_threads);
 }
 
 }  // namespace pagedllm::spec_eagle

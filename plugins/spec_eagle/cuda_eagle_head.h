@@ -12,12 +12,13 @@
 // for the chain; the logits come down into pinned memory, the call's one host
 // synchronisation.
 //
-// A reduced draft vocabulary (ids, empty: the full vocabulary) gathers those
-// lm_head rows into a compact [N, hidden] device matrix at load, so a draft
-// step computes and downloads N logits per row instead of vocab. They are
-// scattered on the host into a [rows, vocab] buffer whose other entries were
-// set to -inf when it grew and are never written again: a call costs N stores
-// per row, not a vocab-wide fill, and the PCIe copy is N floats per row.
+// A draft vocabulary (draft_vocab.h; empty: the whole vocabulary) gathers
+// those lm_head rows into a compact [N, hidden] device matrix at load (one
+// gather kernel), so a draft step computes and downloads N logits per row
+// instead of vocab. They are scattered on the host (DraftVocabLogits, shared
+// with the CPU head) rather than on the device: a device scatter would copy a
+// vocab-wide row over PCIe instead of N floats, and the host keeps the -inf
+// entries from one call to the next, so the scatter is N stores per row.
 
 #include <cstdint>
 #include <filesystem>
@@ -38,6 +39,6 @@ namespace pagedllm::spec_eagle {
 // vocabulary.
 std::unique_ptr<DraftHead> load_cuda_eagle_head(const std::filesystem::path& draft_dir,
                                                 const pllm_speculator_target& target, int device_index,
-                                                int num_threads, std::vector<int32_t> draft_vocab);
+                                                std::vector<int32_t> draft_vocab, int num_threads);
 
 }  // namespace pagedllm::spec_eagle

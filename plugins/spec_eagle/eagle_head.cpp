@@ -9,14 +9,17 @@
 #include "plugins/llama_cpu/rope.h"
 #include "plugins/llama_cpu/weight_loader.h"
 #include "plugins/spec_eagle/draft_inputs.h"
+#include "plugins/spec_eagle/draft_vocab.h"
 #include "plugins/spec_eagle/eagle_config.h"
 
 namespace pagedllm::spec_eagle {
 
-EagleHead::EagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target, int num_threads)
+EagleHead::EagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target,
+                     std::vector<int32_t> draft_vocab, int num_threads)
     : config_(load_eagle_config(draft_dir, target)),
       pool_(num_threads),
-      inv_freq_(llama::rope_inv_freq(config_)) {
+      inv_freq_(llama::rope_inv_freq(config_)),
+      draft_vocab_(std::move(draft_vocab)) {
   llama_cpu::use_single_threaded_blas();
   target_layers_ = target.info->num_layers;
   bind_target(target);
@@ -34,6 +37,22 @@ void EagleHead::bind_target(const pllm_speculator_target& target) {
                                                   " floats apart; a dense [vocab, hidden] matrix is needed");
   }
   lm_head_ = static_cast<const float*>(shared.lm_head.data);
+  const int64_t v = config_.vocab_size, h = config_.hidden_size;
+  lm_head_rows_ = v;
+  if (draft_vocab_.empty()) return;
+  // A dense copy of the draft vocabulary's rows, so a draft step streams
+  // N x hidden floats instead of vocab x hidden.
+  check_draft_vocab(draft_vocab_, v);
+  const auto rows = static_cast<int64_t>(draft_vocab_.size());
+  draft_lm_head_.resize(static_cast<std::size_t>(rows * h));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(draft_lm_head_.data() + r * h, lm_head_ + int64_t(draft_vocab_[std::size_t(r)]) * h,
+                static_cast<std::size_t>(h) * sizeof(float));
+  }
+  pllm::log_info("spec_eagle: draft vocabulary of ", rows, " of ", v, " tokens (lm_head ", (rows * h * 4) >> 10,
+                 " KiB instead of ", (v * h * 4) >> 10, " KiB)");
+  lm_head_ = draft_lm_head_.data();
+  lm_head_rows_ = rows;
 }
 
 void EagleHead::load_weights(const std::filesystem::path& draft_dir) {
@@ -102,8 +121,16 @@ void EagleHead::draft(const pllm_draft_args& args, pllm_draft_output& out) {
   for (int32_t i = 0; i < b.num_logits; ++i) {
     std::memcpy(chain_.data() + i * h, x + int64_t(b.logits_indices[i]) * h, n(h) * sizeof(float));
   }
-  float* logits = logits_.reserve(n(int64_t(b.num_logits) * v));
-  llama_cpu::linear(pool_, chain_.data(), h, b.num_logits, lm_head_, v, h, logits, v, false);
+  float* logits = nullptr;
+  if (draft_vocab_.empty()) {
+    logits = logits_.reserve(n(int64_t(b.num_logits) * v));
+    llama_cpu::linear(pool_, chain_.data(), h, b.num_logits, lm_head_, v, h, logits, v, false);
+  } else {
+    const int64_t rows = lm_head_rows_;
+    float* draft_logits = draft_logits_.reserve(n(int64_t(b.num_logits) * rows));
+    llama_cpu::linear(pool_, chain_.data(), h, b.num_logits, lm_head_, rows, h, draft_logits, rows, false);
+    logits = vocab_logits_.scatter(draft_vocab_, draft_logits, b.num_logits, v);
+  }
   chain_rows_ = b.num_logits;
   out.logits = llama_cpu::host_tensor(logits, {b.num_logits, v});
 }

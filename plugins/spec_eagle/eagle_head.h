@@ -3,7 +3,8 @@
 // what it computes: draft_head.h). Row t of a draft batch is the pair
 // (feature f_t at position p_t, token x_{t+1} that follows it). The embedding
 // and lm_head are the target's f32 CPU tensors, read through its get_tensor();
-// the head holds only fc and layers.0 (widened to f32 at load).
+// the head holds only fc and layers.0 (widened to f32 at load). With a draft
+// vocabulary (draft_vocab.h) it also holds a copy of those lm_head rows.
 
 #include <cstdint>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "plugins/llama_cpu/decoder_layer.h"
 #include "plugins/llama_common/llama_config.h"
 #include "plugins/spec_eagle/draft_head.h"
+#include "plugins/spec_eagle/draft_vocab.h"
 
 namespace pagedllm::spec_eagle {
 
@@ -24,8 +26,10 @@ class EagleHead final : public DraftHead {
   // with fc.weight [hidden, 2 hidden], optional fc.bias, layers.0.*) and binds
   // the target's embedding and lm_head. Throws pllm::Error naming the file or
   // tensor for a missing or malformed checkpoint and for a draft whose sizes
-  // do not match the target's.
-  EagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target, int num_threads);
+  // do not match the target's. `draft_vocab` (ascending token ids, from
+  // load_draft_vocab; empty: the whole vocabulary) are the tokens it may draft.
+  EagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target,
+            std::vector<int32_t> draft_vocab, int num_threads);
 
   const llama_cpu::LlamaConfig& config() const override { return config_; }
   int num_threads() const { return pool_.size(); }
@@ -44,13 +48,19 @@ class EagleHead final : public DraftHead {
   // Target-owned [vocab, hidden] f32 (valid as long as the target model).
   const float* embed_ = nullptr;
   int64_t embed_stride_ = 0;
+  // The lm_head the draft multiplies by: the target's [vocab, hidden], or
+  // draft_lm_head_, its rows of the draft vocabulary.
   const float* lm_head_ = nullptr;
+  int64_t lm_head_rows_ = 0;
+  std::vector<int32_t> draft_vocab_;
+  std::vector<float> draft_lm_head_;
 
   std::vector<float> fc_, fc_bias_;  // [hidden, 2 hidden], [hidden] (empty: no bias)
   llama_cpu::DecoderLayerWeights layer_;
 
   llama_cpu::DecoderScratch scratch_;
-  llama_cpu::Buffer input_, x_, rows_, logits_;
+  llama_cpu::Buffer input_, x_, draft_logits_, logits_;
+  DraftVocabLogits vocab_logits_;  // with a draft vocabulary: the full rows
   // Predicted features of the previous call's logits rows; -1 rows: none kept.
   std::vector<float> chain_;
   int64_t chain_rows_ = -1;

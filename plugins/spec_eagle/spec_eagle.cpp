@@ -11,6 +11,7 @@
 #include "plugins/common/rejection_sampler.h"
 #include "plugins/common/thread_pool.h"
 #include "plugins/spec_eagle/eagle_config.h"
+#include "plugins/spec_eagle/draft_vocab.h"
 #include "plugins/spec_eagle/eagle_head.h"
 #ifdef PAGEDLLM_HAVE_CUDA
 #include "plugins/spec_eagle/cuda_eagle_head.h"
@@ -22,10 +23,12 @@ namespace {
 class EaglePlugin : public pllm::SpeculatorPlugin {
  public:
   struct Options {
-    int32_t num_threads = 0;  // 0 = one per hardware thread
+    int32_t num_threads = 0;       // 0 = one per hardware thread
+    int64_t draft_vocab_size = 0;  // 0 = the whole vocabulary (draft_vocab.h)
     static Options parse(pllm::OptionReader& reader) {
       Options o;
       o.num_threads = reader.get_in_range<int32_t>("num_threads", 0, 0, 1024);
+      o.draft_vocab_size = reader.get_in_range<int64_t>("draft_vocab_size", 0, 0, int64_t(1) << 31);
       return o;
     }
   };
@@ -44,7 +47,9 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
                                                          " must be at least 1");
     }
     const int threads = plugins::resolve_num_threads(options.num_threads);
-    head_ = load_head(args, threads, {});
+    if (!args.target.info) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: no target model");
+    head_ = load_head(args, threads,
+                      load_draft_vocab(args.draft_path, options.draft_vocab_size, args.target.info->vocab_size));
     const auto& c = head_->config();
     info_.struct_size = sizeof info_;
     info_.num_draft_layers = c.num_layers;
@@ -60,10 +65,10 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
                                               std::vector<int32_t> draft_vocab) {
     switch (args.device.type) {
       case PLLM_DEVICE_CPU:
-        return std::make_unique<EagleHead>(args.draft_path, args.target, threads);
+        return std::make_unique<EagleHead>(args.draft_path, args.target, std::move(draft_vocab), threads);
       case PLLM_DEVICE_CUDA:
 #ifdef PAGEDLLM_HAVE_CUDA
-        return load_cuda_eagle_head(args.draft_path, args.target, args.device.index, threads, std::move(draft_vocab));
+        return load_cuda_eagle_head(args.draft_path, args.target, args.device.index, std::move(draft_vocab), threads);
 #else
         throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle: " + device_label(args.device) +
                                                       " asked for, but this build has no CUDA (built without CUDA)");

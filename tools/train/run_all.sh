@@ -39,6 +39,8 @@ fi
 # 3. EAGLE-1 head on the exported target's features, then its offline acceptance.
 "$PY" tools/train/train_eagle.py --target "$MODEL" --out "$WORK/eagle" --export "$EAGLE" \
   --device "$DEVICE" --threads "$THREADS" $EAGLE_ARGS
+# The tokens by corpus frequency, for spec_eagle's draft_vocab_size (the draft's reduced lm_head).
+"$PY" tools/train/draft_vocab.py --target "$MODEL" --out "$EAGLE" --cache "$WORK/target"
 
 # 4. Plots and the logs/results that docs/training.md quotes.
 mkdir -p "$DOCS"

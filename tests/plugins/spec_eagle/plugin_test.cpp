@@ -133,6 +133,63 @@ TEST_CASE("spec_eagle: bad draft checkpoints name the file and the tensor or key
   }
 }
 
+TEST_CASE("spec_eagle: a bad draft vocabulary is refused with the file and the reason", "[spec_eagle]") {
+  DraftCopy draft;
+  const std::string file = (draft.dir / "draft_vocab.json").string();
+  const auto write_ids = [&](const std::string& ids) {
+    std::ofstream(draft.dir / "draft_vocab.json", std::ios::trunc) << R"({"token_ids": )" << ids << "}";
+  };
+  SECTION("a size above the vocabulary") {
+    CHECK_THAT(create_error(draft.dir, R"({"draft_vocab_size": 8193})"),
+               Contains("draft_vocab_size = 8193 must be in [0, vocab_size = 8192]"));
+  }
+  SECTION("a negative size") {
+    CHECK_THAT(create_error(draft.dir, R"({"draft_vocab_size": -1})"), Contains("draft_vocab_size"));
+  }
+  SECTION("no draft_vocab.json") {
+    std::filesystem::remove(draft.dir / "draft_vocab.json");
+    CHECK_THAT(create_error(draft.dir, R"({"draft_vocab_size": 16})"),
+               Contains(file) && Contains("cannot be read, and draft_vocab_size = 16 needs it"));
+  }
+  SECTION("not JSON") {
+    std::ofstream(draft.dir / "draft_vocab.json", std::ios::trunc) << "[1, 2";
+    CHECK_THAT(create_error(draft.dir, R"({"draft_vocab_size": 2})"), Contains(file) && Contains("not a JSON object"));
+  }
+  SECTION("no token_ids") {
+    std::ofstream(draft.dir / "draft_vocab.json", std::ios::trunc) << R"({"counts": [3, 2]})";
+    CHECK_THAT(create_error(draft.dir, R"({"draft_vocab_size": 2})"), Contains("has no 'token_ids' array"));
+  }
+  SECTION("fewer ranked tokens than asked for") {
+    write_ids("[5, 6, 7]");
+    CHECK_THAT(create_error(draft.dir, R"({"draft_vocab_size": 4})"),
+               Contains("ranks 3 tokens, fewer than draft_vocab_size = 4"));
+  }
+  SECTION("a token outside the vocabulary") {
+    write_ids("[5, 8192, 7]");
+    CHECK_THAT(create_error(draft.dir, R"({"draft_vocab_size": 3})"),
+               Contains("token_ids[1] = 8192 is not a token id in [0, 8192)"));
+  }
+  SECTION("a token that is not an integer") {
+    write_ids(R"([5, "6"])");
+    CHECK_THAT(create_error(draft.dir, R"({"draft_vocab_size": 2})"), Contains("token_ids[1] = \"6\""));
+  }
+  SECTION("a repeated token") {
+    write_ids("[5, 6, 5]");
+    CHECK_THAT(create_error(draft.dir, R"({"draft_vocab_size": 3})"), Contains("token_ids[2] = 5 is repeated"));
+  }
+}
+
+TEST_CASE("spec_eagle: a draft vocabulary needs only the ranks it uses", "[spec_eagle]") {
+  DraftCopy draft;
+  // Only the first 2 ids are read: a bad id after them does not matter, and
+  // the whole vocabulary (0 or 8192) needs no file at all.
+  std::ofstream(draft.dir / "draft_vocab.json", std::ios::trunc) << R"({"token_ids": [9, 3, -1]})";
+  CHECK(Speculator(draft.dir, target(), R"({"draft_vocab_size": 2})").info().hidden_size == 256);
+  std::filesystem::remove(draft.dir / "draft_vocab.json");
+  CHECK(Speculator(draft.dir, target(), R"({"draft_vocab_size": 0})").info().hidden_size == 256);
+  CHECK(Speculator(draft.dir, target(), R"({"draft_vocab_size": 8192})").info().hidden_size == 256);
+}
+
 namespace {
 
 // A target table whose get_tensor answers `fake_status` for lm_head.weight and
