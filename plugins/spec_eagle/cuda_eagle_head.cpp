@@ -115,6 +115,12 @@ CudaEagleHead::CudaEagleHead(const std::filesystem::path& draft_dir, const pllm_
       target_layers_(target.info->num_layers),
       draft_vocab_(std::move(draft_vocab)) {
   check_draft_vocab(draft_vocab_, config_.vocab_size);
+  // The GEMM reads the target's lm_head as a dense matrix; a draft vocabulary's rows are gathered at any stride.
+  if (draft_vocab_.empty() && shared_.lm_head.strides[0] != config_.hidden_size) {
+    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle: the target's lm_head rows are " +
+                                                  str(shared_.lm_head.strides[0]) +
+                                                  " elements apart; a dense [vocab, hidden] matrix is needed");
+  }
   load_weights(draft_dir, num_threads);
 }
 
@@ -161,24 +167,22 @@ void CudaEagleHead::load_weights(const std::filesystem::path& draft_dir, int num
     uploads.push_back({checked.views[first_layer_part + i], llama_cuda::slot_address(bases, layer_slots[i], element)});
   }
   llama_cuda::upload_tensors(uploads, dtype_, context_, num_threads, kWho, 0);
-  PAGEDLLM_CUDA_CHECK(cudaMemcpy(inv_freq_device, inv_freq.data(), inv_freq.size() * sizeof(double),
-                                 cudaMemcpyHostToDevice));
+  // Copies on the head's stream (a plain cudaMemcpy may still be in flight
+  // when a kernel on a non-blocking stream starts), waited for once below.
+  cudaStream_t stream = context_.stream();
+  PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(inv_freq_device, inv_freq.data(), inv_freq.size() * sizeof(double),
+                                      cudaMemcpyHostToDevice, stream));
   inv_freq_ = inv_freq_device;
-
   lm_head_ = shared_.lm_head.data;
   if (draft_rows > 0) {
     // The draft vocabulary's lm_head rows, gathered once: a step's GEMM reads N rows, not vocab.
-    PAGEDLLM_CUDA_CHECK(cudaMemcpy(draft_ids, draft_vocab_.data(), std::size_t(draft_rows) * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice));
+    PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(draft_ids, draft_vocab_.data(), std::size_t(draft_rows) * sizeof(int32_t),
+                                        cudaMemcpyHostToDevice, stream));
     llama_cuda::gather_rows(dtype_, shared_.lm_head.data, shared_.lm_head.strides[0], draft_ids, draft_rows, h,
-                            compact_lm_head, h, context_.stream());
-    PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(context_.stream()));
+                            compact_lm_head, h, stream);
     lm_head_ = compact_lm_head;
-  } else if (shared_.lm_head.strides[0] != h) {
-    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle: the target's lm_head rows are " +
-                                                  str(shared_.lm_head.strides[0]) +
-                                                  " elements apart; a dense [vocab, hidden] matrix is needed");
   }
+  PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (!checked.unused.empty()) {
     pllm::log_info("spec_eagle: ignoring checkpoint tensors ", llama::join_names(checked.unused),
                    " (the embedding and lm_head are the target's)");
@@ -225,11 +229,12 @@ void CudaEagleHead::reserve(const StepSize& size) {
     const int64_t row_bytes = config_.hidden_size * pllm_dtype_size(dtype_);
     grown.allocate(std::size_t(size.logits * row_bytes), context_.device_index(), kWho,
                    "the predicted features of " + str(size.logits) + " rows");
-    PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
     if (chain_rows_ > 0) {
-      PAGEDLLM_CUDA_CHECK(
-          cudaMemcpy(grown.data(), chain_.data(), std::size_t(chain_rows_ * row_bytes), cudaMemcpyDeviceToDevice));
+      PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(grown.data(), chain_.data(), std::size_t(chain_rows_ * row_bytes),
+                                          cudaMemcpyDeviceToDevice, stream));
     }
+    // The old buffer is freed below: nothing in flight may still read it.
+    PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
     chain_.swap(grown);
     chain_capacity_ = size.logits;
   }

@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The GPU validation run: build with CUDA, run the GPU tests, A/B the attention
-# backends, and compare greedy output on the GPU with the CPU path. Written for
+# backends, compare greedy output on the GPU with the CPU path, and greedy output
+# with EAGLE speculation on the GPU with greedy output without it. Written for
 # the lent GPU machine (one H100/H200, 16 cores, nothing downloadable, at most
 # 10 minutes a call); docs/gpu-validation.md says how a session calls it and
 # where its numbers are recorded.
 #
 #   tools/gpu/validate.sh [STAGE...]      # default: every stage, in order
-#   stages: env deps configure build test attn e2e
+#   stages: env deps configure build test attn e2e eagle
 #
 # Results go to $OUT (the device tool's folder; default build-gpu/out), as at most
 # 7 files: summary.md (one line per stage and the numbers), build.log, test.log,
-# attn_bench.log, attn_bench_quick.json, attn_bench_decode.json, e2e.log.
+# attn_bench.log, attn_bench_quick.json, attn_bench_decode.json, e2e.log (the
+# e2e and eagle stages both write there).
 # A failing stage is marked FAIL in the summary and the run goes on to the next
 # one; the exit status is 1 when any stage failed.
 #
@@ -23,6 +25,9 @@
 #     ("no --device-b") and nothing is run.
 #   - configs/serve-cuda.yaml is configs/serve.yaml on cuda:0 with attention_cuda and
 #     dtype f32, so greedy outputs must be equal.
+#   - configs/eagle-cuda.yaml is serve-cuda.yaml plus a speculative: section
+#     (spec_eagle), so its greedy output must equal serve-cuda.yaml's (test_speculative_greedy_cuda
+#     checks the same inside one engine; this stage checks it through pagedllm-host).
 #
 # Dependencies: the machine has CUDA, CMake, ninja and a compiler, but not Boost,
 # yaml-cpp, spdlog, fmt, nlohmann-json, Catch2 or OpenBLAS. tools/gpu/pack_deps.sh,
@@ -225,9 +230,42 @@ e2e_stage() {
   ((equal == ${#PROMPTS[@]}))
 }
 
+eagle_stage() {
+  local host=$BUILD/bin/pagedllm-host equal=0 i=0
+  [[ -x $host ]] || { echo "$host not built"; return 1; }
+  # The CUDA draft head's worst error against the CPU head, per variant (the test's stdout).
+  if [[ -x $BUILD/bin/test_spec_eagle_cuda ]]; then
+    "$BUILD/bin/test_spec_eagle_cuda" 2>&1 | grep -E 'spec_eagle CUDA vs CPU head|SKIPPED|FAILED|passed' >>"$OUT/e2e.log"
+  fi
+  echo "== eagle: greedy on configs/eagle-cuda.yaml (EAGLE on cuda:0) vs configs/serve-cuda.yaml" >>"$OUT/e2e.log"
+  for prompt in "${PROMPTS[@]}"; do
+    i=$((i + 1))
+    local args=(--prompt "$prompt" --max-tokens 64 --temperature 0 --ignore-eos)
+    local plain spec t0=$SECONDS
+    echo "== eagle prompt $i: $(printf '%q' "$prompt")" >>"$OUT/e2e.log"
+    plain=$("$host" --config configs/serve-cuda.yaml --log-level warn "${args[@]}" 2>>"$OUT/e2e.log")
+    local plain_s=$((SECONDS - t0))
+    t0=$SECONDS
+    # At info the run logs the draft head's load line (device, dtype, draft vocabulary).
+    spec=$("$host" --config configs/eagle-cuda.yaml --log-level info "${args[@]}" 2>>"$OUT/e2e.log")
+    local spec_status=$? spec_s=$((SECONDS - t0))
+    {
+      echo "-- plain ${plain_s} s, eagle ${spec_s} s, eagle exit $spec_status"
+      echo "-- eagle:"; printf '%s\n' "$spec"
+    } >>"$OUT/e2e.log"
+    if [[ $spec_status -eq 0 && "$plain" == "$spec" ]]; then
+      equal=$((equal + 1))
+    else
+      echo "   eagle output differs from the plain GPU output" >>"$OUT/e2e.log"
+    fi
+  done
+  echo "$equal of ${#PROMPTS[@]} prompts: EAGLE greedy text on the GPU equals plain greedy on the GPU (e2e.log)"
+  ((equal == ${#PROMPTS[@]}))
+}
+
 # ---- run ----
 stages=("$@")
-((${#stages[@]})) || stages=(env deps configure build test attn e2e)
+((${#stages[@]})) || stages=(env deps configure build test attn e2e eagle)
 : >"$SUMMARY.env"
 {
   echo "# GPU validation"
@@ -238,12 +276,12 @@ note "| --- | --- | --- | --- |"
 use_deps
 for s in "${stages[@]}"; do
   case $s in
-    env | deps | configure | build | test | attn | e2e)
+    env | deps | configure | build | test | attn | e2e | eagle)
       stage "$s" "${s}_stage"
       [[ $s == deps ]] && use_deps
       ;;
     *)
-      note "| $s | **FAIL** | 0 s | unknown stage (env deps configure build test attn e2e) |"
+      note "| $s | **FAIL** | 0 s | unknown stage (env deps configure build test attn e2e eagle) |"
       FAILED=1
       ;;
   esac
