@@ -58,8 +58,9 @@ class CudaLlama final : public llama::LlamaForward {
   // in f32) and the int32 inputs, which come in one copy:
   // ids | positions | logits_index | hidden_index.
   struct Workspace {
-    void *x, *delta, *normed, *qkv, *attn, *gate_up, *act, *rows;
-    float *cos, *sin, *logits, *hidden;
+    DecoderActivations layer;
+    void* rows;
+    float *logits, *hidden;
     int32_t* inputs;
   };
 
@@ -155,19 +156,11 @@ void CudaLlama::load_weights(const std::vector<llama::WeightSlot>& slots, const 
 
 CudaLlama::Workspace CudaLlama::carve_workspace(std::byte* base, const StepSize& size, std::size_t& bytes) const {
   const LlamaConfig& c = config_;
-  const int64_t t = size.tokens, h = c.hidden_size, e = pllm_dtype_size(dtype_), half = c.head_dim / 2;
+  const int64_t t = size.tokens, h = c.hidden_size, e = pllm_dtype_size(dtype_);
   Carver carver(base);
   Workspace w{};
-  w.x = carver.take(t * h, e);
-  w.delta = carver.take(t * h, e);
-  w.normed = carver.take(t * h, e);
-  w.qkv = carver.take(t * (c.q_size() + 2 * c.kv_size()), e);
-  w.attn = carver.take(t * c.q_size(), e);
-  w.gate_up = carver.take(t * 2 * c.intermediate_size, e);
-  w.act = carver.take(t * c.intermediate_size, e);
+  w.layer = carve_decoder_activations(carver, c, dtype_, size.tokens);
   w.rows = carver.take(size.logits * h, e);
-  w.cos = carver.take<float>(t * half);
-  w.sin = carver.take<float>(t * half);
   w.logits = carver.take<float>(size.logits * c.vocab_size);
   w.hidden = carver.take<float>(size.hidden * h);
   w.inputs = carver.take<int32_t>(2 * t + size.logits + size.hidden);
@@ -242,20 +235,21 @@ void CudaLlama::run_step(const pllm_batch& b, pllm_attention_ref attention, pllm
   const int32_t* hidden_index = logits_index + num_logits;
 
   if (tokens > 0) {
-    gather_rows(dtype_, embed_, h, ids, tokens, h, ws_.x, h, stream);
-    rope_tables(positions, reinterpret_cast<const double*>(inv_freq_.data()), tokens, d / 2, ws_.cos, ws_.sin,
-                stream);
-    const DecoderActivations activations{tokens,     ws_.x,      ws_.delta, ws_.normed, ws_.qkv,
-                                         ws_.attn,   ws_.gate_up, ws_.act,  ws_.cos,    ws_.sin};
+    DecoderActivations activations = ws_.layer;
+    activations.tokens = tokens;
+    gather_rows(dtype_, embed_, h, ids, tokens, h, activations.x, h, stream);
+    rope_tables(positions, reinterpret_cast<const double*>(inv_freq_.data()), tokens, d / 2, activations.cos,
+                activations.sin, stream);
     for (int32_t l = 0; l < c.num_layers; ++l) {
       decoder_layer_forward(context_, c, dtype_, layers_[std::size_t(l)], activations, l > 0, attention, l, kWho);
     }
     // The last MLP output added and the final norm applied only on the rows
     // asked for; lm_head only on the logits rows, straight into f32.
-    add_rms_norm(dtype_, ws_.x, ws_.delta, logits_index, norm_, eps, num_logits, h, dtype_, ws_.rows, stream);
-    context_.linear(dtype_, ws_.rows, num_logits, h, lm_head_, vocab, ws_.logits, PLLM_DTYPE_F32);
-    add_rms_norm(dtype_, ws_.x, ws_.delta, hidden_index, norm_, eps, num_hidden, h, PLLM_DTYPE_F32, ws_.hidden,
+    add_rms_norm(dtype_, activations.x, activations.delta, logits_index, norm_, eps, num_logits, h, dtype_, ws_.rows,
                  stream);
+    context_.linear(dtype_, ws_.rows, num_logits, h, lm_head_, vocab, ws_.logits, PLLM_DTYPE_F32);
+    add_rms_norm(dtype_, activations.x, activations.delta, hidden_index, norm_, eps, num_hidden, h, PLLM_DTYPE_F32,
+                 ws_.hidden, stream);
   }
 
   auto* host_logits = reinterpret_cast<float*>(host_outputs_.data());

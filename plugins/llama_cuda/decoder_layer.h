@@ -21,6 +21,7 @@
 #include "plugins/llama_common/llama_config.h"
 #include "plugins/llama_common/weight_layout.h"
 #include "plugins/llama_cuda/cuda_context.h"
+#include "plugins/llama_cuda/device_memory.h"
 
 namespace pagedllm::llama_cuda {
 
@@ -34,13 +35,18 @@ struct DecoderLayerWeights {
 };
 
 // The device activations of a step of `tokens` rows, in the layer's dtype
-// (cos / sin: the step's RoPE tables, rope_tables() of its positions).
+// (cos / sin, f32: the step's RoPE tables, rope_tables() of its positions).
 struct DecoderActivations {
   int64_t tokens = 0;
   void *x = nullptr, *delta = nullptr, *normed = nullptr, *qkv = nullptr, *attn = nullptr, *gate_up = nullptr,
        *act = nullptr;
-  const float *cos = nullptr, *sin = nullptr;
+  float *cos = nullptr, *sin = nullptr;
 };
+
+// The activations of up to `tokens` rows in `dtype`, taken from `carver`
+// (null pointers while it only sizes); a step sets its own `tokens`.
+DecoderActivations carve_decoder_activations(Carver& carver, const llama::LlamaConfig& c, pllm_dtype dtype,
+                                             int64_t tokens);
 
 // Runs the layer over a.x. `delta_pending`: the stream is a.x + a.delta on
 // entry (every layer after the first); a layer without input norm needs it

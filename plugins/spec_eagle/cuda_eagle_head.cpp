@@ -68,8 +68,9 @@ class CudaEagleHead final : public DraftHead {
   // the same layout: int32 ids | positions | logits_index | chain_rows, then
   // the f32 feature rows.
   struct Workspace {
-    void *input, *features, *x, *delta, *normed, *qkv, *attn, *gate_up, *act;
-    float *cos, *sin, *logits;
+    llama_cuda::DecoderActivations layer;
+    void *input, *features;
+    float* logits;
     std::byte* inputs;
     std::size_t input_bytes, features_offset;
   };
@@ -196,20 +197,12 @@ void CudaEagleHead::load_weights(const std::filesystem::path& draft_dir, int num
 CudaEagleHead::Workspace CudaEagleHead::carve_workspace(std::byte* base, const StepSize& size,
                                                         std::size_t& bytes) const {
   const LlamaConfig& c = config_;
-  const int64_t t = size.tokens, h = c.hidden_size, e = pllm_dtype_size(dtype_), half = c.head_dim / 2;
+  const int64_t t = size.tokens, h = c.hidden_size, e = pllm_dtype_size(dtype_);
   Carver carver(base);
   Workspace w{};
+  w.layer = llama_cuda::carve_decoder_activations(carver, c, dtype_, t);
   w.input = carver.take(t * 2 * h, e);
   w.features = carver.take(size.host_features * h, e);
-  w.x = carver.take(t * h, e);
-  w.delta = carver.take(t * h, e);
-  w.normed = carver.take(t * h, e);
-  w.qkv = carver.take(t * (c.q_size() + 2 * c.kv_size()), e);
-  w.attn = carver.take(t * c.q_size(), e);
-  w.gate_up = carver.take(t * 2 * c.intermediate_size, e);
-  w.act = carver.take(t * c.intermediate_size, e);
-  w.cos = carver.take<float>(t * half);
-  w.sin = carver.take<float>(t * half);
   w.logits = carver.take<float>(size.logits * logits_width());
   // The inputs' own layout: the int32 arrays, then the f32 features 256-byte aligned.
   constexpr std::size_t kAlign = 256;
@@ -321,17 +314,16 @@ void CudaEagleHead::run_draft(const pllm_draft_args& args, pllm_draft_output& ou
   } else {
     llama_cuda::gather_rows(dtype_, chain_.data(), h, chain_rows, tokens, h, input_features, 2 * h, stream);
   }
-  context_.linear(dtype_, ws_.input, tokens, 2 * h, fc_, h, ws_.x, dtype_);
-  if (fc_bias_) llama_cuda::add_rows(dtype_, ws_.x, fc_bias_, 0, nullptr, tokens, h, ws_.x, stream);
-  llama_cuda::rope_tables(positions, inv_freq_, tokens, c.head_dim / 2, ws_.cos, ws_.sin, stream);
-  const llama_cuda::DecoderActivations activations{tokens,   ws_.x,       ws_.delta, ws_.normed, ws_.qkv,
-                                                   ws_.attn, ws_.gate_up, ws_.act,   ws_.cos,    ws_.sin};
-  llama_cuda::decoder_layer_forward(context_, c, dtype_, layer_, activations, false, args.attention, target_layers_,
-                                    kWho);
+  llama_cuda::DecoderActivations a = ws_.layer;
+  a.tokens = tokens;
+  context_.linear(dtype_, ws_.input, tokens, 2 * h, fc_, h, a.x, dtype_);
+  if (fc_bias_) llama_cuda::add_rows(dtype_, a.x, fc_bias_, 0, nullptr, tokens, h, a.x, stream);
+  llama_cuda::rope_tables(positions, inv_freq_, tokens, c.head_dim / 2, a.cos, a.sin, stream);
+  llama_cuda::decoder_layer_forward(context_, c, dtype_, layer_, a, false, args.attention, target_layers_, kWho);
   // The predicted features of the logits rows (x + the MLP's delta, no final
   // norm): lm_head's input, and the next chain step's features. The gather
   // above has read the old chain: the stream orders this write after it.
-  llama_cuda::add_rows(dtype_, ws_.x, ws_.delta, h, logits_index, logits, h, chain_.data(), stream);
+  llama_cuda::add_rows(dtype_, a.x, a.delta, h, logits_index, logits, h, chain_.data(), stream);
   context_.linear(dtype_, chain_.data(), logits, h, lm_head_, width, ws_.logits, PLLM_DTYPE_F32);
 
   auto* host_logits = reinterpret_cast<float*>(host_logits_.data());

@@ -144,18 +144,6 @@ TEST_CASE("spec_eagle: a CUDA device that cannot be used is a clear error from c
 
 namespace {
 
-std::vector<int32_t> random_tokens(int32_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> token(1, 8191);
-  std::vector<int32_t> out{0};  // bos
-  while (int32_t(out.size()) < count) out.push_back(token(rng));
-  return out;
-}
-
-std::vector<int32_t> slice(const std::vector<int32_t>& v, std::size_t begin, std::size_t end) {
-  return {v.begin() + std::ptrdiff_t(begin), v.begin() + std::ptrdiff_t(end)};
-}
-
 // The logits rows of the four draft steps of draft_fidelity_test.cpp, fed
 // `features`, and of a chain step over one of its two sequences.
 std::vector<std::vector<float>> draft_steps(EagleRunner& runner, const std::vector<std::vector<int32_t>>& tokens,

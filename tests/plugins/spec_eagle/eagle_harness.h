@@ -92,6 +92,21 @@ class Speculator {
   pagedllm::SpeculatorInstance instance_;
 };
 
+// A sequence of `count` tokens of pagedllm-tiny's vocabulary: bos (0), then
+// ids drawn from [1, 8192) by `seed`.
+inline std::vector<int32_t> random_tokens(int32_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> token(1, 8191);
+  std::vector<int32_t> out{0};
+  while (int32_t(out.size()) < count) out.push_back(token(rng));
+  return out;
+}
+
+// v[begin, end).
+inline std::vector<int32_t> slice(const std::vector<int32_t>& v, std::size_t begin, std::size_t end) {
+  return {v.begin() + std::ptrdiff_t(begin), v.begin() + std::ptrdiff_t(end)};
+}
+
 inline pllm_tensor f32_tensor(const float* data, std::vector<int64_t> shape) {
   pllm_tensor t{};
   t.data = const_cast<float*>(data);
