@@ -225,6 +225,22 @@ TEST_CASE("spec_eagle: fc.bias is optional", "[spec_eagle]") {
   CHECK(spec.info().num_draft_layers == 1);
 }
 
+TEST_CASE("spec_eagle: cuda:0 with a target on the CPU is a clear error in every build", "[spec_eagle]") {
+  std::string message;
+  try {
+    Speculator spec(kDraftDir, target(), "{}", 4, nullptr, {PLLM_DEVICE_CUDA, 0});
+  } catch (const pagedllm::PluginCallError& e) {
+    CHECK(e.status() == PLLM_ERROR_UNSUPPORTED);
+    message = e.what();
+  }
+#ifdef PAGEDLLM_HAVE_CUDA
+  // The CUDA head refuses the CPU target before it touches a device.
+  CHECK_THAT(message, Contains("the target's 'model.embed_tokens.weight' is on cpu, but the draft runs on cuda:0"));
+#else
+  CHECK_THAT(message, Contains("spec_eagle: cuda:0 asked for, but this build has no CUDA"));
+#endif
+}
+
 TEST_CASE("spec_eagle: a target without get_tensor is refused", "[spec_eagle]") {
   pllm_model_api api = target().api();
   api.get_tensor = nullptr;
