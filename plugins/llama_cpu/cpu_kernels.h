@@ -28,11 +28,19 @@ void parallel_rows(ThreadPool& pool, int64_t rows, int64_t work_per_row, Fn&& fn
   pool.parallel_for(ranges, [&](int64_t r, int) { fn(rows * r / ranges, rows * (r + 1) / ranges); });
 }
 
+// Up to this many rows, linear() runs its own kernel, which streams w once for
+// all rows. OpenBLAS's sgemm packs its whole slice of w on every call, which
+// made a 4-row product (a speculative step's verification, a batch of 4
+// decodes) cost 3 to 5 times a 1-row one; past about 24 rows the packing pays.
+// A row's result from that kernel is the same, bit for bit, in any batch of up
+// to this many rows, so a sequence decodes the same logits alone or batched.
+constexpr int64_t kDotRowsMaxRows = 16;
+
 // out[m, n] = sum_k a[m, k] * w[n, k] (+ out[m, n] when `accumulate`): a
 // linear layer y = x W^T on HF's [out_features, in_features] weights. Rows of
 // a and out are lda / ldc floats apart. The n output columns are split
-// between the pool's threads, each running single-threaded OpenBLAS (sgemv
-// for one row, sgemm otherwise) on its slice of w.
+// between the pool's threads, each running the kernel above on its slice of
+// w, or, for more than kDotRowsMaxRows rows, single-threaded OpenBLAS sgemm.
 void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, const float* w, int64_t n, int64_t k, float* out,
             int64_t ldc, bool accumulate);
 

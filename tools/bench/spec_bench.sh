@@ -8,7 +8,9 @@
 # the CLI, which is quick, 3 x REPEATS), plain and EAGLE interleaved (the order
 # alternates between repeats), and the report takes medians: compare ratios,
 # not absolute numbers.
-# Usage: [REPEATS=N] [BIN=dir] tools/bench/spec_bench.sh [OUT_DIR] (default build/spec-bench)
+# Usage: [REPEATS=N] [BIN=dir] [EAGLE_SET="key=value ..."] tools/bench/spec_bench.sh [OUT_DIR]
+#   (default OUT_DIR build/spec-bench); EAGLE_SET overrides configs/eagle.yaml's keys for the
+#   EAGLE runs, e.g. EAGLE_SET="speculative.num_speculative_tokens=2".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${BIN:-build/bin}  # where pagedllm-host and pagedllm-bench are
@@ -21,9 +23,14 @@ order() {  # order REPEAT: the two configurations, their order alternating
   if ((${1} % 2 == 0)); then echo "eagle plain"; else echo "plain eagle"; fi
 }
 config_of() { if [[ $1 == eagle ]]; then echo configs/eagle.yaml; else echo configs/serve.yaml; fi; }
+eagle_set=()
+for setting in ${EAGLE_SET:-}; do eagle_set+=(--set "$setting"); done
+overrides_of() { if [[ $1 == eagle ]]; then echo "${eagle_set[@]}"; fi; }
 
 serve() {  # serve NAME CONFIG: starts a host on a free port, sets $url and $pid
-  "$bin/pagedllm-host" --config "$2" --set server.port=0 --set logging.level=warn >"$out/$1.log" 2>&1 &
+  # shellcheck disable=SC2046 # the overrides are words
+  "$bin/pagedllm-host" --config "$2" $(overrides_of "$1") --set server.port=0 --set logging.level=warn \
+    >"$out/$1.log" 2>&1 &
   pid=$!
   url=
   for _ in $(seq 600); do
@@ -36,7 +43,9 @@ serve() {  # serve NAME CONFIG: starts a host on a free port, sets $url and $pid
 
 for repeat in $(seq $((3 * repeats))); do
   for name in $(order "$repeat"); do
-    "$bin/pagedllm-host" --config "$(config_of "$name")" --set logging.level=warn --prompt 'def fibonacci(n):' \
+    # shellcheck disable=SC2046 # the overrides are words
+    "$bin/pagedllm-host" --config "$(config_of "$name")" $(overrides_of "$name") --set logging.level=warn \
+      --prompt 'def fibonacci(n):' \
       --max-tokens 256 --temperature 0 >"$out/cli-$name-r$repeat.out" 2>"$out/cli-$name-r$repeat.txt"
     echo "== CLI $name, repeat $repeat: $(grep -o 'then [0-9.]* tok/s' "$out/cli-$name-r$repeat.txt")"
   done
