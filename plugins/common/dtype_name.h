@@ -1,5 +1,6 @@
 #pragma once
-// The config spelling of an SDK dtype, for error messages of the CPU plugins.
+// The config spelling of an SDK dtype, for the error messages of the plugins and
+// the names pagedllm-attn-bench prints.
 
 #include "pagedllm/sdk.h"
 

@@ -158,6 +158,19 @@ plugins: {{search_paths: [{plugins}]}}
     return collector.wait();
   }
 
+  // Submits every request before waiting for any, so they share batches;
+  // their outputs, in the same order.
+  std::vector<Collected> run_together(std::vector<GenerateRequest> requests) {
+    std::vector<std::unique_ptr<Collector>> collectors;
+    for (GenerateRequest& r : requests) {
+      collectors.push_back(std::make_unique<Collector>());
+      engine_->submit(std::move(r), collectors.back()->callback());
+    }
+    std::vector<Collected> outputs;
+    for (auto& c : collectors) outputs.push_back(c->wait());
+    return outputs;
+  }
+
  private:
   testing::TempDir dir_;
   HostConfig config_;
@@ -305,17 +318,14 @@ TEST_CASE("a seeded request samples the same tokens whatever shares its batch", 
   seeded.sampling.seed = 7;
   const Collected alone = f.run(seeded);
 
-  std::vector<std::unique_ptr<Collector>> others;
+  std::vector<GenerateRequest> crowd;
   for (int i = 0; i < 6; ++i) {
-    others.push_back(std::make_unique<Collector>());
     GenerateRequest other = f.request(fmt::format("noise {}", i), 15 + i);
     other.sampling.temperature = 1.0f;
-    f.engine().submit(std::move(other), others.back()->callback());
+    crowd.push_back(std::move(other));
   }
-  Collector crowded;
-  f.engine().submit(seeded, crowded.callback());
-  CHECK(crowded.wait().sequences[0].tokens == alone.sequences[0].tokens);
-  for (auto& c : others) c->wait();
+  crowd.push_back(seeded);
+  CHECK(f.run_together(std::move(crowd)).back().sequences[0].tokens == alone.sequences[0].tokens);
   require_drained(f.engine());
 }
 
@@ -357,18 +367,14 @@ TEST_CASE("under KV pressure requests are preempted and still produce the right 
                    "cache.swap_space=1MiB", "cache.enable_prefix_caching=false",
                    "scheduler.preemption_mode=" + mode});
   f.engine().start();
-  std::vector<std::unique_ptr<Collector>> collectors;
+  std::vector<GenerateRequest> requests;
   std::vector<std::vector<std::int32_t>> expected;
   for (int i = 0; i < 8; ++i) {
-    GenerateRequest r = f.request(fmt::format("request number {} says hello", i), 30);
-    expected.push_back(rule_continuation(r.prompt_token_ids, 30, f.vocab()));
-    collectors.push_back(std::make_unique<Collector>());
-    f.engine().submit(std::move(r), collectors.back()->callback());
+    requests.push_back(f.request(fmt::format("request number {} says hello", i), 30));
+    expected.push_back(rule_continuation(requests.back().prompt_token_ids, 30, f.vocab()));
   }
-  for (int i = 0; i < 8; ++i) {
-    const Collected out = collectors[static_cast<std::size_t>(i)]->wait();
-    CHECK(out.sequences[0].tokens == expected[static_cast<std::size_t>(i)]);
-  }
+  const std::vector<Collected> outputs = f.run_together(std::move(requests));
+  for (std::size_t i = 0; i < outputs.size(); ++i) CHECK(outputs[i].sequences[0].tokens == expected[i]);
   CHECK(f.engine().metrics().scheduler.num_preemptions() > 0);
   require_drained(f.engine());
 }
@@ -518,7 +524,7 @@ TEST_CASE("speculative greedy output equals plain decoding token for token, in m
   }
   EngineFixture f(overrides, -1, speculative_yaml(k));
   f.engine().start();
-  std::vector<std::unique_ptr<Collector>> collectors;
+  std::vector<GenerateRequest> requests;
   std::vector<std::vector<std::int32_t>> expected;
   for (int i = 0; i < 10; ++i) {
     const int max_tokens = 20 + 3 * i;
@@ -526,11 +532,11 @@ TEST_CASE("speculative greedy output equals plain decoding token for token, in m
                                   max_tokens);
     r.speculative = i % 5 != 4;  // two requests opt out and share batches with the others
     expected.push_back(rule_continuation(r.prompt_token_ids, max_tokens, f.vocab()));
-    collectors.push_back(std::make_unique<Collector>());
-    f.engine().submit(std::move(r), collectors.back()->callback());
+    requests.push_back(std::move(r));
   }
-  for (std::size_t i = 0; i < collectors.size(); ++i) {
-    const Collected out = collectors[i]->wait();
+  const std::vector<Collected> outputs = f.run_together(std::move(requests));
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const Collected& out = outputs[i];
     CAPTURE(i);
     REQUIRE_FALSE(out.error);
     CHECK(out.sequences[0].tokens == expected[i]);
@@ -589,7 +595,7 @@ TEST_CASE("speculative greedy and sampled requests in one batch: greedy follows 
     return r;
   };
   const Collected alone = f.run(seeded("sampled among greedy", 77));
-  std::vector<std::unique_ptr<Collector>> collectors;
+  std::vector<GenerateRequest> requests;
   std::vector<std::vector<std::int32_t>> expected;
   for (int i = 0; i < 6; ++i) {
     GenerateRequest r = i % 2 == 0 ? f.request(fmt::format("greedy {}", i), 22 + i)
@@ -597,11 +603,11 @@ TEST_CASE("speculative greedy and sampled requests in one batch: greedy follows 
                                             i == 3 ? 77 : static_cast<std::uint64_t>(i));
     expected.push_back(i % 2 == 0 ? rule_continuation(r.prompt_token_ids, 22 + i, f.vocab())
                                   : std::vector<std::int32_t>{});
-    collectors.push_back(std::make_unique<Collector>());
-    f.engine().submit(std::move(r), collectors.back()->callback());
+    requests.push_back(std::move(r));
   }
-  for (std::size_t i = 0; i < collectors.size(); ++i) {
-    const Collected out = collectors[i]->wait();
+  const std::vector<Collected> outputs = f.run_together(std::move(requests));
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const Collected& out = outputs[i];
     CAPTURE(i);
     REQUIRE_FALSE(out.error);
     if (i % 2 == 0) CHECK(out.sequences[0].tokens == expected[i]);
@@ -624,22 +630,22 @@ TEST_CASE("speculative sampling reproduces with a seed whatever shares the batch
     return r;
   };
   const Collected alone = f.run(seeded("the same seed"));
-  std::vector<std::unique_ptr<Collector>> others;
-  Collector again;
+  std::vector<GenerateRequest> requests;
   for (int i = 0; i < 4; ++i) {
     GenerateRequest other = seeded(fmt::format("company {}", i));
     other.sampling.seed = 99 + i;
     if (i == 1) other.sampling.n = 2;
     if (i == 2) other.sampling.logprobs = 2;
-    others.push_back(std::make_unique<Collector>());
-    f.engine().submit(std::move(other), others.back()->callback());
+    requests.push_back(std::move(other));
   }
-  f.engine().submit(seeded("the same seed"), again.callback());
-  const Collected together = again.wait();
+  requests.push_back(seeded("the same seed"));
+  std::vector<Collected> others = f.run_together(std::move(requests));
+  const Collected together = others.back();
+  others.pop_back();
   CHECK(together.sequences[0].tokens == alone.sequences[0].tokens);
   CHECK(alone.sequences[0].tokens.size() == 30);
   for (std::size_t i = 0; i < others.size(); ++i) {
-    const Collected out = others[i]->wait();
+    const Collected& out = others[i];
     CAPTURE(i);
     REQUIRE_FALSE(out.error);
     CHECK(out.sequences.size() == (i == 1 ? 2u : 1u));

@@ -1,20 +1,13 @@
 #include <catch2/catch.hpp>
 
 #include "pagedllm/sdk/cpp/options.hpp"
+#include "tests/support/thrown.h"
 
 using Catch::Matchers::Contains;
 
 namespace {
 
-pllm::Error error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const pllm::Error& e) {
-    return e;
-  }
-  FAIL("expected pllm::Error");
-  return pllm::Error(PLLM_OK, "");
-}
+pllm::Error error_of(const std::function<void()>& body) { return pagedllm::testing::thrown<pllm::Error>(body); }
 
 }  // namespace
 

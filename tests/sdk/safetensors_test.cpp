@@ -14,6 +14,7 @@
 
 #include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "tests/support/temp_dir.h"
+#include "tests/support/thrown.h"
 
 using Catch::Matchers::Contains;
 using pagedllm::testing::TempDir;
@@ -21,15 +22,7 @@ namespace st = pllm::safetensors;
 
 namespace {
 
-pllm::Error error_of(const std::function<void()>& body) {
-  try {
-    body();
-  } catch (const pllm::Error& e) {
-    return e;
-  }
-  FAIL("expected pllm::Error");
-  return pllm::Error(PLLM_OK, "");
-}
+pllm::Error error_of(const std::function<void()>& body) { return pagedllm::testing::thrown<pllm::Error>(body); }
 
 template <class T>
 std::string raw(const std::vector<T>& values) {

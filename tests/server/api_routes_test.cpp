@@ -6,6 +6,7 @@
 
 #include "core/server/api_routes.h"
 #include "tests/server/fake_engine.h"
+#include "tests/support/thrown.h"
 
 using namespace pagedllm;
 using namespace pagedllm::server;
@@ -18,13 +19,7 @@ namespace {
 
 template <class Fn>
 ApiError error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  FAIL("expected an ApiError");
-  return invalid_request("unreachable");
+  return pagedllm::testing::thrown<ApiError>(fn);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/plugin/plugin_error.h"
+#include "plugins/common/dtype_name.h"
 #include "tools/attn_bench/device_side.h"
 
 namespace pagedllm::attn_bench {
@@ -39,8 +40,8 @@ void AbBackend::call(F&& f, const char* what, const CaseSpec* c) {
   if (status == PLLM_ERROR_UNSUPPORTED) {
     throw BenchError(fmt::format("{}: {} refused{}: the plugin does not support this case ({}): {}", label(), what,
                                  where,
-                                 c ? fmt::format("dtype {}, head_dim {}, block_size {}, gqa {}", dtype_name(c->dtype),
-                                                 c->head_dim, c->block_size, c->gqa)
+                                 c ? fmt::format("dtype {}, head_dim {}, block_size {}, gqa {}",
+                                                 plugins::dtype_name(c->dtype), c->head_dim, c->block_size, c->gqa)
                                    : "device " + device_label(device_),
                                  error.message));
   }

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/plugin/plugin_registry.h"
+#include "plugins/common/dtype_name.h"
 #include "tools/attn_bench/ab_backend.h"
 #include "tools/attn_bench/bench_cases.h"
 #include "tools/attn_bench/device_side.h"
@@ -285,7 +286,7 @@ json case_json(const CaseResult& r, const double (&copy_gbs)[2]) {
          {"num_kv_heads", c.num_kv_heads},
          {"head_dim", c.head_dim},
          {"block_size", c.block_size},
-         {"dtype", dtype_name(c.dtype)},
+         {"dtype", pagedllm::plugins::dtype_name(c.dtype)},
          {"num_seqs", r.num_seqs},
          {"num_decode_seqs", r.num_decode_seqs},
          {"num_tokens", r.num_tokens},

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "plugins/common/dtype_name.h"
 #include "tools/attn_bench/device_side.h"
 
 namespace pagedllm::attn_bench {
@@ -15,20 +16,6 @@ const char* workload_name(Workload w) {
     case Workload::kDecode: return "decode";
     case Workload::kPrefill: return "prefill";
     case Workload::kMixed: return "mixed";
-  }
-  return "?";
-}
-
-const char* dtype_name(pllm_dtype dtype) {
-  switch (dtype) {
-    case PLLM_DTYPE_F32: return "f32";
-    case PLLM_DTYPE_F16: return "f16";
-    case PLLM_DTYPE_BF16: return "bf16";
-    case PLLM_DTYPE_I32: return "i32";
-    case PLLM_DTYPE_I64: return "i64";
-    case PLLM_DTYPE_U8: return "u8";
-    case PLLM_DTYPE_I8: return "i8";
-    case PLLM_DTYPE_INVALID: return "invalid";
   }
   return "?";
 }
@@ -61,7 +48,7 @@ int32_t CaseSpec::prefill_seqs() const {
 
 std::string CaseSpec::name() const {
   return fmt::format("{} ctx={} gqa={} hd={} bs={} {}", workload_name(workload), context, gqa, head_dim, block_size,
-                     attn_bench::dtype_name(dtype));
+                     plugins::dtype_name(dtype));
 }
 
 double default_tolerance(pllm_dtype dtype) {

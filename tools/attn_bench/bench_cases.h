@@ -25,7 +25,6 @@ class UsageError : public std::runtime_error {
 enum class Workload { kDecode, kPrefill, kMixed };
 
 const char* workload_name(Workload w);
-const char* dtype_name(pllm_dtype dtype);
 
 // `--a NAME[:OPTIONS_JSON]`: a plugin name (or path) and its options.
 struct BackendSpec {

@@ -6,27 +6,6 @@
 
 namespace pagedllm::attn_bench {
 
-pllm_batch HostBatch::view() const {
-  pllm_batch b{};
-  b.struct_size = sizeof b;
-  b.num_seqs = num_seqs();
-  b.num_tokens = num_tokens();
-  b.num_decode_seqs = num_decode_seqs;
-  for (int32_t s = 0; s < b.num_seqs; ++s) {
-    b.max_query_len = std::max(b.max_query_len, query_start_loc[std::size_t(s) + 1] - query_start_loc[std::size_t(s)]);
-    b.max_seq_len = std::max(b.max_seq_len, seq_lens[std::size_t(s)]);
-  }
-  b.block_size = block_size;
-  b.max_blocks_per_seq = max_blocks_per_seq;
-  b.token_ids = token_ids.data();
-  b.positions = positions.data();
-  b.slot_mapping = slot_mapping.data();
-  b.query_start_loc = query_start_loc.data();
-  b.seq_lens = seq_lens.data();
-  b.block_tables = block_tables.data();
-  return b;
-}
-
 PagedCase::PagedCase(const CaseSpec& spec, uint64_t seed) : spec_(spec), random_(seed) {
   const int32_t bs = spec_.block_size;
   const int32_t num_seqs = spec_.batch;

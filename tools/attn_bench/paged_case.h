@@ -15,22 +15,13 @@
 
 #include "pagedllm/sdk.h"
 #include "tools/attn_bench/bench_cases.h"
-#include "tools/attn_bench/typed_buffer.h"
+#include "tools/common/host_batch.h"
+#include "tools/common/typed_buffer.h"
 
 namespace pagedllm::attn_bench {
 
-// A step batch with owned arrays; view() points into them.
-struct HostBatch {
-  std::vector<int32_t> token_ids, positions, query_start_loc{0}, seq_lens, block_tables;
-  std::vector<int64_t> slot_mapping;
-  int32_t block_size = 0;
-  int32_t max_blocks_per_seq = 0;
-  int32_t num_decode_seqs = 0;
-
-  int32_t num_seqs() const { return int32_t(seq_lens.size()); }
-  int32_t num_tokens() const { return int32_t(slot_mapping.size()); }
-  pllm_batch view() const;
-};
+using tools::HostBatch;
+using tools::TypedBuffer;
 
 // One plan + run(layer 0): the batch and its Q/K/V.
 struct StepInputs {

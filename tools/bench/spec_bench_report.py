@@ -9,7 +9,8 @@ the gap between streamed chunks (ITL), with speculation (eagle) and without
 the acceptance from the eagle servers' /metrics summed over the repeats: mean
 acceptance length (1 + accepted / verifications), draft acceptance rate
 (accepted / proposed) and, per draft position i, the share of verifications
-that accepted the draft at i."""
+that accepted the draft at i. The same numbers go to OUT_DIR/summary.json
+(tools/bench/plot_spec_sweep.py draws several runs' side by side)."""
 import glob
 import json
 import os
@@ -71,18 +72,19 @@ def cli(out):
             if found:
                 accept = f"mean acceptance length {found.group(1)}, by draft position {found.group(2).strip()}"
     if not rates["plain"] or not rates["eagle"]:
-        return
+        return None
     plain, eagle = statistics.median(rates["plain"]), statistics.median(rates["eagle"])
     print(f"CLI, batch 1, {len(rates['plain'])} runs each: median decode {plain:.0f} tok/s plain, {eagle:.0f} with "
           f"EAGLE ({eagle / plain:.2f}x); inter-token latency {1e3 / plain:.2f} ms vs {1e3 / eagle:.2f} ms; "
           f"{'identical text' if len(texts) == 1 else 'TEXTS DIFFER'}; {accept}")
     print(f"  runs plain: {' '.join(f'{r:.0f}' for r in rates['plain'])}; "
           f"with EAGLE: {' '.join(f'{r:.0f}' for r in rates['eagle'])}\n")
+    return {"plain_tok_s": plain, "eagle_tok_s": eagle, "ratio": eagle / plain, "identical_text": len(texts) == 1}
 
 
 def main():
     out = sys.argv[1]
-    cli(out)
+    summary = {"cli": cli(out), "server": {}}
     print("| concurrency | repeats | output tok/s plain | with EAGLE | ratio | TPOT ms plain | with EAGLE | ratio "
           "| chunk gap ms plain | with EAGLE | mean acceptance length | draft acceptance rate | by position |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -93,6 +95,11 @@ def main():
         positions = " / ".join(f"{x:.2f}" for x in per_position)
         print(f"| {c} | {n} | {p[0]:.0f} | {e[0]:.0f} | {e[0] / p[0]:.2f}x | {p[1] * 1e3:.2f} | {e[1] * 1e3:.2f} | "
               f"{e[1] / p[1]:.2f}x | {p[2] * 1e3:.2f} | {e[2] * 1e3:.2f} | {mal:.2f} | {rate:.0%} | {positions} |")
+        summary["server"][str(c)] = {"plain_tok_s": p[0], "eagle_tok_s": e[0], "ratio": e[0] / p[0],
+                                     "tpot_ms_plain": p[1] * 1e3, "tpot_ms_eagle": e[1] * 1e3,
+                                     "mean_acceptance_length": mal, "acceptance_by_position": per_position}
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
 
 
 if __name__ == "__main__":

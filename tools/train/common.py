@@ -1,5 +1,7 @@
-"""Shared helpers: thread setup (before torch is imported), devices, autocast, JSON logs."""
+"""Shared helpers: thread setup (before torch is imported), devices, autocast, the learning-rate
+schedule, JSON logs."""
 import json
+import math
 import os
 import time
 
@@ -19,6 +21,15 @@ def autocast(torch, device, dtype):
     if dtype == "fp32":
         return torch.autocast(kind, enabled=False)
     return torch.autocast(kind, dtype=torch.bfloat16)
+
+
+def lr_at(step, args):
+    """Linear warm-up over args.warmup steps, then cosine decay to args.min_lr_frac * args.lr at args.steps."""
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    progress = (step - args.warmup) / max(1, args.steps - args.warmup)
+    floor = args.lr * args.min_lr_frac
+    return floor + 0.5 * (args.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 class JsonLog:

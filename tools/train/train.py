@@ -58,14 +58,6 @@ def parse_args(argv=None):
     return ap.parse_args(argv)
 
 
-def lr_at(step, args):
-    if step < args.warmup:
-        return args.lr * (step + 1) / args.warmup
-    progress = (step - args.warmup) / max(1, args.steps - args.warmup)
-    floor = args.lr * args.min_lr_frac
-    return floor + 0.5 * (args.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
-
-
 def seq_len_at(step, args):
     return args.long_seq_len if step >= round(args.steps * (1 - args.long_frac)) else args.seq_len
 
@@ -154,7 +146,7 @@ def main(argv=None):
     model.train()
     while step < args.steps:
         t0 = time.time()
-        lr = lr_at(step, args)
+        lr = common.lr_at(step, args)
         for group in opt.param_groups:
             group["lr"] = lr
         seq_len = seq_len_at(step, args)

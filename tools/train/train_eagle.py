@@ -23,7 +23,6 @@ the number of leading drafts equal to the target's greedy tokens.
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -61,14 +60,6 @@ def parse_args(argv=None):
     ap.add_argument("--only-accept", action="store_true",
                     help="skip training: measure the head already exported at --export")
     return ap.parse_args(argv)
-
-
-def lr_at(step, args):
-    if step < args.warmup:
-        return args.lr * (step + 1) / args.warmup
-    progress = (step - args.warmup) / max(1, args.steps - args.warmup)
-    floor = args.lr * args.min_lr_frac
-    return floor + 0.5 * (args.lr - floor) * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 def eagle_losses(torch, target, head, x, args, noise_gen=None):
@@ -237,7 +228,7 @@ def main(argv=None):
         acc_sum, l_sum, s_sum, c_sum, n_sum = 0.0, 0.0, 0.0, 0.0, 0
         while step < args.steps:
             t0 = time.time()
-            lr = lr_at(step, args)
+            lr = common.lr_at(step, args)
             for group in opt.param_groups:
                 group["lr"] = lr
             x = T.get_batch(torch, train_stream, step, args.seq_len, args.batch_tokens, args.seed).to(device)

@@ -4,10 +4,8 @@
 // batches together with the dense data a plain reference attention needs.
 // attention_cuda's tests (tests/plugins/attention_cuda) use it too.
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -19,6 +17,8 @@
 #include "core/plugin/plugin_registry.h"
 #include "pagedllm/sdk.h"
 #include "plugins/attention_cpu/dtype_convert.h"
+#include "tools/common/host_batch.h"
+#include "tools/common/typed_buffer.h"
 
 namespace attention_test {
 
@@ -100,85 +100,8 @@ inline float round_to(pllm_dtype dtype, float x) {
   return x;
 }
 
-// A host buffer of `count` elements of a float dtype, filled from f32.
-struct TypedBuffer {
-  pllm_dtype dtype = PLLM_DTYPE_F32;
-  std::vector<std::byte> bytes;
-
-  TypedBuffer(pllm_dtype d, const std::vector<float>& values) : dtype(d) {
-    const auto size = std::size_t(pllm_dtype_size(d));
-    bytes.resize(values.size() * size);
-    for (std::size_t i = 0; i < values.size(); ++i) set(i, values[i]);
-  }
-  void set(std::size_t i, float v) {
-    if (dtype == PLLM_DTYPE_F32) {
-      std::memcpy(&bytes[i * 4], &v, 4);
-      return;
-    }
-    const uint16_t h = dtype == PLLM_DTYPE_F16 ? f32_to_f16(v) : f32_to_bf16(v);
-    std::memcpy(&bytes[i * 2], &h, 2);
-  }
-  float get(std::size_t i) const {
-    if (dtype == PLLM_DTYPE_F32) {
-      float f = 0;
-      std::memcpy(&f, &bytes[i * 4], 4);
-      return f;
-    }
-    uint16_t h = 0;
-    std::memcpy(&h, &bytes[i * 2], 2);
-    return dtype == PLLM_DTYPE_F16 ? f16_to_f32(h) : bf16_to_f32(h);
-  }
-  std::size_t size() const { return bytes.size() / std::size_t(pllm_dtype_size(dtype)); }
-};
-
-inline pllm_tensor tensor3(TypedBuffer& buffer, int64_t a, int64_t b, int64_t c) {
-  pllm_tensor t{};
-  t.data = buffer.bytes.data();
-  t.dtype = buffer.dtype;
-  t.device = {PLLM_DEVICE_CPU, 0};
-  t.ndim = 3;
-  t.shape[0] = a;
-  t.shape[1] = b;
-  t.shape[2] = c;
-  t.strides[0] = b * c;
-  t.strides[1] = c;
-  t.strides[2] = 1;
-  return t;
-}
-
-// ---- batches -----------------------------------------------------------------
-
-// A step batch with owned arrays; batch() points into them.
-struct StepBatch {
-  std::vector<int32_t> token_ids, positions, query_start_loc{0}, seq_lens, block_tables;
-  std::vector<int64_t> slot_mapping;
-  int32_t block_size = 0;
-  int32_t max_blocks_per_seq = 0;
-  int32_t num_decode_seqs = 0;
-
-  pllm_batch batch() const {
-    pllm_batch b{};
-    b.struct_size = sizeof b;
-    b.num_seqs = int32_t(seq_lens.size());
-    b.num_tokens = int32_t(slot_mapping.size());
-    b.num_decode_seqs = num_decode_seqs;
-    int32_t max_q = 0, max_s = 0;
-    for (std::size_t s = 0; s < seq_lens.size(); ++s) {
-      max_q = std::max(max_q, query_start_loc[s + 1] - query_start_loc[s]);
-      max_s = std::max(max_s, seq_lens[s]);
-    }
-    b.max_query_len = max_q;
-    b.max_seq_len = max_s;
-    b.block_size = block_size;
-    b.max_blocks_per_seq = max_blocks_per_seq;
-    b.token_ids = token_ids.data();
-    b.positions = positions.data();
-    b.slot_mapping = slot_mapping.data();
-    b.query_start_loc = query_start_loc.data();
-    b.seq_lens = seq_lens.data();
-    b.block_tables = block_tables.data();
-    return b;
-  }
-};
+// Buffers and batches are tools/common's, which pagedllm-attn-bench builds its cases from too.
+using pagedllm::tools::HostBatch;
+using pagedllm::tools::TypedBuffer;
 
 }  // namespace attention_test

@@ -40,17 +40,17 @@ TEST_CASE("block operations reject out-of-range block ids with a message", "[att
   backend.copy_blocks({});  // nothing to do is fine
 
   SECTION("plan checks block tables and slots against the pool") {
-    StepBatch sb = scenario.make_batch({{0, 0, 20}});
+    HostBatch sb = scenario.make_batch({{0, 0, 20}});
     sb.block_tables[1] = 8;
-    e = call_error([&] { backend.plan(sb.batch()); });
+    e = call_error([&] { backend.plan(sb.view()); });
     CHECK_THAT(e.what(), Contains("block_tables[0][1] = 8"));
     sb = scenario.make_batch({{0, 0, 20}});
     sb.slot_mapping[3] = 8 * 16;
-    e = call_error([&] { backend.plan(sb.batch()); });
+    e = call_error([&] { backend.plan(sb.view()); });
     CHECK_THAT(e.what(), Contains("slot_mapping[3] = 128"));
     sb = scenario.make_batch({{0, 0, 20}});
     sb.seq_lens[0] = 19;
-    e = call_error([&] { backend.plan(sb.batch()); });
+    e = call_error([&] { backend.plan(sb.view()); });
     CHECK_THAT(e.what(), Contains("seq_len 19"));
   }
 }
@@ -102,8 +102,8 @@ TEST_CASE("run checks its call order and tensor shapes", "[attention_cpu][attent
   pllm_attention_layer_args args{};
   args.struct_size = sizeof args;
   CHECK_THROWS_WITH(backend.run(0, args), Contains("before plan"));
-  const StepBatch sb = scenario.make_batch({{0, 0, 5}});
-  backend.plan(sb.batch());
+  const HostBatch sb = scenario.make_batch({{0, 0, 5}});
+  backend.plan(sb.view());
   CHECK_THROWS_WITH(backend.run(1, args), Contains("layer 1 is out of range"));
   CHECK_THROWS_WITH(backend.run(0, args), Contains("query"));
 }

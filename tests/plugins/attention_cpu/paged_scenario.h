@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tests/plugins/attention_cpu/attention_harness.h"
+#include "tests/support/thrown.h"
 
 namespace attention_test {
 
@@ -124,25 +125,14 @@ class Scenario {
   // its plan/run (attention_cuda's tests stage host buffers on the device).
   template <class B>
   void poison(B& backend) const {
-    const int32_t bs = config_.block_size;
-    const int32_t slots = num_device_blocks_ * bs;
-    StepBatch sb;
-    sb.block_size = bs;
-    sb.max_blocks_per_seq = 1;
-    for (int32_t slot = 0; slot < slots; ++slot) {
-      sb.token_ids.push_back(0);
-      sb.positions.push_back(0);
-      sb.slot_mapping.push_back(slot);
-      sb.query_start_loc.push_back(slot + 1);
-      sb.seq_lens.push_back(1);
-      sb.block_tables.push_back(slot / bs);
-    }
+    const int32_t slots = num_device_blocks_ * config_.block_size;
+    const HostBatch sb = pagedllm::tools::every_slot_batch(slots, config_.block_size, /*max_blocks_per_seq=*/1);
     const float nan = std::numeric_limits<float>::quiet_NaN();
     const auto hd = config_.head_dim;
     TypedBuffer q(config_.dtype, std::vector<float>(std::size_t(slots * config_.num_heads() * hd), 0.0f));
     TypedBuffer kv(config_.dtype, std::vector<float>(std::size_t(slots * config_.num_kv_heads * hd), nan));
     TypedBuffer out(config_.dtype, std::vector<float>(q.size(), 0.0f));
-    const pllm_batch b = sb.batch();
+    const pllm_batch b = sb.view();
     backend.plan(b);
     for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
       pllm_attention_layer_args args = layer_args(q, kv, kv, out, slots);
@@ -159,13 +149,13 @@ class Scenario {
     for (std::size_t s = 0; s < lens.size(); ++s) {
       for (int32_t p = 0; p < lens[s]; ++p) tokens.push_back({int32_t(s), p, 1});
     }
-    StepBatch sb = make_batch(tokens);
+    HostBatch sb = make_batch(tokens);
     for (std::size_t i = 0; i < tokens.size(); ++i) {
       sb.seq_lens[i] = 1;
       const auto& table = tables_[std::size_t(tokens[i].seq)];
       sb.block_tables[i * std::size_t(max_blocks_per_seq_)] = table[std::size_t(tokens[i].begin / config_.block_size)];
     }
-    const pllm_batch b = sb.batch();
+    const pllm_batch b = sb.view();
     backend.plan(b);
     for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
       TypedBuffer q(config_.dtype, gather(q_, layer, tokens, config_.num_heads()));
@@ -215,9 +205,9 @@ class Scenario {
 
   // write = false: every row gets slot -1 and NaN K/V, so the step only reads
   // the cache (and NaN in the output shows a row that was written anyway).
-  StepBatch make_batch(const std::vector<Chunk>& chunks, int32_t num_decode_seqs = 0, bool write = true) const {
+  HostBatch make_batch(const std::vector<Chunk>& chunks, int32_t num_decode_seqs = 0, bool write = true) const {
     const int32_t bs = config_.block_size;
-    StepBatch sb;
+    HostBatch sb;
     sb.block_size = bs;
     sb.max_blocks_per_seq = max_blocks_per_seq_;
     sb.num_decode_seqs = num_decode_seqs;
@@ -240,8 +230,8 @@ class Scenario {
   template <class B>
   std::vector<std::vector<float>> run_step(B& backend, const std::vector<Chunk>& chunks,
                                            int32_t num_decode_seqs = 0, bool write = true) const {
-    const StepBatch sb = make_batch(chunks, num_decode_seqs, write);
-    const pllm_batch b = sb.batch();
+    const HostBatch sb = make_batch(chunks, num_decode_seqs, write);
+    const pllm_batch b = sb.view();
     backend.plan(b);
     std::vector<std::vector<float>> outputs;
     for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
@@ -258,9 +248,7 @@ class Scenario {
       TypedBuffer out(config_.dtype, std::vector<float>(q.size(), 1234.0f));
       pllm_attention_layer_args args = layer_args(q, k, v, out, b.num_tokens);
       backend.run(layer, args);
-      std::vector<float> o(out.size());
-      for (std::size_t i = 0; i < o.size(); ++i) o[i] = out.get(i);
-      outputs.push_back(std::move(o));
+      outputs.push_back(out.to_f32());
     }
     return outputs;
   }
@@ -324,10 +312,10 @@ class Scenario {
                                        int64_t tokens) const {
     pllm_attention_layer_args args{};
     args.struct_size = sizeof args;
-    args.query = tensor3(q, tokens, config_.num_heads(), config_.head_dim);
-    args.key = tensor3(k, tokens, config_.num_kv_heads, config_.head_dim);
-    args.value = tensor3(v, tokens, config_.num_kv_heads, config_.head_dim);
-    args.output = tensor3(out, tokens, config_.num_heads(), config_.head_dim);
+    args.query = q.tensor3(tokens, config_.num_heads(), config_.head_dim);
+    args.key = k.tensor3(tokens, config_.num_kv_heads, config_.head_dim);
+    args.value = v.tensor3(tokens, config_.num_kv_heads, config_.head_dim);
+    args.output = out.tensor3(tokens, config_.num_heads(), config_.head_dim);
     args.scale = scale();
     return args;
   }
@@ -363,13 +351,7 @@ std::string compare(const std::vector<float>& got, const std::vector<Ref>& ref, 
 
 // The error a plugin call made, which must fail.
 inline pagedllm::PluginCallError call_error(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const pagedllm::PluginCallError& e) {
-    return e;
-  }
-  FAIL("expected the call to fail");
-  throw std::logic_error("unreachable");
+  return pagedllm::testing::thrown<pagedllm::PluginCallError>(f);
 }
 
 // A read-only decode of the sequence's last position (slot -1, NaN K/V): the

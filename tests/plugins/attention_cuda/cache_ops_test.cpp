@@ -99,18 +99,18 @@ TEST_CASE("attention_cuda: a layer refused for its launch grid has written nothi
 
   // Rewrite the last position with NaN K/V, for a query of 8 x 65536 heads on
   // the one kv head: a CTA holds 8 query vectors, so grid.y would need 65536.
-  const StepBatch rewrite = scenario.make_batch({{0, len - 1, 1}}, 1);
-  backend.plan(rewrite.batch());
+  const HostBatch rewrite = scenario.make_batch({{0, len - 1, 1}}, 1);
+  backend.plan(rewrite.view());
   const int64_t heads = int64_t(8) * 65536;
   TypedBuffer q(config.dtype, std::vector<float>(std::size_t(heads * config.head_dim), 0.5f));
   TypedBuffer out(config.dtype, std::vector<float>(q.size(), 0.0f));
   TypedBuffer nan_kv(config.dtype, std::vector<float>(std::size_t(config.head_dim), std::nanf("")));
   pllm_attention_layer_args args{};
   args.struct_size = sizeof args;
-  args.query = tensor3(q, 1, heads, config.head_dim);
-  args.key = tensor3(nan_kv, 1, 1, config.head_dim);
-  args.value = tensor3(nan_kv, 1, 1, config.head_dim);
-  args.output = tensor3(out, 1, heads, config.head_dim);
+  args.query = q.tensor3(1, heads, config.head_dim);
+  args.key = nan_kv.tensor3(1, 1, config.head_dim);
+  args.value = nan_kv.tensor3(1, 1, config.head_dim);
+  args.output = out.tensor3(1, heads, config.head_dim);
   args.scale = 1.0f;
   const auto e = call_error([&] { backend.run(0, args); });
   CHECK(e.status() == PLLM_ERROR_UNSUPPORTED);

@@ -77,15 +77,15 @@ TEST_CASE("attention_cuda: after a failed plan, run() is refused until a plan su
   Scenario scenario(config, {20}, 9u);
   Backend backend("{}", pllm_device{PLLM_DEVICE_CUDA, 0}, "attention_cuda");
   backend.allocate_cache(scenario.spec(), scenario.num_device_blocks(), 0);
-  const StepBatch good = scenario.make_batch({{0, 0, 20}});
-  backend.plan(good.batch());
-  StepBatch bad = scenario.make_batch({{0, 19, 1}}, 1);
+  const HostBatch good = scenario.make_batch({{0, 0, 20}});
+  backend.plan(good.view());
+  HostBatch bad = scenario.make_batch({{0, 19, 1}}, 1);
   bad.block_size += 1;  // differs from the cache's
-  CHECK_THROWS_WITH(backend.plan(bad.batch()), Contains("block_size"));
+  CHECK_THROWS_WITH(backend.plan(bad.view()), Contains("block_size"));
   // The empty args would fail run()'s tensor checks; the failed plan must be reported first.
   pllm_attention_layer_args args{};
   args.struct_size = sizeof args;
   CHECK_THROWS_WITH(backend.run(0, args), Contains("run() before plan()"));
-  backend.plan(good.batch());
+  backend.plan(good.view());
   CHECK_THROWS_WITH(backend.run(0, args), Contains("query"));
 }

@@ -17,8 +17,8 @@ using pagedllm::attention_cuda::WorkList;
 namespace {
 
 // Sequences given as (context before the step, new rows).
-attention_test::StepBatch batch_of(const std::vector<std::pair<int32_t, int32_t>>& seqs) {
-  attention_test::StepBatch sb;
+attention_test::HostBatch batch_of(const std::vector<std::pair<int32_t, int32_t>>& seqs) {
+  attention_test::HostBatch sb;
   sb.block_size = 16;
   sb.max_blocks_per_seq = 1;
   for (const auto& [context, rows] : seqs) {
@@ -36,8 +36,8 @@ TEST_CASE("attention_cuda work list: tiles, partitions and partial slots", "[att
   // A decode, a speculative decode (1 + 4), a long decode, and a 20-row
   // prefill chunk over 1000 cached tokens (tiles of 8, 8 and 4 rows).
   const std::vector<std::pair<int32_t, int32_t>> seqs = {{10, 1}, {600, 5}, {2100, 1}, {1000, 20}};
-  const attention_test::StepBatch sb = batch_of(seqs);
-  const pllm_batch b = sb.batch();
+  const attention_test::HostBatch sb = batch_of(seqs);
+  const pllm_batch b = sb.view();
   const SplitPolicy policy{256, 700};
   WorkList list;
   list.build(b, policy);
@@ -95,7 +95,7 @@ TEST_CASE("attention_cuda work list: tiles, partitions and partial slots", "[att
   CHECK(list.num_partials == 9 + 3 * 4);
 
   SECTION("a context of one partition is never split, and rebuilding starts afresh") {
-    list.build(batch_of({{100, 1}}).batch(), SplitPolicy{256, 0});
+    list.build(batch_of({{100, 1}}).view(), SplitPolicy{256, 0});
     REQUIRE(list.work.size() == 1);
     CHECK(list.work[0].partial == -1);
     CHECK(list.combine.empty());

@@ -32,6 +32,7 @@
 #include "plugins/llama_common/tensor_view.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
+#include "tools/common/host_batch.h"
 
 namespace llama_test {
 
@@ -312,8 +313,9 @@ class PagedRunner {
   Step step(const std::vector<Chunk>& chunks, const std::vector<int32_t>& logits_rows,
             const std::vector<int32_t>& hidden_rows) {
     Step result;
-    Batch b;
-    b.query_start_loc.push_back(0);
+    pagedllm::tools::HostBatch b;
+    b.block_size = block_size_;
+    b.max_blocks_per_seq = kMaxBlocksPerSeq;
     bool decodes_done = false;
     int32_t num_decode = 0;
     for (const Chunk& c : chunks) {
@@ -341,7 +343,8 @@ class PagedRunner {
       std::copy(s.blocks.begin(), s.blocks.end(), table.begin());
       b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
     }
-    pllm_batch batch = b.view(block_size_, num_decode);
+    b.num_decode_seqs = num_decode;
+    pllm_batch batch = b.view();
     batch.num_logits = int32_t(logits_rows.size());
     batch.logits_indices = logits_rows.data();
     batch.num_hidden = int32_t(hidden_rows.size());
@@ -370,48 +373,12 @@ class PagedRunner {
     int32_t computed;
     std::vector<int32_t> blocks;
   };
-  struct Batch {
-    std::vector<int32_t> token_ids, positions, query_start_loc, seq_lens, block_tables;
-    std::vector<int64_t> slot_mapping;
-    pllm_batch view(int32_t block_size, int32_t num_decode) const {
-      pllm_batch b{};
-      b.struct_size = sizeof b;
-      b.num_seqs = int32_t(seq_lens.size());
-      b.num_tokens = int32_t(token_ids.size());
-      b.num_decode_seqs = num_decode;
-      for (std::size_t s = 0; s < seq_lens.size(); ++s) {
-        b.max_query_len = std::max(b.max_query_len, query_start_loc[s + 1] - query_start_loc[s]);
-        b.max_seq_len = std::max(b.max_seq_len, seq_lens[s]);
-      }
-      b.block_size = block_size;
-      b.max_blocks_per_seq = kMaxBlocksPerSeq;
-      b.token_ids = token_ids.data();
-      b.positions = positions.data();
-      b.slot_mapping = slot_mapping.data();
-      b.query_start_loc = query_start_loc.data();
-      b.seq_lens = seq_lens.data();
-      b.block_tables = block_tables.data();
-      return b;
-    }
-  };
-
   // NaN K/V into every slot of every layer, through the backend's write path:
   // one single-token sequence per slot.
   void poison(int32_t num_blocks) {
     const int32_t slots = num_blocks * block_size_;
-    Batch b;
-    b.query_start_loc.push_back(0);
-    for (int32_t slot = 0; slot < slots; ++slot) {
-      b.token_ids.push_back(0);
-      b.positions.push_back(0);
-      b.slot_mapping.push_back(slot);
-      b.query_start_loc.push_back(slot + 1);
-      b.seq_lens.push_back(1);
-      std::vector<int32_t> table(std::size_t(kMaxBlocksPerSeq), -1);
-      table[0] = slot / block_size_;
-      b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
-    }
-    const pllm_batch batch = b.view(block_size_, 0);
+    const pagedllm::tools::HostBatch b = pagedllm::tools::every_slot_batch(slots, block_size_, kMaxBlocksPerSeq);
+    const pllm_batch batch = b.view();
     const int64_t heads = info_.num_heads, kv_heads = info_.num_kv_heads, d = info_.head_dim;
     const float nan = std::numeric_limits<float>::quiet_NaN();
     pllm_attention_layer_args args{};

@@ -1,8 +1,9 @@
 #pragma once
 // Host buffers of f32, f16 or bf16 elements: filled from f32 (rounding to
 // nearest even) and read back as f32, plus the tensor view a plugin gets.
+// pagedllm-attn-bench's inputs and the attention tests' (tools/common is what
+// the tools share, and the tests may use; it depends on nothing in tests/).
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -10,43 +11,18 @@
 
 #include "pagedllm/sdk.h"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
+#include "plugins/common/float16_rounding.h"
 
-namespace pagedllm::attn_bench {
-
-inline uint16_t f32_to_bf16(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40u);  // NaN stays NaN
-  return uint16_t((bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16);
-}
-
-inline uint16_t f32_to_f16(float f) {
-  const uint32_t bits = std::bit_cast<uint32_t>(f);
-  const uint32_t sign = (bits >> 16) & 0x8000u;
-  const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return uint16_t(sign | 0x7e00u);
-  if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to >= 65520: infinity
-  if (abs < 0x38800000u) {                                   // f16 subnormal or zero
-    if (abs < 0x33000000u) return uint16_t(sign);            // below half the smallest subnormal
-    const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
-    const int shift = 126 - int(abs >> 23);  // mant * 2^(e - 150) in units of 2^-24
-    const uint32_t half = 1u << (shift - 1);
-    const uint32_t rest = mant & ((1u << shift) - 1);
-    uint32_t out = mant >> shift;
-    if (rest > half || (rest == half && (out & 1u))) ++out;
-    return uint16_t(sign | out);
-  }
-  const uint32_t rebiased = abs - (112u << 23);  // exponent bias 127 -> 15
-  const uint32_t rest = rebiased & 0x1fffu;
-  uint32_t out = rebiased >> 13;
-  if (rest > 0x1000u || (rest == 0x1000u && (out & 1u))) ++out;
-  return uint16_t(sign | out);
-}
+namespace pagedllm::tools {
 
 class TypedBuffer {
  public:
   TypedBuffer() = default;
   TypedBuffer(pllm_dtype dtype, std::size_t count)
       : dtype_(dtype), size_(std::size_t(pllm_dtype_size(dtype))), bytes_(count * size_) {}
+  TypedBuffer(pllm_dtype dtype, const std::vector<float>& values) : TypedBuffer(dtype, values.size()) {
+    for (std::size_t i = 0; i < values.size(); ++i) set(i, values[i]);
+  }
 
   pllm_dtype dtype() const { return dtype_; }
   std::size_t size() const { return size_ ? bytes_.size() / size_ : 0; }
@@ -57,7 +33,7 @@ class TypedBuffer {
     if (dtype_ == PLLM_DTYPE_F32) {
       std::memcpy(&bytes_[i * 4], &v, 4);
     } else {
-      store16(i, dtype_ == PLLM_DTYPE_F16 ? f32_to_f16(v) : f32_to_bf16(v));
+      store16(i, dtype_ == PLLM_DTYPE_F16 ? plugins::f32_to_f16(v) : plugins::f32_to_bf16(v));
     }
   }
   float get(std::size_t i) const {
@@ -99,4 +75,4 @@ class TypedBuffer {
   std::vector<std::byte> bytes_;
 };
 
-}  // namespace pagedllm::attn_bench
+}  // namespace pagedllm::tools

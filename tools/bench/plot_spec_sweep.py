@@ -1,0 +1,51 @@
+#!/usr/bin/python3
+"""Draws tools/bench/spec_bench.sh runs side by side: plot_spec_sweep.py OUT.png LABEL=DIR [LABEL=DIR ...]
+
+Each DIR is a spec_bench.sh output directory (its summary.json, written by
+spec_bench_report.py). One group of bars per run: EAGLE's output tokens/s over
+plain's, measured in the same run, for the CLI at batch 1 and the server bench
+at concurrency 1 and 8; the number over the concurrency-1 bar is the server's
+mean acceptance length."""
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main():
+    if len(sys.argv) < 3 or any("=" not in a for a in sys.argv[2:]):
+        sys.exit(__doc__)
+    runs = []
+    for arg in sys.argv[2:]:
+        label, directory = arg.split("=", 1)
+        with open(os.path.join(directory, "summary.json")) as f:
+            runs.append((label, json.load(f)))
+    series = [("CLI, batch 1", lambda s: s["cli"]), ("server, concurrency 1", lambda s: s["server"]["1"]),
+              ("server, concurrency 8", lambda s: s["server"]["8"])]
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 + 1.6 * len(runs)), 4.2))
+    width = 0.8 / len(series)
+    for i, (name, pick) in enumerate(series):
+        xs = [r + (i - 1) * width for r in range(len(runs))]
+        bars = ax.bar(xs, [pick(s)["ratio"] if pick(s) else 0.0 for _, s in runs], width, label=name)
+        if i == 1:  # the server's acceptance length over its concurrency-1 bar
+            for bar, (_, s) in zip(bars, runs):
+                ax.annotate(f"{s['server']['1']['mean_acceptance_length']:.2f}",
+                            (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=7)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(range(len(runs)))
+    ax.set_xticklabels([label for label, _ in runs])
+    ax.set_ylabel("EAGLE tokens/s / plain tokens/s (same run)")
+    ax.set_title("EAGLE speedup, embedded model on the CPU", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(sys.argv[1], dpi=120)
+    print(f"wrote {sys.argv[1]}")
+
+
+if __name__ == "__main__":
+    main()
