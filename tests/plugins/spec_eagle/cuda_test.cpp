@@ -48,6 +48,7 @@
 #include "tests/plugins/models_llama/llama_harness.h"
 #include "tests/plugins/spec_eagle/eagle_harness.h"
 #include "tests/support/cuda_device.h"
+#include "tests/support/thrown.h"
 
 using namespace eagle_test;
 using Catch::Matchers::Contains;
@@ -63,7 +64,7 @@ struct CreateError {
 };
 
 // The error creating spec_eagle on `device` for `target` with `info` and
-// `api` (FAIL if it is created).
+// `api` (the test fails if it is created).
 CreateError create_error(const Model& target, pllm_device device, const pllm_model_api& api,
                          const pllm_model_info& info) {
   const std::string path = kDraftDir.string();
@@ -76,13 +77,9 @@ CreateError create_error(const Model& target, pllm_device device, const pllm_mod
   args.target.model = target.handle();
   args.target.info = &info;
   args.num_speculative_tokens = 3;
-  try {
-    auto instance = pagedllm::create_plugin_instance<pllm_speculator_api, pllm_speculator>(speculator_library(), args);
-  } catch (const pagedllm::PluginCallError& e) {
-    return {e.status(), e.what()};
-  }
-  FAIL("spec_eagle was created on " << (device.type == PLLM_DEVICE_CUDA ? "cuda" : "cpu"));
-  return {};
+  const auto e = pagedllm::testing::thrown<pagedllm::PluginCallError>(
+      [&] { pagedllm::create_plugin_instance<pllm_speculator_api, pllm_speculator>(speculator_library(), args); });
+  return {e.status(), e.what()};
 }
 
 const Model& cpu_target() {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/plugins/spec_eagle/eagle_harness.h"
+#include "tests/support/thrown.h"
 
 using namespace eagle_test;
 using Catch::Matchers::Contains;
@@ -226,13 +227,10 @@ TEST_CASE("spec_eagle: fc.bias is optional", "[spec_eagle]") {
 }
 
 TEST_CASE("spec_eagle: cuda:0 with a target on the CPU is a clear error in every build", "[spec_eagle]") {
-  std::string message;
-  try {
-    Speculator spec(kDraftDir, target(), "{}", 4, nullptr, {PLLM_DEVICE_CUDA, 0});
-  } catch (const pagedllm::PluginCallError& e) {
-    CHECK(e.status() == PLLM_ERROR_UNSUPPORTED);
-    message = e.what();
-  }
+  const auto e = pagedllm::testing::thrown<pagedllm::PluginCallError>(
+      [] { Speculator spec(kDraftDir, target(), "{}", 4, nullptr, {PLLM_DEVICE_CUDA, 0}); });
+  CHECK(e.status() == PLLM_ERROR_UNSUPPORTED);
+  const std::string message = e.what();
 #ifdef PAGEDLLM_HAVE_CUDA
   // The CUDA head refuses the CPU target before it touches a device.
   CHECK_THAT(message, Contains("the target's 'model.embed_tokens.weight' is on cpu, but the draft runs on cuda:0"));
