@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "plugins/llama_common/llama_config.h"
 
@@ -41,6 +42,26 @@ struct WeightSlot {
 
   int64_t width() const { return shape.size() > 1 ? shape[1] : 1; }
 };
+
+// The member of a decoder layer's weights (any struct with input_norm, qkv,
+// o, post_norm, gate_up and down: the CPU's f32 vectors, the CUDA device
+// pointers) that holds matrix `m`; PLLM_ERROR_INTERNAL for embed, norm, lm_head.
+template <class Layer>
+auto& decoder_layer_matrix(Layer& layer, Matrix m) {
+  switch (m) {
+    case Matrix::kInputNorm: return layer.input_norm;
+    case Matrix::kQkv: return layer.qkv;
+    case Matrix::kO: return layer.o;
+    case Matrix::kPostNorm: return layer.post_norm;
+    case Matrix::kGateUp: return layer.gate_up;
+    case Matrix::kDown: return layer.down;
+    case Matrix::kEmbed:
+    case Matrix::kNorm:
+    case Matrix::kLmHead:
+      break;
+  }
+  throw pllm::Error(PLLM_ERROR_INTERNAL, "llama: not a decoder layer matrix");
+}
 
 // The tensors of the decoder layer named `prefix` ("model.layers.3.",
 // "layers.0."); EAGLE's layer has no input_layernorm.

@@ -1,28 +1,14 @@
 #include "plugins/llama_cpu/decoder_layer.h"
 
-#include <cmath>
 
 #include "pagedllm/sdk.hpp"
+#include "plugins/llama_common/attention_call.h"
 #include "plugins/llama_cpu/cpu_kernels.h"
 #include "plugins/llama_cpu/rope.h"
 
 namespace pagedllm::llama_cpu {
 
-std::vector<float>& DecoderLayerWeights::matrix(llama::Matrix m) {
-  switch (m) {
-    case llama::Matrix::kInputNorm: return input_norm;
-    case llama::Matrix::kQkv: return qkv;
-    case llama::Matrix::kO: return o;
-    case llama::Matrix::kPostNorm: return post_norm;
-    case llama::Matrix::kGateUp: return gate_up;
-    case llama::Matrix::kDown: return down;
-    case llama::Matrix::kEmbed:
-    case llama::Matrix::kNorm:
-    case llama::Matrix::kLmHead:
-      break;
-  }
-  throw pllm::Error(PLLM_ERROR_INTERNAL, "llama_cpu: not a decoder layer matrix");
-}
+std::vector<float>& DecoderLayerWeights::matrix(llama::Matrix m) { return llama::decoder_layer_matrix(*this, m); }
 
 void add_decoder_layer_parts(std::vector<WeightPart>& parts, const LlamaConfig& c, const std::string& prefix,
                              DecoderLayerWeights& layer, bool input_layernorm) {
@@ -67,20 +53,8 @@ void decoder_layer_forward(plugins::ThreadPool& pool, const LlamaConfig& c, cons
                s.cos_ + begin * half, s.sin_ + begin * half);
   });
 
-  pllm_attention_layer_args args{};
-  args.struct_size = sizeof args;
-  args.query = heads_view(s.qkv_, tokens, c.num_heads, d, qkv_width);
-  args.key = heads_view(s.qkv_ + q, tokens, c.num_kv_heads, d, qkv_width);
-  args.value = heads_view(s.qkv_ + q + kv, tokens, c.num_kv_heads, d, qkv_width);
-  args.output = heads_view(s.attn_, tokens, c.num_heads, d, q);
-  args.scale = static_cast<float>(1.0 / std::sqrt(double(d)));
-  args.stream = nullptr;
-  pllm_error error{};
-  const pllm_status status = attention.api->run(attention.backend, kv_layer, &args, &error);
-  if (status != PLLM_OK) {
-    throw pllm::Error(status, std::string(who) + ": attention backend failed at layer " + std::to_string(kv_layer) +
-                                  ": " + error.message);
-  }
+  llama::run_attention_layer(attention, kv_layer, c, s.qkv_, s.attn_, tokens, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0},
+                             nullptr, who);
   linear(pool, s.attn_, q, tokens, layer.o.data(), h, q, x, h, true);
   rms_norm(pool, x, h, tokens, h, layer.post_norm.data(), eps, s.normed_, h);
   linear(pool, s.normed_, h, tokens, layer.gate_up.data(), 2 * inter, h, s.gate_up_, 2 * inter, false);

@@ -56,23 +56,38 @@ __device__ float block_sum(float v) {
   return v;
 }
 
-// ---- embedding ------------------------------------------------------------------
+// ---- row gather and row add ---------------------------------------------------------
 
-// A row copy in `Word`s (16, 4 or 2 bytes, whatever divides the row).
+// A row copy in `Word`s (16, 4 or 2 bytes: whatever divides the row, both
+// strides and both base addresses).
 template <class Word>
-__global__ void embed_rows_kernel(const Word* embed, const int32_t* ids, int64_t words_per_row, Word* out) {
-  const Word* src = embed + int64_t(ids[blockIdx.x]) * words_per_row;
-  Word* dst = out + int64_t(blockIdx.x) * words_per_row;
-  for (int64_t i = threadIdx.x; i < words_per_row; i += blockDim.x) dst[i] = src[i];
+__global__ void gather_rows_kernel(const Word* src, int64_t src_stride, const int32_t* index, int64_t words_per_row,
+                                   Word* out, int64_t out_stride) {
+  const int64_t row = index ? int64_t(index[blockIdx.x]) : int64_t(blockIdx.x);
+  const Word* from = src + row * src_stride;
+  Word* to = out + int64_t(blockIdx.x) * out_stride;
+  for (int64_t i = threadIdx.x; i < words_per_row; i += blockDim.x) to[i] = from[i];
 }
 
 template <class Word>
-void launch_embed_rows(const void* embed, const int32_t* ids, int64_t rows, int64_t row_bytes, void* out,
-                       cudaStream_t stream) {
-  const int64_t words = row_bytes / int64_t(sizeof(Word));
-  embed_rows_kernel<Word><<<unsigned(rows), block_threads(words), 0, stream>>>(
-      static_cast<const Word*>(embed), ids, words, static_cast<Word*>(out));
+void launch_gather_rows(const void* src, int64_t src_stride_bytes, const int32_t* index, int64_t rows,
+                        int64_t row_bytes, void* out, int64_t out_stride_bytes, cudaStream_t stream) {
+  constexpr auto word = int64_t(sizeof(Word));
+  gather_rows_kernel<Word><<<unsigned(rows), block_threads(row_bytes / word), 0, stream>>>(
+      static_cast<const Word*>(src), src_stride_bytes / word, index, row_bytes / word, static_cast<Word*>(out),
+      out_stride_bytes / word);
   PAGEDLLM_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+__global__ void add_rows_kernel(const T* a, const T* b, int64_t b_stride, const int32_t* index, int64_t rows,
+                                int64_t dim, T* out) {
+  const int64_t count = rows * dim;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / dim, i = idx % dim;
+    const int64_t s = index ? int64_t(index[r]) : r;
+    out[idx] = from_float<T>(to_float(a[s * dim + i]) + to_float(b[s * b_stride + i]));
+  }
 }
 
 // ---- residual add + RMSNorm -------------------------------------------------------
@@ -237,17 +252,32 @@ void launch_convert(const float* src, int64_t count, void* dst, cudaStream_t str
 
 }  // namespace
 
-void embed_rows(pllm_dtype dtype, const void* embed, const int32_t* ids, int64_t rows, int64_t hidden, void* out,
-                cudaStream_t stream) {
+void gather_rows(pllm_dtype dtype, const void* src, int64_t src_stride, const int32_t* index, int64_t rows,
+                 int64_t width, void* out, int64_t out_stride, cudaStream_t stream) {
   if (rows <= 0) return;
-  const int64_t row_bytes = hidden * pllm_dtype_size(dtype);
-  if (row_bytes % 16 == 0) {
-    launch_embed_rows<uint4>(embed, ids, rows, row_bytes, out, stream);
-  } else if (row_bytes % 4 == 0) {
-    launch_embed_rows<uint32_t>(embed, ids, rows, row_bytes, out, stream);
+  const int64_t element = pllm_dtype_size(dtype);
+  const int64_t row_bytes = width * element, src_stride_bytes = src_stride * element,
+                out_stride_bytes = out_stride * element;
+  const auto alignment = uint64_t(row_bytes) | uint64_t(src_stride_bytes) | uint64_t(out_stride_bytes) |
+                         reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(out);
+  if (alignment % 16 == 0) {
+    launch_gather_rows<uint4>(src, src_stride_bytes, index, rows, row_bytes, out, out_stride_bytes, stream);
+  } else if (alignment % 4 == 0) {
+    launch_gather_rows<uint32_t>(src, src_stride_bytes, index, rows, row_bytes, out, out_stride_bytes, stream);
   } else {
-    launch_embed_rows<uint16_t>(embed, ids, rows, row_bytes, out, stream);
+    launch_gather_rows<uint16_t>(src, src_stride_bytes, index, rows, row_bytes, out, out_stride_bytes, stream);
   }
+}
+
+void add_rows(pllm_dtype dtype, const void* a, const void* b, int64_t b_stride, const int32_t* index, int64_t rows,
+              int64_t dim, void* out, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return;
+  cuda::visit_storage_type(dtype, "llama_cuda: add_rows", [&](auto zero) {
+    using T = decltype(zero);
+    add_rows_kernel<T><<<stride_blocks(rows * dim), kStrideThreads, 0, stream>>>(
+        static_cast<const T*>(a), static_cast<const T*>(b), b_stride, index, rows, dim, static_cast<T*>(out));
+    PAGEDLLM_CUDA_CHECK_LAUNCH();
+  });
 }
 
 void add_rms_norm(pllm_dtype dtype, void* residual, const void* delta, const int32_t* row_index, const void* weight,

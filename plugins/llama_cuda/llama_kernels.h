@@ -13,9 +13,17 @@
 
 namespace pagedllm::llama_cuda {
 
-// out[t] = embed[ids[t]]: `rows` rows of `hidden` elements.
-void embed_rows(pllm_dtype dtype, const void* embed, const int32_t* ids, int64_t rows, int64_t hidden, void* out,
-                cudaStream_t stream);
+// out[r * out_stride + i] = src[s * src_stride + i] for i < width, s = index ?
+// index[r] : r, over `rows` rows: the embedding gather (src = the embedding,
+// index = the token ids), and any copy of rows into or out of a wider matrix.
+void gather_rows(pllm_dtype dtype, const void* src, int64_t src_stride, const int32_t* index, int64_t rows,
+                 int64_t width, void* out, int64_t out_stride, cudaStream_t stream);
+
+// out[r * dim + i] = a[s * dim + i] + b[s * b_stride + i], rounded to dtype,
+// s = index ? index[r] : r, over `rows` rows of `dim` elements. b_stride 0
+// adds one row (a bias) to every row; `out` may be `a` when index is null.
+void add_rows(pllm_dtype dtype, const void* a, const void* b, int64_t b_stride, const int32_t* index, int64_t rows,
+              int64_t dim, void* out, cudaStream_t stream);
 
 // The residual add fused with RMSNorm. For each of `rows` output rows r, with
 // source row s = row_index ? row_index[r] : r:

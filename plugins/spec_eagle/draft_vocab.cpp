@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -55,6 +56,33 @@ std::vector<int32_t> load_draft_vocab(const std::filesystem::path& draft_dir, in
   }
   std::sort(vocab.begin(), vocab.end());
   return vocab;
+}
+
+void check_draft_vocab(const std::vector<int32_t>& draft_vocab, int64_t vocab_size) {
+  if (int64_t(draft_vocab.size()) > vocab_size) {
+    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: the draft vocabulary has " +
+                                                       std::to_string(draft_vocab.size()) + " tokens, more than the " +
+                                                       std::to_string(vocab_size) + " of the vocabulary");
+  }
+  for (const int32_t token : draft_vocab) {
+    if (token < 0 || token >= vocab_size) {
+      throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: draft vocabulary token " + std::to_string(token) +
+                                                         " is not in [0, " + std::to_string(vocab_size) + ")");
+    }
+  }
+}
+
+float* DraftVocabLogits::scatter(const std::vector<int32_t>& draft_vocab, const float* compact, int64_t rows,
+                                 int64_t vocab_size) {
+  const auto needed = static_cast<std::size_t>(rows * vocab_size);
+  if (full_.size() < needed) full_.resize(needed, -std::numeric_limits<float>::infinity());
+  const auto width = static_cast<int64_t>(draft_vocab.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = full_.data() + r * vocab_size;
+    const float* from = compact + r * width;
+    for (int64_t i = 0; i < width; ++i) row[draft_vocab[static_cast<std::size_t>(i)]] = from[i];
+  }
+  return full_.data();
 }
 
 }  // namespace pagedllm::spec_eagle

@@ -25,4 +25,23 @@ namespace pagedllm::spec_eagle {
 // id, or a size the file's ranking does not cover.
 std::vector<int32_t> load_draft_vocab(const std::filesystem::path& draft_dir, int64_t size, int64_t vocab_size);
 
+// Throws pllm::Error(PLLM_ERROR_INVALID_ARGUMENT) for a draft vocabulary
+// longer than the vocabulary or with an id outside [0, vocab_size): what each
+// head checks before it gathers lm_head rows by those ids.
+void check_draft_vocab(const std::vector<int32_t>& draft_vocab, int64_t vocab_size);
+
+// The [rows, vocab] host logits a head returns with a draft vocabulary: row r
+// holds the compact [rows, N] logits at the draft vocabulary's ids and -inf
+// everywhere else. The -inf entries are written once, when the buffer grows,
+// and never again (the ids are the same every call, and core only reads a
+// draft's logits), so a call costs N stores per row instead of a vocab-wide fill.
+class DraftVocabLogits {
+ public:
+  // The full rows, valid until the next call.
+  float* scatter(const std::vector<int32_t>& draft_vocab, const float* compact, int64_t rows, int64_t vocab_size);
+
+ private:
+  std::vector<float> full_;
+};
+
 }  // namespace pagedllm::spec_eagle

@@ -1,15 +1,8 @@
 #pragma once
-// The EAGLE-1 draft model on the CPU (tools/train/model.py, class EagleHead).
-// Row t of a draft batch is the pair (feature f_t at position p_t, token
-// x_{t+1} that follows it):
-//
-//   x   = fc(cat(embed(x_{t+1}), f_t)) (+ fc.bias)     cat order: embedding first
-//   x   = one Llama decoder layer without input_layernorm, RoPE at p_t,
-//         attending as KV layer (target num_layers + 0) in the shared paged pool
-//   g   = x: the predicted feature f_{t+1} (no final norm)
-//   out = lm_head(g) for the logits rows
-//
-// The embedding and lm_head are the target's, read through its get_tensor();
+// The EAGLE-1 draft model on the CPU (tools/train/model.py, class EagleHead;
+// what it computes: draft_head.h). Row t of a draft batch is the pair
+// (feature f_t at position p_t, token x_{t+1} that follows it). The embedding
+// and lm_head are the target's f32 CPU tensors, read through its get_tensor();
 // the head holds only fc and layers.0 (widened to f32 at load). With a draft
 // vocabulary (draft_vocab.h) it also holds a copy of those lm_head rows.
 
@@ -22,10 +15,12 @@
 #include "plugins/llama_cpu/buffer.h"
 #include "plugins/llama_cpu/decoder_layer.h"
 #include "plugins/llama_common/llama_config.h"
+#include "plugins/spec_eagle/draft_head.h"
+#include "plugins/spec_eagle/draft_vocab.h"
 
 namespace pagedllm::spec_eagle {
 
-class EagleHead {
+class EagleHead final : public DraftHead {
  public:
   // Loads `draft_dir` (config.json with num_hidden_layers 1, model.safetensors
   // with fc.weight [hidden, 2 hidden], optional fc.bias, layers.0.*) and binds
@@ -36,22 +31,14 @@ class EagleHead {
   EagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target,
             std::vector<int32_t> draft_vocab, int num_threads);
 
-  const llama_cpu::LlamaConfig& config() const { return config_; }
+  const llama_cpu::LlamaConfig& config() const override { return config_; }
   int num_threads() const { return pool_.size(); }
 
-  // One draft forward (see pllm_draft_args): logits of batch.logits_indices
-  // rows over the whole vocabulary (-inf outside the draft vocabulary), valid
-  // until the next call. Keeps the predicted features of those
-  // rows for a following call with features of ndim 0.
-  void draft(const pllm_draft_args& args, pllm_draft_output& out);
+  void draft(const pllm_draft_args& args, pllm_draft_output& out) override;
 
  private:
   void bind_target(const pllm_speculator_target& target);
   void load_weights(const std::filesystem::path& draft_dir);
-  // The feature rows of this call: `features` validated, or the kept chain.
-  // With features of ndim 0, feature_rows (may be NULL) picks the kept chain rows.
-  const float* features_of(const pllm_batch& batch, const pllm_tensor& features, const int32_t* feature_rows,
-                           int64_t& row_stride);
 
   llama_cpu::LlamaConfig config_;
   int32_t target_layers_ = 0;
@@ -73,6 +60,7 @@ class EagleHead {
 
   llama_cpu::DecoderScratch scratch_;
   llama_cpu::Buffer input_, x_, draft_logits_, logits_;
+  DraftVocabLogits vocab_logits_;  // with a draft vocabulary: the full rows
   // Predicted features of the previous call's logits rows; -1 rows: none kept.
   std::vector<float> chain_;
   int64_t chain_rows_ = -1;

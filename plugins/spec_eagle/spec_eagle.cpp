@@ -1,15 +1,21 @@
-// spec_eagle: EAGLE-1 speculative decoding on the CPU. This file is the SDK
-// glue: options, create, info, draft and verify; the draft model is
-// eagle_head.h, the rejection sampler plugins/common/rejection_sampler.h.
+// spec_eagle: EAGLE-1 speculative decoding on the CPU or on CUDA. This file
+// is the SDK glue: options, create, info, draft and verify; the draft model is
+// eagle_head.h on the CPU and cuda_eagle_head.h on CUDA (built with CUDA
+// only), the rejection sampler plugins/common/rejection_sampler.h.
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pagedllm/sdk.hpp"
 #include "plugins/common/rejection_sampler.h"
 #include "plugins/common/thread_pool.h"
+#include "plugins/spec_eagle/eagle_config.h"
 #include "plugins/spec_eagle/draft_vocab.h"
 #include "plugins/spec_eagle/eagle_head.h"
+#ifdef PAGEDLLM_HAVE_CUDA
+#include "plugins/spec_eagle/cuda_eagle_head.h"
+#endif
 
 namespace pagedllm::spec_eagle {
 namespace {
@@ -32,10 +38,6 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
                                sizeof(args.num_speculative_tokens)) {
       throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: create args struct_size is too small");
     }
-    if (args.device.type != PLLM_DEVICE_CPU) {
-      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle runs on the CPU only for now (device type " +
-                                                    std::to_string(int(args.device.type)) + ")");
-    }
     if (!args.draft_path || !*args.draft_path) {
       throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: no draft checkpoint path");
     }
@@ -46,9 +48,8 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
     }
     const int threads = plugins::resolve_num_threads(options.num_threads);
     if (!args.target.info) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: no target model");
-    head_ = std::make_unique<EagleHead>(
-        args.draft_path, args.target,
-        load_draft_vocab(args.draft_path, options.draft_vocab_size, args.target.info->vocab_size), threads);
+    head_ = load_head(args, threads,
+                      load_draft_vocab(args.draft_path, options.draft_vocab_size, args.target.info->vocab_size));
     const auto& c = head_->config();
     info_.struct_size = sizeof info_;
     info_.num_draft_layers = c.num_layers;
@@ -59,12 +60,31 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
 
   pllm_speculator_info info() { return info_; }
 
+  // The head for args.device: the CPU's, or (in a CUDA build) the CUDA one.
+  static std::unique_ptr<DraftHead> load_head(const pllm_speculator_create_args& args, int threads,
+                                              std::vector<int32_t> draft_vocab) {
+    switch (args.device.type) {
+      case PLLM_DEVICE_CPU:
+        return std::make_unique<EagleHead>(args.draft_path, args.target, std::move(draft_vocab), threads);
+      case PLLM_DEVICE_CUDA:
+#ifdef PAGEDLLM_HAVE_CUDA
+        return load_cuda_eagle_head(args.draft_path, args.target, args.device.index, std::move(draft_vocab), threads);
+#else
+        throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle: " + device_label(args.device) +
+                                                      " asked for, but this build has no CUDA (built without CUDA)");
+#endif
+      case PLLM_DEVICE_INVALID:
+        break;
+    }
+    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle runs on the CPU or CUDA (" + device_label(args.device) + ")");
+  }
+
   void draft(const pllm_draft_args& args, pllm_draft_output& out) { head_->draft(args, out); }
 
   void verify(const pllm_verify_args& args, pllm_verify_output& out) { plugins::verify_drafts(args, out); }
 
  private:
-  std::unique_ptr<EagleHead> head_;
+  std::unique_ptr<DraftHead> head_;
   pllm_speculator_info info_{};
 };
 
@@ -72,4 +92,5 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
 }  // namespace pagedllm::spec_eagle
 
 PAGEDLLM_PLUGIN(pagedllm::spec_eagle::EaglePlugin, "spec_eagle", "0.1.0",
-                "EAGLE-1 draft head (shares the target's embedding and lm_head) and lossless rejection sampling, CPU")
+                "EAGLE-1 draft head (shares the target's embedding and lm_head) and lossless rejection sampling, CPU or "
+                "CUDA")

@@ -1,9 +1,18 @@
 // Speculative decoding on the real pair: the embedded model models/pagedllm-tiny
-// and its EAGLE-1 head, through configs/eagle.yaml. Greedy output with
-// speculation must equal greedy output without it, token for token. Both kinds
-// run in one engine at once (plain ones opt out per request), so every batch
-// mixes speculative and plain rows; the second section shrinks the KV cache so
-// that requests are preempted in the middle of speculation.
+// and its EAGLE-1 head, through configs/eagle.yaml (test_speculative_greedy)
+// or, built as test_speculative_greedy_cuda, configs/eagle-cuda.yaml (the pair
+// on cuda:0 with attention_cuda, f32; skipped without a device). Greedy output
+// with speculation must equal greedy output without it, token for token. Both
+// kinds run in one engine at once (plain ones opt out per request), so every
+// batch mixes speculative and plain rows; the second section shrinks the KV
+// cache so that requests are preempted in the middle of speculation.
+//
+// The equality holds when the target's argmax at a position does not depend
+// on the batch it is computed in (a verify row of 1 + K tokens or a plain
+// decode row). Both devices compute in f32, where a different summation order
+// moves logits by ~1e-5 (models_llama's CPU/CUDA comparison), so only a
+// near-tie could flip, and the float64 oracle's smallest top-two margin on
+// greedy continuations of this model is 0.0117 (models_llama cuda_test.cpp).
 
 #include <catch2/catch.hpp>
 
@@ -17,6 +26,9 @@
 #include "core/config/config.h"
 #include "core/engine/engine.h"
 #include "core/host/plugin_check.h"
+#ifdef PAGEDLLM_SPECULATIVE_ON_CUDA
+#include "tests/support/cuda_device.h"
+#endif
 
 using namespace pagedllm;
 
@@ -67,16 +79,24 @@ const std::vector<std::string> kPrompts = {
 
 TEST_CASE("EAGLE on the embedded model: greedy output with speculation equals greedy output without it",
           "[speculative][fidelity]") {
+#ifdef PAGEDLLM_SPECULATIVE_ON_CUDA
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  const char* const config_file = PAGEDLLM_SOURCE_DIR "/configs/eagle-cuda.yaml";
+#else
+  const char* const config_file = PAGEDLLM_SOURCE_DIR "/configs/eagle.yaml";
+#endif
   const bool pressure = GENERATE(false, true);
   CAPTURE(pressure);
-  std::vector<std::string> overrides = {"plugins.search_paths=[" PAGEDLLM_PLUGIN_DIR "]",
-                                        "attention.options.num_threads=1"};
+  std::vector<std::string> overrides = {"plugins.search_paths=[" PAGEDLLM_PLUGIN_DIR "]"};
+#ifndef PAGEDLLM_SPECULATIVE_ON_CUDA
+  overrides.push_back("attention.options.num_threads=1");
+#endif
   if (pressure) {
     // 40 blocks of 16 tokens for 24 requests of up to ~80 tokens: preemption by recompute.
     overrides.push_back("cache.kv_cache_bytes=" + std::to_string(40 * 7 * 2 * 2 * 32 * 4 * 16));
     overrides.push_back("scheduler.max_model_len=256");
   }
-  const HostConfig config = load_config(PAGEDLLM_SOURCE_DIR "/configs/eagle.yaml", overrides);
+  const HostConfig config = load_config(config_file, overrides);
   PluginRegistry registry = make_plugin_registry(config);
   const auto engine = Engine::create(config, registry);
   engine->start();

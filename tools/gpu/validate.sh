@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # The GPU validation run: build with CUDA, run the GPU tests, A/B the attention
-# backends, and compare greedy output on the GPU with the CPU path. Written for
+# backends, compare greedy output on the GPU with the CPU path, and greedy output
+# with EAGLE speculation on the GPU with greedy output without it. Written for
 # the lent GPU machine (one H100/H200, 16 cores, nothing downloadable, at most
 # 10 minutes a call); docs/gpu-validation.md says how a session calls it and
 # where its numbers are recorded.
 #
 #   tools/gpu/validate.sh [STAGE...]      # default: every stage, in order
-#   stages: env deps configure build test attn e2e
+#   stages: env deps configure build test attn e2e eagle
 #
 # Results go to $OUT (the device tool's folder; default build-gpu/out), as at most
 # 7 files: summary.md (one line per stage and the numbers), build.log, test.log,
-# attn_bench.log, attn_bench_quick.json, attn_bench_decode.json, e2e.log.
+# attn_bench.log, attn_bench_quick.json, attn_bench_decode.json, e2e.log (the
+# e2e and eagle stages both write there).
 # A failing stage is marked FAIL in the summary and the run goes on to the next
 # one; the exit status is 1 when any stage failed.
 #
@@ -23,6 +25,9 @@
 #     ("no --device-b") and nothing is run.
 #   - configs/serve-cuda.yaml is configs/serve.yaml on cuda:0 with attention_cuda and
 #     dtype f32, so greedy outputs must be equal.
+#   - configs/eagle-cuda.yaml is serve-cuda.yaml plus a speculative: section
+#     (spec_eagle), so its greedy output must equal serve-cuda.yaml's (test_speculative_greedy_cuda
+#     checks the same inside one engine; this stage checks it through pagedllm-host).
 #
 # Dependencies: the machine has CUDA, CMake, ninja and a compiler, but not Boost,
 # yaml-cpp, spdlog, fmt, nlohmann-json, Catch2 or OpenBLAS. tools/gpu/pack_deps.sh,
@@ -192,42 +197,64 @@ attn_stage() {
   return "$status"
 }
 
-e2e_stage() {
-  local host=$BUILD/bin/pagedllm-host equal=0 i=0
-  [[ -x $host ]] || { echo "$host not built"; return 1; }
-  : >"$OUT/e2e.log"
+# compare_greedy LABEL_A CONFIG_A LABEL_B CONFIG_B: every prompt greedily through
+# pagedllm-host with both configs (64 tokens; B at log level info, so its load and
+# KV sizing lines land in e2e.log); both texts, their times and where they part go
+# to e2e.log. Prints how many prompts gave equal texts.
+compare_greedy() {
+  local label_a=$1 config_a=$2 label_b=$3 config_b=$4 host=$BUILD/bin/pagedllm-host equal=0 i=0
   for prompt in "${PROMPTS[@]}"; do
     i=$((i + 1))
     local args=(--prompt "$prompt" --max-tokens 64 --temperature 0 --ignore-eos)
-    local cpu gpu t0=$SECONDS
-    echo "== prompt $i: $(printf '%q' "$prompt")" >>"$OUT/e2e.log"
-    cpu=$("$host" --config configs/serve.yaml --log-level warn "${args[@]}" 2>>"$OUT/e2e.log")
-    local cpu_s=$((SECONDS - t0))
+    local a b t0=$SECONDS
+    echo "== $label_a vs $label_b, prompt $i: $(printf '%q' "$prompt")" >>"$OUT/e2e.log"
+    a=$("$host" --config "$config_a" --log-level warn "${args[@]}" 2>>"$OUT/e2e.log")
+    local a_s=$((SECONDS - t0))
     t0=$SECONDS
-    # At info the GPU run logs its KV pool sizing (what went where) into e2e.log.
-    gpu=$("$host" --config configs/serve-cuda.yaml --log-level info "${args[@]}" 2>>"$OUT/e2e.log")
-    local gpu_status=$? gpu_s=$((SECONDS - t0))
+    b=$("$host" --config "$config_b" --log-level info "${args[@]}" 2>>"$OUT/e2e.log")
+    local b_status=$? b_s=$((SECONDS - t0))
     {
-      echo "-- cpu ${cpu_s} s, gpu ${gpu_s} s, gpu exit $gpu_status"
-      echo "-- cpu:"; printf '%s\n' "$cpu"
-      echo "-- gpu:"; printf '%s\n' "$gpu"
+      echo "-- $label_a ${a_s} s, $label_b ${b_s} s, $label_b exit $b_status"
+      echo "-- $label_a:"; printf '%s\n' "$a"
+      echo "-- $label_b:"; printf '%s\n' "$b"
     } >>"$OUT/e2e.log"
-    if [[ $gpu_status -eq 0 && "$cpu" == "$gpu" ]]; then
+    if [[ $b_status -eq 0 && "$a" == "$b" ]]; then
       equal=$((equal + 1))
     else
       # Where the texts part: a near-tie flipped by f32 rounding shows as a late split.
       local n=0
-      while ((n < ${#cpu} && n < ${#gpu})) && [[ "${cpu:n:1}" == "${gpu:n:1}" ]]; do n=$((n + 1)); done
-      echo "   differs from character $n of ${#cpu}" >>"$OUT/e2e.log"
+      while ((n < ${#a} && n < ${#b})) && [[ "${a:n:1}" == "${b:n:1}" ]]; do n=$((n + 1)); done
+      echo "   differs from character $n of ${#a}" >>"$OUT/e2e.log"
     fi
   done
+  echo "$equal"
+}
+
+e2e_stage() {
+  [[ -x $BUILD/bin/pagedllm-host ]] || { echo "$BUILD/bin/pagedllm-host not built"; return 1; }
+  : >"$OUT/e2e.log"
+  local equal
+  equal=$(compare_greedy cpu configs/serve.yaml gpu configs/serve-cuda.yaml)
   echo "$equal of ${#PROMPTS[@]} prompts: GPU greedy text equals the CPU's (64 tokens each; e2e.log)"
+  ((equal == ${#PROMPTS[@]}))
+}
+
+eagle_stage() {
+  [[ -x $BUILD/bin/pagedllm-host ]] || { echo "$BUILD/bin/pagedllm-host not built"; return 1; }
+  # The CUDA draft head's worst error against the CPU head, per variant (the test's stdout).
+  if [[ -x $BUILD/bin/test_spec_eagle_cuda ]]; then
+    "$BUILD/bin/test_spec_eagle_cuda" 2>&1 | grep -E 'spec_eagle CUDA vs CPU head|SKIPPED|FAILED|passed' >>"$OUT/e2e.log"
+  fi
+  # At info the EAGLE run logs the draft head's load line (device, dtype, draft vocabulary).
+  local equal
+  equal=$(compare_greedy gpu configs/serve-cuda.yaml eagle configs/eagle-cuda.yaml)
+  echo "$equal of ${#PROMPTS[@]} prompts: EAGLE greedy text on the GPU equals plain greedy on the GPU (e2e.log)"
   ((equal == ${#PROMPTS[@]}))
 }
 
 # ---- run ----
 stages=("$@")
-((${#stages[@]})) || stages=(env deps configure build test attn e2e)
+((${#stages[@]})) || stages=(env deps configure build test attn e2e eagle)
 : >"$SUMMARY.env"
 {
   echo "# GPU validation"
@@ -238,12 +265,12 @@ note "| --- | --- | --- | --- |"
 use_deps
 for s in "${stages[@]}"; do
   case $s in
-    env | deps | configure | build | test | attn | e2e)
+    env | deps | configure | build | test | attn | e2e | eagle)
       stage "$s" "${s}_stage"
       [[ $s == deps ]] && use_deps
       ;;
     *)
-      note "| $s | **FAIL** | 0 s | unknown stage (env deps configure build test attn e2e) |"
+      note "| $s | **FAIL** | 0 s | unknown stage (env deps configure build test attn e2e eagle) |"
       FAILED=1
       ;;
   esac

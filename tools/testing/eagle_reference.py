@@ -3,6 +3,7 @@
 over a target LlamaForCausalLM, written out in float64 with PyTorch.
 
     /usr/bin/python3 tools/testing/eagle_reference.py --target DIR --head DIR --input IN.json --output OUT.json
+        [--dtype bfloat16]   # every op in bf16: how far a bf16 head may be from float64 (tolerances)
 
 IN  {"sequences": [{"tokens": [x_0 .. x_L],
                     "features": [[hidden floats] per position 0 .. L-1] (optional),
@@ -100,7 +101,7 @@ class EagleReference:
             features = torch.cat((features, predicted[-1:]), dim=0)
             row_tokens.append(y)
             predicted = self.head(features, row_tokens)
-        return {"logits": (predicted @ self.lm_head.T).tolist(), "predicted": predicted.tolist(),
+        return {"logits": (predicted @ self.lm_head.T).double().tolist(), "predicted": predicted.double().tolist(),
                 "feature_max_abs_diff": diff}
 
 
@@ -110,10 +111,12 @@ def main(argv):
     parser.add_argument("--head", required=True, help="the EAGLE head's directory")
     parser.add_argument("--input", required=True, help="request JSON")
     parser.add_argument("--output", required=True, help="where to write the result JSON")
+    parser.add_argument("--dtype", default="float64", choices=["float64", "bfloat16"],
+                        help="what the head and the target compute in (default float64: the oracle)")
     args = parser.parse_args(argv)
     with open(args.input, encoding="utf-8") as f:
         request = json.load(f)
-    model = EagleReference(args.target, args.head)
+    model = EagleReference(args.target, args.head, getattr(torch, args.dtype))
     with torch.no_grad():
         result = {"sequences": [model.run(s) for s in request["sequences"]]}
     with open(args.output, "w", encoding="utf-8") as f:

@@ -88,18 +88,6 @@ void add_row(Mismatch& mismatch, int64_t& not_excluded, const std::vector<float>
   mismatch.add(kept, kept_ref, kLogitsTolerance);
 }
 
-std::vector<int32_t> random_tokens(int32_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> token(1, 8191);
-  std::vector<int32_t> out{0};  // bos
-  while (int32_t(out.size()) < count) out.push_back(token(rng));
-  return out;
-}
-
-std::vector<int32_t> slice(const std::vector<int32_t>& v, std::size_t begin, std::size_t end) {
-  return {v.begin() + std::ptrdiff_t(begin), v.begin() + std::ptrdiff_t(end)};
-}
-
 struct OracleSequence {
   Matrix logits;  // [row = position][vocab]
   double feature_diff;

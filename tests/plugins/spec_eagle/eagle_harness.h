@@ -1,7 +1,8 @@
 #pragma once
 // Drives spec_eagle the way core will: the real spec_eagle, models_llama and
-// attention_cpu .so files loaded through the host's registry, the draft
-// attached to a real target model, and (EagleRunner) the draft's KV layer in
+// attention .so files loaded through the host's registry (attention_cpu, or on
+// CUDA the backend a llama_test::Placement names), the draft attached to a real
+// target model on the same device, and (EagleRunner) the draft's KV layer in
 // the target's paged pool, with permuted non-contiguous block tables whose
 // every slot first holds NaN K/V. Throws std::runtime_error /
 // pagedllm::PluginCallError; Catch-free so any test file can use it.
@@ -13,6 +14,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/plugins/models_llama/paged_runner.h"
@@ -22,6 +24,7 @@ namespace eagle_test {
 using llama_test::Attention;
 using llama_test::expect;
 using llama_test::Model;
+using llama_test::Placement;
 
 inline const std::filesystem::path kTargetDir = PAGEDLLM_SOURCE_DIR "/models/pagedllm-tiny";
 inline const std::filesystem::path kDraftDir = PAGEDLLM_SOURCE_DIR "/models/pagedllm-tiny-eagle";
@@ -35,14 +38,15 @@ inline std::shared_ptr<pagedllm::PluginLibrary> speculator_library() {
 class Speculator {
  public:
   Speculator(const std::filesystem::path& draft_dir, const Model& target, const std::string& options = "{}",
-             int32_t num_speculative_tokens = 4, const pllm_model_api* model_api = nullptr)
+             int32_t num_speculative_tokens = 4, const pllm_model_api* model_api = nullptr,
+             pllm_device device = {PLLM_DEVICE_CPU, 0})
       : target_info_(target.info()) {
     const std::string path = draft_dir.string();
     pllm_speculator_create_args args{};
     args.struct_size = sizeof args;
     args.options_json = options.c_str();
     args.draft_path = path.c_str();
-    args.device = {PLLM_DEVICE_CPU, 0};
+    args.device = device;
     args.target.model_api = model_api ? model_api : &target.api();
     args.target.model = target.handle();
     args.target.info = &target_info_;
@@ -58,13 +62,16 @@ class Speculator {
     return out;
   }
 
-  // Logits [batch.num_logits, vocab] of one draft forward.
-  pllm_tensor draft(const pllm_batch& batch, const pllm_tensor& features, pllm_attention_ref attention) {
+  // Logits [batch.num_logits, vocab] of one draft forward; `feature_rows`
+  // (with features of ndim 0) picks the chain rows, null: row t itself.
+  pllm_tensor draft(const pllm_batch& batch, const pllm_tensor& features, pllm_attention_ref attention,
+                    const int32_t* feature_rows = nullptr) {
     pllm_draft_args args{};
     args.struct_size = sizeof args;
     args.batch = &batch;
     args.features = features;
     args.attention = attention;
+    args.feature_rows = feature_rows;
     pllm_draft_output out{};
     out.struct_size = sizeof out;
     pllm_error error{};
@@ -84,6 +91,21 @@ class Speculator {
   pllm_model_info target_info_;
   pagedllm::SpeculatorInstance instance_;
 };
+
+// A sequence of `count` tokens of pagedllm-tiny's vocabulary: bos (0), then
+// ids drawn from [1, 8192) by `seed`.
+inline std::vector<int32_t> random_tokens(int32_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> token(1, 8191);
+  std::vector<int32_t> out{0};
+  while (int32_t(out.size()) < count) out.push_back(token(rng));
+  return out;
+}
+
+// v[begin, end).
+inline std::vector<int32_t> slice(const std::vector<int32_t>& v, std::size_t begin, std::size_t end) {
+  return {v.begin() + std::ptrdiff_t(begin), v.begin() + std::ptrdiff_t(end)};
+}
 
 inline pllm_tensor f32_tensor(const float* data, std::vector<int64_t> shape) {
   pllm_tensor t{};
@@ -118,10 +140,11 @@ class EagleRunner {
   };
 
   EagleRunner(const std::string& model_options, const std::string& attention_options, const std::string& draft_options,
-              int32_t block_size = 4, int32_t num_blocks = 48, uint32_t seed = 11)
-      : target_(kTargetDir, model_options),
-        attention_(attention_options),
-        draft_(kDraftDir, target_, draft_options),
+              Placement placement = {}, int32_t block_size = 4, int32_t num_blocks = 48, uint32_t seed = 11)
+      : placement_(std::move(placement)),
+        target_(kTargetDir, model_options, placement_.dtype, placement_.device),
+        attention_(attention_options, placement_),
+        draft_(kDraftDir, target_, draft_options, 4, nullptr, placement_.device),
         block_size_(block_size),
         rng_(seed) {
     info_ = target_.info();
@@ -214,17 +237,20 @@ class EagleRunner {
   }
 
   // A draft step: row t's feature is features[t] ([num_tokens][hidden]), or,
-  // when `features` is empty, the draft's own chain. Logits of `logits_rows`.
+  // when `features` is empty, the draft's own chain (row feature_rows[t] of
+  // the previous step's logits when given). Logits of `logits_rows`.
   std::vector<std::vector<float>> draft_step(const std::vector<Chunk>& chunks,
                                              const std::vector<std::vector<float>>& features,
-                                             std::vector<int32_t> logits_rows) {
+                                             std::vector<int32_t> logits_rows,
+                                             const std::vector<int32_t>& feature_rows = {}) {
     const Batch& b = plan(chunks, std::move(logits_rows), {});
     std::vector<float> flat;
     for (const auto& row : features) flat.insert(flat.end(), row.begin(), row.end());
     const pllm_tensor f = features.empty()
                               ? pllm_tensor{}
                               : f32_tensor(flat.data(), {int64_t(features.size()), int64_t(info_.hidden_size)});
-    const pllm_tensor logits = draft_.draft(b.view, f, attention_.ref());
+    const pllm_tensor logits =
+        draft_.draft(b.view, f, attention_.ref(), feature_rows.empty() ? nullptr : feature_rows.data());
     expect(logits.ndim == 2 && logits.shape[0] == int64_t(b.logits_rows.size()) && logits.shape[1] == info_.vocab_size,
            "draft logits have the wrong shape");
     return llama_test::rows_of(logits);
@@ -264,19 +290,31 @@ class EagleRunner {
     v.seq_lens = b.seq_lens.data();
     v.block_tables = b.block_tables.data();
     const int64_t heads = info_.num_heads, kv_heads = info_.num_kv_heads, d = info_.head_dim;
-    std::vector<float> q(std::size_t(slots * heads * d), 0.0f), out(q.size());
-    std::vector<float> kv(std::size_t(slots * kv_heads * d), std::numeric_limits<float>::quiet_NaN());
+    const float nan = std::numeric_limits<float>::quiet_NaN();
     pllm_attention_layer_args args{};
     args.struct_size = sizeof args;
-    args.query = f32_tensor(q.data(), {slots, heads, d});
-    args.key = f32_tensor(kv.data(), {slots, kv_heads, d});
+    std::vector<float> q, kv, out;  // the host tensors' memory, on the CPU
+    if (placement_.device.type == PLLM_DEVICE_CPU) {
+      q.assign(std::size_t(slots * heads * d), 0.0f);
+      out.resize(q.size());
+      kv.assign(std::size_t(slots * kv_heads * d), nan);
+      args.query = f32_tensor(q.data(), {slots, heads, d});
+      args.key = f32_tensor(kv.data(), {slots, kv_heads, d});
+      args.output = f32_tensor(out.data(), {slots, heads, d});
+    } else {
+      expect(bool(placement_.device_tensor), "a device placement needs device_tensor");
+      args.query = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
+      args.key = placement_.device_tensor(slots, kv_heads, d, info_.dtype, nan);
+      args.output = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
+    }
     args.value = args.key;
-    args.output = f32_tensor(out.data(), {slots, heads, d});
     args.scale = 1.0f;
     attention_.plan(v);
     for (int32_t layer = 0; layer < num_layers_; ++layer) attention_.run(layer, args);
+    if (placement_.synchronize) placement_.synchronize();
   }
 
+  Placement placement_;
   Model target_;
   Attention attention_;
   Speculator draft_;

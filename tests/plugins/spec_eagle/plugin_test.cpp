@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/plugins/spec_eagle/eagle_harness.h"
+#include "tests/support/thrown.h"
 
 using namespace eagle_test;
 using Catch::Matchers::Contains;
@@ -223,6 +224,19 @@ TEST_CASE("spec_eagle: fc.bias is optional", "[spec_eagle]") {
   draft.edit_weights([](auto& tensors) { std::erase_if(tensors, [](auto& t) { return t.name == "fc.bias"; }); });
   Speculator spec(draft.dir, target());
   CHECK(spec.info().num_draft_layers == 1);
+}
+
+TEST_CASE("spec_eagle: cuda:0 with a target on the CPU is a clear error in every build", "[spec_eagle]") {
+  const auto e = pagedllm::testing::thrown<pagedllm::PluginCallError>(
+      [] { Speculator spec(kDraftDir, target(), "{}", 4, nullptr, {PLLM_DEVICE_CUDA, 0}); });
+  CHECK(e.status() == PLLM_ERROR_UNSUPPORTED);
+  const std::string message = e.what();
+#ifdef PAGEDLLM_HAVE_CUDA
+  // The CUDA head refuses the CPU target before it touches a device.
+  CHECK_THAT(message, Contains("the target's 'model.embed_tokens.weight' is on cpu, but the draft runs on cuda:0"));
+#else
+  CHECK_THAT(message, Contains("spec_eagle: cuda:0 asked for, but this build has no CUDA"));
+#endif
 }
 
 TEST_CASE("spec_eagle: a target without get_tensor is refused", "[spec_eagle]") {
