@@ -21,7 +21,7 @@ def main():
         sys.exit(__doc__)
     runs = []
     for arg in sys.argv[2:]:
-        label, directory = arg.split("=", 1)
+        label, directory = arg.rsplit("=", 1)
         with open(os.path.join(directory, "summary.json")) as f:
             runs.append((label, json.load(f)))
     series = [("CLI, batch 1", lambda s: s["cli"])] + [
