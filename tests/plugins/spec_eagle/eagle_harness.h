@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tests/plugins/models_llama/paged_runner.h"
+#include "tools/common/host_batch.h"
 
 namespace eagle_test {
 
@@ -134,9 +135,9 @@ class EagleRunner {
     std::vector<int32_t> token_ids;
   };
   struct Batch {
-    std::vector<int32_t> token_ids, positions, query_start_loc, seq_lens, block_tables, logits_rows, hidden_rows;
-    std::vector<int64_t> slot_mapping;
-    pllm_batch view;
+    pagedllm::tools::HostBatch host;
+    std::vector<int32_t> logits_rows, hidden_rows;
+    pllm_batch view;  // of host, with the logits and hidden rows
   };
 
   EagleRunner(const std::string& model_options, const std::string& attention_options, const std::string& draft_options,
@@ -178,12 +179,13 @@ class EagleRunner {
   Batch& plan(const std::vector<Chunk>& chunks, std::vector<int32_t> logits_rows, std::vector<int32_t> hidden_rows) {
     Batch& b = batch_;
     b = Batch{};
-    b.query_start_loc.push_back(0);
-    int32_t num_decode = 0, max_query = 0, max_seq = 0;
+    pagedllm::tools::HostBatch& h = b.host;
+    h.block_size = block_size_;
+    h.max_blocks_per_seq = kMaxBlocksPerSeq;
     for (const Chunk& c : chunks) {
       std::vector<int32_t>& blocks = blocks_[std::size_t(c.seq)];
       const int32_t len = int32_t(c.token_ids.size()), seq_len = c.first + len;
-      if (len == 1 && c.first > 0) ++num_decode;
+      if (len == 1 && c.first > 0) ++h.num_decode_seqs;
       while (int32_t(blocks.size()) * block_size_ < seq_len) {
         expect(!free_blocks_.empty(), "the block pool is exhausted");
         blocks.push_back(free_blocks_.back());
@@ -191,36 +193,20 @@ class EagleRunner {
       }
       for (int32_t i = 0; i < len; ++i) {
         const int32_t p = c.first + i;
-        b.token_ids.push_back(c.token_ids[std::size_t(i)]);
-        b.positions.push_back(p);
-        b.slot_mapping.push_back(int64_t(blocks[std::size_t(p / block_size_)]) * block_size_ + p % block_size_);
+        h.token_ids.push_back(c.token_ids[std::size_t(i)]);
+        h.positions.push_back(p);
+        h.slot_mapping.push_back(int64_t(blocks[std::size_t(p / block_size_)]) * block_size_ + p % block_size_);
       }
-      b.query_start_loc.push_back(int32_t(b.token_ids.size()));
-      b.seq_lens.push_back(seq_len);
+      h.query_start_loc.push_back(int32_t(h.token_ids.size()));
+      h.seq_lens.push_back(seq_len);
       std::vector<int32_t> table(std::size_t(kMaxBlocksPerSeq), -1);
       std::copy(blocks.begin(), blocks.end(), table.begin());
-      b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
-      max_query = std::max(max_query, len);
-      max_seq = std::max(max_seq, seq_len);
+      h.block_tables.insert(h.block_tables.end(), table.begin(), table.end());
     }
     b.logits_rows = std::move(logits_rows);
     b.hidden_rows = std::move(hidden_rows);
     pllm_batch& v = b.view;
-    v = pllm_batch{};
-    v.struct_size = sizeof v;
-    v.num_seqs = int32_t(b.seq_lens.size());
-    v.num_tokens = int32_t(b.token_ids.size());
-    v.num_decode_seqs = num_decode;
-    v.max_query_len = max_query;
-    v.max_seq_len = max_seq;
-    v.block_size = block_size_;
-    v.max_blocks_per_seq = kMaxBlocksPerSeq;
-    v.token_ids = b.token_ids.data();
-    v.positions = b.positions.data();
-    v.slot_mapping = b.slot_mapping.data();
-    v.query_start_loc = b.query_start_loc.data();
-    v.seq_lens = b.seq_lens.data();
-    v.block_tables = b.block_tables.data();
+    v = h.view();
     v.num_logits = int32_t(b.logits_rows.size());
     v.logits_indices = b.logits_rows.data();
     v.num_hidden = int32_t(b.hidden_rows.size());
@@ -263,32 +249,8 @@ class EagleRunner {
   // backend's write path: one single-token sequence per slot.
   void poison(int32_t num_blocks) {
     const int32_t slots = num_blocks * block_size_;
-    Batch b;
-    b.query_start_loc.push_back(0);
-    for (int32_t slot = 0; slot < slots; ++slot) {
-      b.token_ids.push_back(0);
-      b.positions.push_back(0);
-      b.slot_mapping.push_back(slot);
-      b.query_start_loc.push_back(slot + 1);
-      b.seq_lens.push_back(1);
-      std::vector<int32_t> table(std::size_t(kMaxBlocksPerSeq), -1);
-      table[0] = slot / block_size_;
-      b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
-    }
-    pllm_batch v{};
-    v.struct_size = sizeof v;
-    v.num_seqs = slots;
-    v.num_tokens = slots;
-    v.max_query_len = 1;
-    v.max_seq_len = 1;
-    v.block_size = block_size_;
-    v.max_blocks_per_seq = kMaxBlocksPerSeq;
-    v.token_ids = b.token_ids.data();
-    v.positions = b.positions.data();
-    v.slot_mapping = b.slot_mapping.data();
-    v.query_start_loc = b.query_start_loc.data();
-    v.seq_lens = b.seq_lens.data();
-    v.block_tables = b.block_tables.data();
+    const pagedllm::tools::HostBatch b = pagedllm::tools::every_slot_batch(slots, block_size_, kMaxBlocksPerSeq);
+    const pllm_batch v = b.view();
     const int64_t heads = info_.num_heads, kv_heads = info_.num_kv_heads, d = info_.head_dim;
     const float nan = std::numeric_limits<float>::quiet_NaN();
     pllm_attention_layer_args args{};
