@@ -165,6 +165,9 @@ HostConfig read_root(const YAML::Node& root_node, SourceMap sources) {
     s.plugin = read_plugin_slot(spec, "speculative");
     s.draft = resolve_path(spec.require_string("draft"), spec, "draft");
     s.num_speculative_tokens = static_cast<int>(spec.get_int("num_speculative_tokens", 4, 1, 16));
+    if (spec.is_set("disable_by_batch_size")) {
+      s.disable_by_batch_size = static_cast<int>(spec.get_int("disable_by_batch_size", 0, 1, 1 << 20));
+    }
     spec.finish();
     config.speculative = std::move(s);
   }

@@ -45,6 +45,11 @@ struct SpeculativeConfig {
   PluginSlot plugin;
   std::filesystem::path draft;
   int num_speculative_tokens = 4;
+  // A request that arrives while this many or more are unfinished decodes
+  // without drafts (vLLM's speculative_disable_by_batch_size): in a large
+  // batch the target's K extra rows per sequence cost more than drafts save.
+  // Unset: every request that can speculate does.
+  std::optional<int> disable_by_batch_size;
 };
 
 struct ServerConfig {

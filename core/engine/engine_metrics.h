@@ -53,6 +53,8 @@ struct EngineMetrics {
   std::int64_t spec_decode_accepted_tokens = 0;
   // [i]: verifications that accepted draft i + 1 (so also drafts 1..i).
   std::vector<std::int64_t> spec_decode_accepted_per_position;
+  // Requests that could speculate but arrived at speculative.disable_by_batch_size.
+  std::int64_t spec_decode_disabled_by_batch_size = 0;
   bool speculative_decoding_enabled = false;
 
   // --- Histograms (seconds) ---

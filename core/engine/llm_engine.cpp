@@ -459,8 +459,16 @@ bool LlmEngine::drain_inbox() {
     stop = stop_requested_;
     mode = shutdown_mode_;
   }
+  // 0: speculation is never turned off by load.
+  const std::size_t disable_at = config_.speculative && config_.speculative->disable_by_batch_size
+                                     ? static_cast<std::size_t>(*config_.speculative->disable_by_batch_size)
+                                     : 0;
   for (PendingRequest& p : arrived) {
     const auto prompt_tokens = static_cast<std::int64_t>(p.request.prompt_token_ids.size());
+    if (p.scheduled.speculative && disable_at > 0 && scheduler_->num_unfinished() >= disable_at) {
+      decode_without_speculation(p.scheduled, p.request.cache_salt);
+      update_metrics([](EngineMetrics& m) { ++m.spec_decode_disabled_by_batch_size; });
+    }
     try {
       scheduler_->add_request(std::move(p.scheduled));
     } catch (const RequestRejected& e) {

@@ -22,7 +22,18 @@ void check_range(const char* name, float value, float low, float high, bool low_
   }
 }
 
+// A speculative request's blocks also hold the draft's KV layer, which a plain
+// request never writes: the two kinds share no cached blocks.
+std::string cache_key(const std::string& salt, bool speculative) {
+  return speculative ? salt + "\x1f" + "speculative" : salt;
+}
+
 }  // namespace
+
+void decode_without_speculation(Request& request, const std::string& cache_salt) {
+  request.speculative = false;
+  request.cache_key = cache_key(cache_salt, false);
+}
 
 bool speculative_request(const GenerateRequest& request, const RequestLimits& limits) {
   return limits.speculative_decoding && request.speculative && request.sampling.n == 1 &&
@@ -94,9 +105,7 @@ Request to_scheduler_request(const GenerateRequest& request, const RequestLimits
   out.n = sampling.n;
   out.priority = request.priority;
   out.speculative = speculative_request(request, limits);
-  // A speculative request's blocks also hold the draft's KV layer, which a
-  // plain request never writes: the two kinds share no cached blocks.
-  out.cache_key = out.speculative ? request.cache_salt + "\x1f" + "speculative" : request.cache_salt;
+  out.cache_key = cache_key(request.cache_salt, out.speculative);
   if (auto error = Scheduler::admission_error(out, limits.scheduler, limits.block_size,
                                               limits.num_device_blocks)) {
     reject(sampling.n > 1 ? "n" : "max_tokens", *error);

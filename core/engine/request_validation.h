@@ -30,6 +30,10 @@ struct RequestLimits {
 // values the verification path does not compute.
 bool speculative_request(const GenerateRequest& request, const RequestLimits& limits);
 
+// Makes a request admitted as speculative decode one token per step: no
+// drafts, and the prefix-cache key of a plain request with its salt.
+void decode_without_speculation(Request& request, const std::string& cache_salt);
+
 // Throws RequestRejected (request id -1) naming the field, the value and the
 // limit. The returned Request has no id yet and max_tokens resolved (unset =
 // the rest of the context).

@@ -73,6 +73,8 @@ class Scheduler {
 
   // ---- Introspection ------------------------------------------------------
   bool has_unfinished() const { return !requests_.empty(); }
+  // Requests added and not yet finished (waiting, running or swapped).
+  std::size_t num_unfinished() const { return requests_.size(); }
   SchedulerStats stats() const;
   const KvCacheManager& kv_cache() const { return kv_; }
   std::optional<RequestStatus> status(RequestId request) const;

@@ -108,6 +108,10 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
               "Verifications: one per sequence and step that had drafts. Mean acceptance length = "
               "1 + accepted tokens / drafts.",
               m.spec_decode_num_drafts);
+    w.counter("pagedllm:spec_decode_disabled_by_batch_size_total",
+              "Requests that arrived while speculative.disable_by_batch_size or more were unfinished, and "
+              "so decode without drafts.",
+              m.spec_decode_disabled_by_batch_size);
     w.family("pagedllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
              "Verifications that accepted the draft at this position (0-based).");
     for (std::size_t i = 0; i < m.spec_decode_accepted_per_position.size(); ++i) {

@@ -48,6 +48,8 @@ TEST_CASE("a minimal config gets the documented defaults", "[config]") {
   CHECK_FALSE(c.server.api_key.has_value());
   CHECK_FALSE(c.speculative.has_value());
   CHECK(c.log_level == "info");
+  CHECK_FALSE(parse_config(kMinimal + "speculative: {plugin: spec_eagle, draft: d}\n", "/etc/x.yaml")
+                  .speculative->disable_by_batch_size.has_value());
 }
 
 TEST_CASE("every section is read into typed values", "[config]") {
@@ -56,6 +58,7 @@ speculative:
   plugin: spec_eagle
   draft: /models/draft
   num_speculative_tokens: 3
+  disable_by_batch_size: 16
 cache: {block_size: 32, gpu_memory_utilization: 0.8, kv_cache_bytes: 2GiB, swap_space: 512MB, enable_prefix_caching: false}
 scheduler: {max_num_seqs: 8, max_num_batched_tokens: 512, preemption_mode: swap, policy: priority}
 server: {host: 0.0.0.0, port: 9000, api_key: secret}
@@ -69,6 +72,7 @@ logging: {level: debug}
   CHECK(c.speculative->plugin.plugin == "spec_eagle");
   CHECK(c.speculative->draft == "/models/draft");
   CHECK(c.speculative->num_speculative_tokens == 3);
+  CHECK(c.speculative->disable_by_batch_size == std::optional<int>(16));
   CHECK(c.cache.block_size == 32);
   CHECK(c.cache.kv_cache_bytes == (2ull << 30));
   CHECK(c.cache.swap_space_bytes == 512'000'000ull);
@@ -131,6 +135,8 @@ TEST_CASE("impossible values are errors naming the key", "[config]") {
   CHECK_THAT(config_error(kMinimal + "cache: {gpu_memory_utilization: 1.5}\n"),
              Contains("cache.gpu_memory_utilization: must be in"));
   CHECK_THAT(config_error(kMinimal + "server: {port: 70000}\n"), Contains("server.port: must be in [0, 65535]"));
+  CHECK_THAT(config_error(kMinimal + "speculative: {plugin: spec_eagle, draft: d, disable_by_batch_size: 0}\n"),
+             Contains("speculative.disable_by_batch_size: must be in [1, 1048576], got 0"));
   CHECK_THAT(config_error(kMinimal + "device: gpu\n"), Contains("device: must be cpu, cuda or cuda:N"));
   CHECK_THAT(config_error(kMinimal + "scheduler: {preemption_mode: pause}\n"),
              Contains("scheduler.preemption_mode: must be one of recompute, swap"));

@@ -502,10 +502,10 @@ TEST_CASE("engine creation refuses a cache too small for one full-length sequenc
 
 namespace {
 
-std::string speculative_yaml(int k, int wrong_every = 3) {
+std::string speculative_yaml(int k, int wrong_every = 3, const std::string& extra = "") {
   return fmt::format("speculative: {{plugin: {}/fixture_rule_speculator.so, draft: rule-model, "
-                     "num_speculative_tokens: {}, options: {{wrong_every: {}}}}}",
-                     PAGEDLLM_FIXTURE_PLUGIN_DIR, k, wrong_every);
+                     "num_speculative_tokens: {}, options: {{wrong_every: {}}}{}}}",
+                     PAGEDLLM_FIXTURE_PLUGIN_DIR, k, wrong_every, extra);
 }
 
 }  // namespace
@@ -579,6 +579,42 @@ TEST_CASE("speculative decoding: a perfect draft is always accepted, an opted-ou
   CHECK(m.spec_decode_num_drafts == 4);
   CHECK(m.spec_decode_accepted_tokens == m.spec_decode_draft_tokens);
   CHECK(m.spec_decode_draft_tokens == 4 + 4 + 4 + 4);
+}
+
+TEST_CASE("speculative decoding: requests arriving at disable_by_batch_size unfinished decode without drafts",
+          "[engine][speculative]") {
+  // A perfect draft at K = 4: a speculative request of 21 tokens takes exactly
+  // 4 verifications (the prompt's step samples token 1 and drafts 4, each
+  // verification yields 5), a plain one none.
+  // Steps of 2 ms: none of the five can finish while they are being submitted.
+  EngineFixture f({"model.options.step_delay_ms=2"}, -1,
+                  speculative_yaml(4, /*wrong_every=*/0, ", disable_by_batch_size: 2"));
+  f.engine().start();
+  std::vector<GenerateRequest> requests;
+  std::vector<std::vector<std::int32_t>> expected;
+  for (int i = 0; i < 5; ++i) {
+    GenerateRequest r = f.request(fmt::format("burst {}", i), 21);
+    expected.push_back(rule_continuation(r.prompt_token_ids, 21, f.vocab()));
+    requests.push_back(std::move(r));
+  }
+  // Submitted together, before the first can finish: the first two speculate.
+  const std::vector<Collected> outputs = f.run_together(std::move(requests));
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE_FALSE(outputs[i].error);
+    CHECK(outputs[i].sequences[0].tokens == expected[i]);
+  }
+  EngineMetrics m = f.engine().metrics();
+  CHECK(m.spec_decode_disabled_by_batch_size == 3);
+  CHECK(m.spec_decode_num_drafts == 2 * 4);
+
+  // Alone again, a request speculates.
+  GenerateRequest r = f.request("after the burst", 21);
+  const std::vector<std::int32_t> prompt = r.prompt_token_ids;
+  CHECK(f.run(std::move(r)).sequences[0].tokens == rule_continuation(prompt, 21, f.vocab()));
+  m = f.engine().metrics();
+  CHECK(m.spec_decode_disabled_by_batch_size == 3);
+  CHECK(m.spec_decode_num_drafts == 3 * 4);
 }
 
 TEST_CASE("speculative greedy and sampled requests in one batch: greedy follows the rule, seeded ones reproduce",

@@ -2,7 +2,7 @@
 # Speculative decoding benchmark on the CPU: the embedded model with its EAGLE-1
 # head (configs/eagle.yaml) and without (configs/serve.yaml), in one run:
 #   1. batch 1 through the one-shot CLI: 'def fibonacci(n):', 256 greedy tokens;
-#   2. pagedllm-bench against a server of each, at concurrency 1 and 8 (64 prompt
+#   2. pagedllm-bench against a server of each, at concurrency 1, 8 and 64 (64 prompt
 #      + 128 greedy output tokens), with two kinds of prompts: "random", tokens of
 #      an English text drawn one by one (a context no model can continue well:
 #      the worst case for drafting), and "code", windows of tools/train/train.py
@@ -62,8 +62,8 @@ done
 
 prompts_of() { if [[ $1 == code ]]; then echo --prompt-file tools/train/train.py; fi; }
 for workload in random code; do
-  for concurrency in 1 8; do
-    requests=$((concurrency == 1 ? 8 : 48))
+  for concurrency in 1 8 64; do
+    requests=$((concurrency == 1 ? 8 : concurrency == 8 ? 48 : 128))
     for repeat in $(seq "$repeats"); do
       for name in $(order "$repeat"); do
         serve "$name" "$(config_of "$name")"

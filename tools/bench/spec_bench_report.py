@@ -89,7 +89,7 @@ def main():
           "| ratio | chunk gap ms plain | with EAGLE | mean acceptance length | draft acceptance rate | by position |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for workload in ("random", "code"):
-        for c in (1, 8):
+        for c in (1, 8, 64):
             p, n = medians(out, "plain", workload, c)
             e, _ = medians(out, "eagle", workload, c)
             mal, rate, per_position = acceptance(out, workload, c)
