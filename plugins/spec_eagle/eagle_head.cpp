@@ -38,7 +38,6 @@ void EagleHead::bind_target(const pllm_speculator_target& target) {
   }
   lm_head_ = static_cast<const float*>(shared.lm_head.data);
   const int64_t v = config_.vocab_size, h = config_.hidden_size;
-  lm_head_rows_ = v;
   if (draft_vocab_.empty()) return;
   // A dense copy of the draft vocabulary's rows, so a draft step streams
   // N x hidden floats instead of vocab x hidden.
@@ -52,7 +51,6 @@ void EagleHead::bind_target(const pllm_speculator_target& target) {
   pllm::log_info("spec_eagle: draft vocabulary of ", rows, " of ", v, " tokens (lm_head ", (rows * h * 4) >> 10,
                  " KiB instead of ", (v * h * 4) >> 10, " KiB)");
   lm_head_ = draft_lm_head_.data();
-  lm_head_rows_ = rows;
 }
 
 void EagleHead::load_weights(const std::filesystem::path& draft_dir) {
@@ -126,7 +124,7 @@ void EagleHead::draft(const pllm_draft_args& args, pllm_draft_output& out) {
     logits = logits_.reserve(n(int64_t(b.num_logits) * v));
     llama_cpu::linear(pool_, chain_.data(), h, b.num_logits, lm_head_, v, h, logits, v, false);
   } else {
-    const int64_t rows = lm_head_rows_;
+    const auto rows = static_cast<int64_t>(draft_vocab_.size());
     float* draft_logits = draft_logits_.reserve(n(int64_t(b.num_logits) * rows));
     llama_cpu::linear(pool_, chain_.data(), h, b.num_logits, lm_head_, rows, h, draft_logits, rows, false);
     logits = vocab_logits_.scatter(draft_vocab_, draft_logits, b.num_logits, v);

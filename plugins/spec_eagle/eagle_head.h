@@ -51,7 +51,6 @@ class EagleHead final : public DraftHead {
   // The lm_head the draft multiplies by: the target's [vocab, hidden], or
   // draft_lm_head_, its rows of the draft vocabulary.
   const float* lm_head_ = nullptr;
-  int64_t lm_head_rows_ = 0;
   std::vector<int32_t> draft_vocab_;
   std::vector<float> draft_lm_head_;
 
