@@ -11,9 +11,14 @@ if [[ ${1:-} == --no-sanitize ]]; then sanitize=0; shift; fi
 scripts/setup.sh
 
 jobs=$(nproc)
+# ccache (installed by setup.sh) keeps compiled objects across builds and checkouts: paths
+# under the checkout are hashed relative to it, so a fresh clone elsewhere hits the cache.
+export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 build() {  # build <dir> <extra cmake args...>
   local dir=$1; shift
-  cmake -S . -B "$dir" -G Ninja -DPAGEDLLM_WERROR=ON "$@" >/dev/null
+  cmake -S . -B "$dir" -G Ninja -DPAGEDLLM_WERROR=ON \
+    -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+    -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache "$@" >/dev/null
   cmake --build "$dir" --parallel "$jobs"
 }
 run_tests() {  # run_tests <dir> <ctest args...>

@@ -42,6 +42,7 @@
 #include "core/config/config.h"
 #include "core/engine/engine.h"
 #include "core/host/plugin_check.h"
+#include "tests/support/python.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 
@@ -55,13 +56,7 @@ constexpr int kNewTokens = 12;
 constexpr double kLogprobTolerance = 1e-4;
 constexpr double kTieMargin = 1e-3;
 
-const std::string kPython = "/usr/bin/python3";
-
-bool oracle_available() {
-  static const bool available =
-      testing::run_command(kPython + " -c 'import torch, numpy'").exit_code == 0;
-  return available;
-}
+const std::string kPython = testing::kPython;
 
 Json read_json(const fs::path& file) {
   std::ifstream in(file);
@@ -243,10 +238,7 @@ void check_against_oracle(const EngineRun& run) {
 }  // namespace
 
 TEST_CASE("engine greedy output and logprobs equal the PyTorch oracle", "[fidelity][engine]") {
-  if (!oracle_available()) {
-    WARN("SKIPPED: /usr/bin/python3 has no torch/numpy (scripts/setup.sh installs python3-torch)");
-    return;
-  }
+  testing::require_python_modules("torch, numpy");
   const std::string variant = GENERATE(std::string("optimized"), std::string("reference"));
   CAPTURE(variant);
   const std::string attention = "attention.options.variant=" + variant;

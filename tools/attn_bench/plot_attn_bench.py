@@ -1,8 +1,7 @@
-#!/usr/bin/python3
 """Plots pagedllm-attn-bench JSON: time per run() call and effective KV
 bandwidth vs context length, for both backends, one column per workload.
 
-usage: /usr/bin/python3 tools/attn_bench/plot_attn_bench.py RESULTS.json OUT.png
+usage: scripts/python.sh tools/attn_bench/plot_attn_bench.py RESULTS.json OUT.png
 
 Cases that differ only in context are one line; other dimensions (GQA,
 head_dim, block size, dtype) become separate lines, labelled by them. A side

@@ -63,7 +63,8 @@ Options:
   --api-key KEY           sent as "Authorization: Bearer KEY"
   --timeout S             seconds a request may take (default 600)
   --json FILE             write the configuration, summary and every request's timings
-  --plot-dir DIR          write PNG plots there (needs python3 with matplotlib)
+  --plot-dir DIR          write PNG plots there (with the project's Python, .venv;
+                          PAGEDLLM_PYTHON names another with matplotlib)
   --help
 )";
 
@@ -410,7 +411,7 @@ int run(const Options& o) {
   if (o.plot_dir) {
     if (!o.json_path) throw UsageError("--plot-dir needs --json (the plots are drawn from it)");
     const char* python = std::getenv("PAGEDLLM_PYTHON");
-    const std::string command = fmt::format("'{}' '{}' '{}' '{}'", python ? python : "/usr/bin/python3",
+    const std::string command = fmt::format("'{}' '{}' '{}' '{}'", python ? python : PAGEDLLM_BENCH_PYTHON,
                                             PAGEDLLM_BENCH_PLOT_SCRIPT, *o.json_path, *o.plot_dir);
     std::fflush(stdout);
     if (std::system(command.c_str()) != 0) throw std::runtime_error("plotting failed: " + command);

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Draws tools/bench/spec_bench.sh runs side by side: plot_spec_sweep.py OUT.png LABEL=DIR [LABEL=DIR ...]
 
 Each DIR is a spec_bench.sh output directory (its summary.json, written by

@@ -78,4 +78,4 @@ for workload in random code; do
     done
   done
 done
-/usr/bin/python3 tools/bench/spec_bench_report.py "$out"
+scripts/python.sh tools/bench/spec_bench_report.py "$out"

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Summarises tools/bench/spec_bench.sh. The CLI runs (batch 1): median decode
 tokens/s with and without EAGLE, the inter-token latency that is (1 / rate), whether
 every run printed the same text, and the acceptance the EAGLE runs report. The

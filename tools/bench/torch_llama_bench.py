@@ -1,10 +1,9 @@
-#!/usr/bin/python3
 """The PyTorch side of models_llama_bench: an eager f32 forward of an HF Llama
 directory (HF's equations, as in tools/testing/llama_reference.py, batched and
 with a contiguous KV cache like HF's DynamicCache), timed on the same workloads
 as the C++ benchmark. Prints nothing; writes JSON.
 
-    /usr/bin/python3 tools/bench/torch_llama_bench.py --model DIR --output OUT.json \
+    scripts/python.sh tools/bench/torch_llama_bench.py --model DIR --output OUT.json \
         [--threads N] [--prefill-len P] [--prompt-len L] [--decode-steps S] [--batches 1,8] [--repeats R]
 
 OUT: {"prefill_tokens_per_s": x, "decode_tokens_per_s": {"1": y, "8": z}, "torch_version", "threads"}

@@ -19,8 +19,8 @@ it
      (128-token prompts, 128 output tokens, concurrency 1 and 32);
   5. prints a table and the pagedllm / HF ratios, and writes them as JSON.
 
-    python3 tools/gpu/hf_baseline.py --shapes 1b,7b --work /tmp/hf-baseline --json $OUT/hf_baseline.json
-    python3 tools/gpu/hf_baseline.py --dry-run      # the plan and the generated configs; no torch needed
+    scripts/python.sh tools/gpu/hf_baseline.py --shapes 1b,7b --work /tmp/hf-baseline --json $OUT/hf_baseline.json
+    scripts/python.sh tools/gpu/hf_baseline.py --dry-run      # the plan and the generated configs; no torch needed
 
 Needs PyTorch with CUDA and transformers (the lent GPU machine has both) and a build with
 the CUDA plugins (--build, default build-gpu: tools/gpu/validate.sh makes it). Without them
@@ -114,13 +114,13 @@ def require_gpu_stack():
     try:
         import torch  # noqa: F401
     except ImportError as e:
-        raise Missing(f"PyTorch is not installed ({e}); run this on the lent GPU machine, whose python3 has it")
+        raise Missing(f"PyTorch is not installed ({e}); run scripts/setup.sh (it installs requirements.txt into .venv)")
     if not torch.cuda.is_available():
         raise Missing(f"PyTorch {torch.__version__} sees no CUDA device; run this on the lent GPU machine")
     try:
         import transformers  # noqa: F401
     except ImportError as e:
-        raise Missing(f"HF transformers is not installed ({e}); the lent GPU machine's python3 has it")
+        raise Missing(f"HF transformers is not installed ({e}); run scripts/setup.sh (it installs requirements.txt into .venv)")
     return torch, transformers
 
 

@@ -1,8 +1,7 @@
-#!/usr/bin/python3
 """The EAGLE-1 draft oracle: the head of tools/train/model.py (class EagleHead)
 over a target LlamaForCausalLM, written out in float64 with PyTorch.
 
-    /usr/bin/python3 tools/testing/eagle_reference.py --target DIR --head DIR --input IN.json --output OUT.json
+    scripts/python.sh tools/testing/eagle_reference.py --target DIR --head DIR --input IN.json --output OUT.json
         [--dtype bfloat16]   # every op in bf16: how far a bf16 head may be from float64 (tolerances)
 
 IN  {"sequences": [{"tokens": [x_0 .. x_L],

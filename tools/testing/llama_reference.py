@@ -1,10 +1,9 @@
-#!/usr/bin/python3
 """The fidelity oracle: a plain PyTorch forward of an HF LlamaForCausalLM
 directory, written from HF's Llama equations (not imported from transformers,
 which Debian 12 lacks), in float64 by default.
 
-    /usr/bin/python3 tools/testing/llama_reference.py logits   --model DIR --input IN.json --output OUT.json
-    /usr/bin/python3 tools/testing/llama_reference.py generate --model DIR --input IN.json --output OUT.json
+    scripts/python.sh tools/testing/llama_reference.py logits   --model DIR --input IN.json --output OUT.json
+    scripts/python.sh tools/testing/llama_reference.py generate --model DIR --input IN.json --output OUT.json
 
 logits:   IN  {"sequences": [[token ids], ...]}
           OUT {"logits": [[[vocab floats] per position] per sequence],

@@ -1,9 +1,8 @@
-#!/usr/bin/python3
 """Writes a small random Llama (LlamaForCausalLM) as an HF model directory,
 deterministically from a seed, for fidelity tests, end-to-end engine tests and
 benchmarks. numpy only; safetensors are written by hand (hf_safetensors.py).
 
-    /usr/bin/python3 tools/testing/make_tiny_llama.py OUT_DIR [options]
+    scripts/python.sh tools/testing/make_tiny_llama.py OUT_DIR [options]
 
 OUT_DIR gets config.json, generation_config.json, model.safetensors (or
 --shards N files plus model.safetensors.index.json), and the byte-level

@@ -1,9 +1,8 @@
-#!/usr/bin/python3
 """Builds the small tokenizer fixtures in tests/fixtures/tokenizer/ and their
 expected ids, independently of pagedllm's C++ tokenizer.
 
 Run with Debian's interpreter (python3-sentencepiece and python3-regex):
-    /usr/bin/python3 tools/tokenizer_fixtures/make_fixtures.py
+    scripts/python.sh tools/tokenizer_fixtures/make_fixtures.py
 
 Three fixtures, each a directory with tokenizer.json, tokenizer_config.json and
 expected.json ({"cases": [{"text", "ids"}]}, ids without special tokens):

@@ -1,10 +1,9 @@
-#!/usr/bin/python3
 """Builds the pinned training corpus: the Python 3.11 standard library of this
 machine (Debian 12), packed into a deterministic archive that every training
 script reads instead of the file system.
 
-    /usr/bin/python3 tools/train/build_corpus.py            # (re)build and write the files below
-    /usr/bin/python3 tools/train/build_corpus.py --check    # rebuild in memory, compare with the committed archive
+    scripts/python.sh tools/train/build_corpus.py            # (re)build and write the files below
+    scripts/python.sh tools/train/build_corpus.py --check    # rebuild in memory, compare with the committed archive
 
 Writes into tools/train/corpus/:
   python-stdlib.tar.xz   the archive: stdlib/<path> for every selected file, plus

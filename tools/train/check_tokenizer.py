@@ -1,8 +1,7 @@
-#!/usr/bin/python3
 """Checks that pagedllm's C++ tokenizer encodes exactly like the Python reference encoder
 (bpe.Encoder) with a tokenizer written by train_tokenizer.py, and that both round-trip.
 
-    /usr/bin/python3 tools/train/check_tokenizer.py --tokenizer models/pagedllm-tiny \
+    scripts/python.sh tools/train/check_tokenizer.py --tokenizer models/pagedllm-tiny \
         --bin build/bin/pagedllm-tokenize [--all]
 
 Texts: the held-out files of the pinned corpus (--all: every file), plus edge cases.

@@ -5,7 +5,7 @@ split first; ties by id) and their "counts", plus the corpus and tokenizer diges
 on. spec_eagle's `draft_vocab_size: N` option drafts over the first N (plugins/spec_eagle/
 draft_vocab.h). Prints how much of the training and held-out text the top N cover.
 
-    /usr/bin/python3 tools/train/draft_vocab.py --target models/pagedllm-tiny \\
+    scripts/python.sh tools/train/draft_vocab.py --target models/pagedllm-tiny \\
         --out models/pagedllm-tiny-eagle [--cache build-train/target]
 """
 import argparse

@@ -1,8 +1,7 @@
-#!/usr/bin/python3
 """Evaluates the exported target (models/pagedllm-tiny): held-out loss / perplexity / bits
 per byte on the pinned held-out split, and greedy completions of fixed prompts.
 
-    /usr/bin/python3 tools/train/evaluate.py --model models/pagedllm-tiny --out build-train/eval.json
+    scripts/python.sh tools/train/evaluate.py --model models/pagedllm-tiny --out build-train/eval.json
 
 The weights are read from model.safetensors (bf16) and computed in fp32.
 """

@@ -4,7 +4,7 @@
 NOT RUN YET: this machine has no `transformers` / `tokenizers`. Run it where they are
 installed (the lent GPU machine; the CPU is enough, the model is tiny):
 
-    python3 tools/train/export_golden_hf.py --model models/pagedllm-tiny \
+    scripts/python.sh tools/train/export_golden_hf.py --model models/pagedllm-tiny \
         --out tests/fixtures/models/pagedllm-tiny/golden_hf.json
 
 It loads the exported directory with transformers' own classes (AutoTokenizer,

@@ -1,9 +1,8 @@
-#!/usr/bin/python3
 """Exports a trained pagedllm-tiny checkpoint (final.pt from train.py) as a standard HF
 model directory: config.json (LlamaForCausalLM), model.safetensors (bf16 by default),
 generation_config.json, tokenizer.json, tokenizer_config.json.
 
-    /usr/bin/python3 tools/train/export_hf.py --ckpt build-train/target/final.pt \
+    scripts/python.sh tools/train/export_hf.py --ckpt build-train/target/final.pt \
         --tokenizer build-train/tokenizer --out models/pagedllm-tiny
 
 The EAGLE head is exported by train_eagle.py with export_eagle() below.

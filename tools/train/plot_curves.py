@@ -1,7 +1,6 @@
-#!/usr/bin/python3
 """Draws the loss curves of a training run from its log.jsonl files (matplotlib, Agg).
 
-    /usr/bin/python3 tools/train/plot_curves.py --target build-train/target/log.jsonl \
+    scripts/python.sh tools/train/plot_curves.py --target build-train/target/log.jsonl \
         --eagle build-train/eagle/log.jsonl --out docs/training
 """
 import argparse

@@ -3,7 +3,7 @@
 # plus the numbers and plots in docs/training.md. Run from the repository root:
 #
 #   tools/train/run_all.sh                        # CPU, one thread (as committed)
-#   DEVICE=cuda THREADS=8 PY=python3 TRAIN_ARGS="--hidden 384 ..." tools/train/run_all.sh
+#   DEVICE=cuda THREADS=8 TRAIN_ARGS="--hidden 384 ..." tools/train/run_all.sh
 #                                                 # GPU machine (see docs/training.md)
 #
 # Every step is deterministic for a given machine and torch version (seeds: train.py 1234,
@@ -11,7 +11,7 @@
 # train.py and train_eagle.py resume from their checkpoints there when rerun.
 set -eu
 
-PY=${PY:-/usr/bin/python3}
+PY=${PY:-.venv/bin/python}   # the project's Python (scripts/setup.sh)
 DEVICE=${DEVICE:-cpu}
 THREADS=${THREADS:-1}
 WORK=${WORK:-build-train}

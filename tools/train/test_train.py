@@ -1,7 +1,6 @@
-#!/usr/bin/python3
 """Unit checks of the training tools (small random models, a few seconds on one CPU thread).
 
-    /usr/bin/python3 tools/train/test_train.py
+    scripts/python.sh tools/train/test_train.py
 """
 import os
 import sys

@@ -1,7 +1,6 @@
-#!/usr/bin/python3
 """Trains pagedllm-tiny, a LlamaForCausalLM, on the pinned corpus.
 
-    /usr/bin/python3 tools/train/train.py --tokenizer build-train/tokenizer --out build-train/target
+    scripts/python.sh tools/train/train.py --tokenizer build-train/tokenizer --out build-train/target
 
 Writes into --out: log.jsonl (one JSON object per logged step / eval), ckpt.pt (every
 --ckpt-every steps; a rerun of the same command resumes from it), final.pt (fp32 weights +

@@ -1,8 +1,7 @@
-#!/usr/bin/python3
 """Trains the EAGLE-1 draft head of pagedllm-tiny on the target's own features and
 predictions, exports it, and measures its offline acceptance on the held-out split.
 
-    /usr/bin/python3 tools/train/train_eagle.py --target models/pagedllm-tiny \
+    scripts/python.sh tools/train/train_eagle.py --target models/pagedllm-tiny \
         --out build-train/eagle --export models/pagedllm-tiny-eagle
 
 The target is the exported directory (bf16 weights, computed in fp32 / bf16 autocast),

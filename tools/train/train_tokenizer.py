@@ -1,8 +1,7 @@
-#!/usr/bin/python3
 """Trains the byte-level BPE tokenizer of pagedllm-tiny on the training split of the
 pinned corpus and writes tokenizer.json + tokenizer_config.json (HF format).
 
-    /usr/bin/python3 tools/train/train_tokenizer.py --out work/tokenizer
+    scripts/python.sh tools/train/train_tokenizer.py --out work/tokenizer
 
 Layout: GPT-2 style (ByteLevel pre-tokenizer with GPT-2's regex, "a b" merges,
 ByteLevel decoder). Vocabulary 8192: ids 0-2 are the special tokens <|endoftext|>

@@ -119,7 +119,7 @@ TEST_CASE("models_llama: CUDA refuses a dtype other than f32, f16 and bf16", "[m
 
 TEST_CASE("models_llama on CUDA matches the oracle: prefill, chunked prefill, decode, mixed", "[models_llama][cuda]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();
-  if (!oracle_available()) return;
+  require_oracle();
   for (const DtypeCase& c : kDtypes) {
     INFO("dtype " << c.stored);
     TempDir dir;
@@ -152,7 +152,7 @@ TEST_CASE("models_llama on CUDA matches the oracle: prefill, chunked prefill, de
 
 TEST_CASE("models_llama on CUDA: llama3 RoPE, tied embeddings, odd sizes, rows asked for", "[models_llama][cuda]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();
-  if (!oracle_available()) return;
+  require_oracle();
   // hidden 36 and intermediate 100: rows that are not a multiple of the bf16
   // 16-byte vector (8 elements), so the scalar kernel variants run too.
   TempDir dir;

@@ -79,21 +79,21 @@ void run_mixed(const std::filesystem::path& model, uint32_t seed) {
 }  // namespace
 
 TEST_CASE("models_llama: a single prefill matches the oracle", "[models_llama][fidelity]") {
-  if (!oracle_available()) return;
+  require_oracle();
   TempDir dir;
   make_model(dir.path());
   run_scenario(dir.path(), {random_tokens(23, 1)}, {{{0, 23}}});
 }
 
 TEST_CASE("models_llama: the same prompt as a chunked prefill over three steps", "[models_llama][fidelity]") {
-  if (!oracle_available()) return;
+  require_oracle();
   TempDir dir;
   make_model(dir.path());
   run_scenario(dir.path(), {random_tokens(23, 1)}, {{{0, 7}}, {{0, 9}}, {{0, 7}}});
 }
 
 TEST_CASE("models_llama: decode steps after a prefill", "[models_llama][fidelity]") {
-  if (!oracle_available()) return;
+  require_oracle();
   TempDir dir;
   make_model(dir.path());
   std::vector<std::vector<Chunk>> steps = {{{0, 9}}};
@@ -102,14 +102,14 @@ TEST_CASE("models_llama: decode steps after a prefill", "[models_llama][fidelity
 }
 
 TEST_CASE("models_llama: mixed batches of decodes and prefill chunks", "[models_llama][fidelity]") {
-  if (!oracle_available()) return;
+  require_oracle();
   TempDir dir;
   make_model(dir.path());
   run_mixed(dir.path(), 10);
 }
 
 TEST_CASE("models_llama: f16 and bf16 checkpoints, sharded", "[models_llama][fidelity]") {
-  if (!oracle_available()) return;
+  require_oracle();
   for (const char* args : {"--dtype f16", "--dtype bf16 --shards 3"}) {
     INFO(args);
     TempDir dir;
@@ -120,7 +120,7 @@ TEST_CASE("models_llama: f16 and bf16 checkpoints, sharded", "[models_llama][fid
 
 TEST_CASE("models_llama: llama3 RoPE scaling, tied embeddings, head_dim != hidden / heads",
           "[models_llama][fidelity]") {
-  if (!oracle_available()) return;
+  require_oracle();
   TempDir dir;
   // The llama3 bands (original context 64) all occur at head_dim 32 too;
   // positions run to 95, past the original context.
@@ -131,14 +131,14 @@ TEST_CASE("models_llama: llama3 RoPE scaling, tied embeddings, head_dim != hidde
 }
 
 TEST_CASE("models_llama: linear RoPE scaling", "[models_llama][fidelity]") {
-  if (!oracle_available()) return;
+  require_oracle();
   TempDir dir;
   make_model(dir.path(), "--rope-scaling linear --num-kv-heads 1");
   run_scenario(dir.path(), {random_tokens(40, 5)}, {{{0, 33}}, {{0, 7}}});
 }
 
 TEST_CASE("models_llama: logits and hidden states only for the rows asked for", "[models_llama][fidelity]") {
-  if (!oracle_available()) return;
+  require_oracle();
   TempDir dir;
   make_model(dir.path());
   const std::vector<std::vector<int32_t>> sequences = {random_tokens(12, 6), random_tokens(15, 7)};
@@ -161,7 +161,7 @@ TEST_CASE("models_llama: logits and hidden states only for the rows asked for", 
 }
 
 TEST_CASE("models_llama: greedy decoding through the paged cache equals the oracle's", "[models_llama][fidelity]") {
-  if (!oracle_available()) return;
+  require_oracle();
   TempDir dir;
   make_model(dir.path());
   const std::vector<std::vector<int32_t>> prompts = {random_tokens(6, 8), random_tokens(11, 9), {959}};
@@ -204,7 +204,7 @@ TEST_CASE("models_llama: greedy decoding through the paged cache equals the orac
 
 TEST_CASE("models_llama: the comparison detects a wrong context token and a forgotten norm weight",
           "[models_llama][fidelity]") {
-  if (!oracle_available()) return;
+  require_oracle();
   TempDir dir, plain_norm;
   make_model(dir.path());
   // The same model with model.norm.weight all ones: what ignoring it computes.

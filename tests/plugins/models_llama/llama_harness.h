@@ -16,18 +16,11 @@
 
 namespace llama_test {
 
-// True when the oracle can run; otherwise prints the skip marker ctest looks for.
-inline bool oracle_available() {
-  static const bool available = python_has("torch") && python_has("numpy");
-  if (!available) WARN("SKIPPED: " << kPython << " cannot import torch and numpy (the PyTorch oracle)");
-  return available;
-}
+// Fails the test case unless the project's Python can run the PyTorch oracle.
+inline void require_oracle() { pagedllm::testing::require_python_modules("torch, numpy"); }
 
-inline bool generator_available() {
-  static const bool available = python_has("numpy");
-  if (!available) WARN("SKIPPED: " << kPython << " cannot import numpy (the tiny-Llama generator)");
-  return available;
-}
+// Fails the test case unless the project's Python can run the tiny-Llama generator.
+inline void require_generator() { pagedllm::testing::require_python_modules("numpy"); }
 
 // ---- Comparison ------------------------------------------------------------------
 

@@ -30,6 +30,7 @@
 #include "pagedllm/sdk.h"
 #include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "plugins/llama_common/tensor_view.h"
+#include "tests/support/python.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
 #include "tools/common/host_batch.h"
@@ -43,13 +44,9 @@ inline void expect(bool condition, const std::string& message) {
   if (!condition) throw std::runtime_error(message);
 }
 
-inline constexpr const char* kPython = "/usr/bin/python3";
+using pagedllm::testing::kPython;
 
 // ---- Python: generator and oracle --------------------------------------------
-
-inline bool python_has(const char* module) {
-  return run_command(std::string(kPython) + " -c 'import " + module + "'").exit_code == 0;
-}
 
 inline std::string quote(const std::string& s) { return "'" + s + "'"; }
 

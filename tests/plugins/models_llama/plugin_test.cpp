@@ -55,7 +55,7 @@ void patch(const std::filesystem::path& path, std::size_t offset, const std::str
 }  // namespace
 
 TEST_CASE("models_llama: info comes from config.json and generation_config.json", "[models_llama]") {
-  if (!generator_available()) return;
+  require_generator();
   TempDir dir;
   make_model(dir.path(), "--head-dim 32 --num-layers 2");
   Model model(dir.path(), R"({"num_threads": 2})");
@@ -89,7 +89,7 @@ TEST_CASE("models_llama: info comes from config.json and generation_config.json"
 }
 
 TEST_CASE("models_llama: get_tensor serves HF names from the f32 layout", "[models_llama]") {
-  if (!generator_available()) return;
+  require_generator();
   for (const bool tied : {false, true}) {
     INFO("tied " << tied);
     TempDir dir;
@@ -125,7 +125,7 @@ TEST_CASE("models_llama: get_tensor serves HF names from the f32 layout", "[mode
 }
 
 TEST_CASE("models_llama: options, device and dtype are checked", "[models_llama]") {
-  if (!generator_available()) return;
+  require_generator();
   TempDir dir;
   make_model(dir.path(), "--num-layers 1");
   const std::string typo = load_error(dir.path(), R"({"num_thread": 2})");
@@ -153,7 +153,7 @@ TEST_CASE("models_llama: options, device and dtype are checked", "[models_llama]
 }
 
 TEST_CASE("models_llama: bad batches are refused, not read out of bounds", "[models_llama]") {
-  if (!generator_available()) return;
+  require_generator();
   TempDir dir;
   make_model(dir.path(), "--num-layers 1");
   PagedRunner runner(dir.path(), "{}", "{}");
@@ -175,7 +175,7 @@ TEST_CASE("models_llama: bad batches are refused, not read out of bounds", "[mod
 }
 
 TEST_CASE("models_llama: bad weight files name the file and the tensor", "[models_llama][weights]") {
-  if (!generator_available()) return;
+  require_generator();
   TempDir dir;
   make_model(dir.path(), "--num-layers 2");
   const auto file = dir.path() / "model.safetensors";
@@ -240,7 +240,7 @@ TEST_CASE("models_llama: bad weight files name the file and the tensor", "[model
 }
 
 TEST_CASE("models_llama: a missing shard names the index, the shard and a tensor", "[models_llama][weights]") {
-  if (!generator_available()) return;
+  require_generator();
   TempDir dir;
   make_model(dir.path(), "--num-layers 2 --shards 3 --dtype bf16");
   Model ok(dir.path());
@@ -252,7 +252,7 @@ TEST_CASE("models_llama: a missing shard names the index, the shard and a tensor
 }
 
 TEST_CASE("models_llama: bad config.json names the file and the key", "[models_llama][weights]") {
-  if (!generator_available()) return;
+  require_generator();
   TempDir dir;
   make_model(dir.path(), "--num-layers 1");
   const std::string config = (dir.path() / "config.json").string();

@@ -117,7 +117,7 @@ std::vector<OracleSequence> run_oracle(const nlohmann::json& input) {
 
 TEST_CASE("spec_eagle: draft logits over a chunked prefill and two chain steps match the oracle",
           "[spec_eagle][fidelity]") {
-  if (!llama_test::oracle_available()) return;
+  llama_test::require_oracle();
   // Sequence s has tokens x_0 .. x_L: the target sees x_0 .. x_{L-1}; draft
   // row t pairs f_t with x_{t+1}; then chain tokens y_1, y_2.
   const std::vector<std::vector<int32_t>> tokens = {random_tokens(14, 1), random_tokens(10, 2)};
