@@ -6,6 +6,7 @@ the server exits 0."""
 import asyncio
 import time
 
+import openai
 import pytest
 
 STREAMS = 72
@@ -110,3 +111,32 @@ def test_concurrent_streams_a_quarter_of_the_clients_leaving_mid_stream(busy_ser
     assert aborts == left
     finished = server.metric("pagedllm:request_success_total", 'finished_reason="length"') - length_before
     assert finished == STREAMS - left
+
+
+def test_clients_that_time_out_on_whole_completions_free_their_requests(busy_server):
+    # A non-streaming client that gives up (its timeout closes the connection) while its
+    # n = 2 request generates: the engine aborts the request (one per prompt, whatever n).
+    server = busy_server
+    clients = 8
+    aborts_before = server.metric("pagedllm:request_success_total", ABORTED)
+
+    async def give_up(client, model, i):
+        try:
+            await client.completions.create(model=model, prompt=f"Essay {i}:", max_tokens=LEAVER_MAX_TOKENS, n=2,
+                                            temperature=0.8, seed=i, extra_body={"ignore_eos": True}, timeout=0.5)
+        except openai.APITimeoutError:
+            return True
+        return False
+
+    async def run():
+        async with server.async_client() as client:
+            model = (await client.models.list()).data[0].id
+            timed_out = await asyncio.wait_for(
+                asyncio.gather(*(give_up(client, model, i) for i in range(clients))), STREAMS_TIMEOUT_S)
+            return timed_out, await wait_for_drain(server, aborts_before, clients)
+
+    timed_out, (running, blocks, aborts) = asyncio.run(run())
+    assert all(timed_out), timed_out
+    assert running == 0
+    assert blocks == 0
+    assert aborts == clients
