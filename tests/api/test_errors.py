@@ -128,6 +128,14 @@ def test_413_for_a_body_over_the_limit(client, model):
     assert len(client.models.list().data) == 1
 
 
+def test_431_for_a_header_over_16_kib(client, model):
+    error = expect(openai.APIStatusError, 431, client.completions.create, model=model, prompt="x", max_tokens=1,
+                   extra_headers={"X-Padding": "a" * (17 * 1024)})
+    assert error.type == "invalid_request_error"
+    # The connection closed after the 431; the client's next request gets a new one.
+    assert len(client.models.list().data) == 1
+
+
 def test_a_bad_streaming_request_fails_before_any_chunk(client, model):
     bad_request(client.completions.create, "temperature", model=model, prompt="x", temperature=-1, stream=True)
     bad_request(client.chat.completions.create, "messages", model=model, messages=[], stream=True)
