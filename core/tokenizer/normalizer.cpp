@@ -86,15 +86,18 @@ struct CodePointRange {
   char32_t first;
   char32_t last;
 };
-constexpr CodePointRange kHfNormalizationGaps[] = {
 #include "core/tokenizer/hf_normalization_gaps.inc"
-};
 
 bool is_hf_normalization_gap(char32_t c) {
   if (c < kHfNormalizationGaps[0].first) return false;
   const auto* it = std::upper_bound(std::begin(kHfNormalizationGaps), std::end(kHfNormalizationGaps), c,
                                     [](char32_t value, const CodePointRange& range) { return value < range.first; });
   return it != std::begin(kHfNormalizationGaps) && c <= std::prev(it)->last;
+}
+
+bool is_hf_uncomposed_pair(char32_t first, char32_t second) {
+  return std::any_of(std::begin(kHfUncomposedPairs), std::end(kHfUncomposedPairs),
+                     [&](const char32_t(&pair)[2]) { return pair[0] == first && pair[1] == second; });
 }
 
 // Unicode normalization forms through utf8proc.
@@ -104,10 +107,12 @@ class Utf8procNormalizer final : public Normalizer {
   void normalize(std::string& text) const override {
     // A code point HF does not know acts there as a starter without decomposition: nothing
     // reorders or composes across it. Normalizing the pieces between such code points
-    // separately and keeping them verbatim gives exactly that.
+    // separately and keeping them verbatim gives exactly that. Likewise, a piece ends
+    // between two starters that only utf8proc would compose.
     std::string out;
     std::size_t piece = 0;
     bool split = false;
+    char32_t previous = 0;
     for (std::size_t pos = 0; pos < text.size();) {
       std::size_t length = 0;
       const char32_t c = utf8::decode_at(text, pos, &length);
@@ -116,7 +121,12 @@ class Utf8procNormalizer final : public Normalizer {
         out.append(text, pos, length);
         piece = pos + length;
         split = true;
+      } else if ((options_ & UTF8PROC_COMPOSE) != 0 && is_hf_uncomposed_pair(previous, c)) {
+        out += map(std::string_view(text).substr(piece, pos - piece));
+        piece = pos;
+        split = true;
       }
+      previous = c;
       pos += length;
     }
     if (!split) {

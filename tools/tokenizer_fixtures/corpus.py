@@ -167,7 +167,7 @@ EDGE_CASES = [
     "e\u0301 vs \u00e9; \u212b vs \u00c5; \ufb01 ligature; \u2460 circled; \uff21\uff22 fullwidth",
     "HELLO World ŞİMDİ ΣΊΣΥΦΟΣ straße İi",
     # Marks newer than HF's normalization tables (classes it does not know) next to old ones.
-    "a\u064c\u0d3c \u0d3c\u064c x\u0898\u0301 \u1ac0\u0300e \u0627\u08ca\u064b",
+    "a\u064c\u0d3c \u0d3c\u064c x\u0898\u0301 \u1ac0\u0300e \u0627\u08ca\u064b \U00011935\U00011930 \U00011938",
     # Special and added tokens of every fixture, alone, glued to words and spaced.
     "<s> not a special token </s> <unk>", "<s>[INST] Hi [/INST]</s>",
     "<|endoftext|> <|begin_of_text|><|eot_id|>", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n",
