@@ -205,12 +205,12 @@ def bytelevel_qwen2():
 
 
 def bytelevel_normalized():
-    """Normalizers: Lowercase, NFKD, NFC, Replace (regex and string), Strip; an added token
-    matched on the normalized text."""
+    """Normalizers: Lowercase, all four Unicode forms, Replace (regex and string), Strip;
+    added tokens matched on the normalized text."""
     norm = normalizers.Sequence([
         normalizers.Lowercase(), normalizers.NFKD(), normalizers.NFC(),
-        normalizers.Replace(Regex("[ \t]{2,}"), " "), normalizers.Replace("``", '"'),
-        normalizers.Strip(left=True, right=True)])
+        normalizers.Replace(Regex("[ \t]{2,}"), " "), normalizers.NFD(), normalizers.Replace("``", '"'),
+        normalizers.NFKC(), normalizers.Strip(left=True, right=True)])
     tok = train_bpe(pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True), normalizer=norm,
                     vocab_size=900, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.decoder = decoders.ByteLevel()
