@@ -4,6 +4,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+
 #include "core/tokenizer/tokenizer.h"
 #include "tests/core/tokenizer_test_support.h"
 
@@ -62,6 +65,29 @@ TEST_CASE("add_special_tokens follows tokenizer_config.json like transformers", 
 
   const Tokenizer gpt2 = Tokenizer::from_model_dir(fixture_dir("bytelevel_gpt2"));
   CHECK(gpt2.encode("Hello") == gpt2.encode("Hello", false));
+}
+
+TEST_CASE("add_bos_token / add_eos_token per tokenizer class, as transformers applies them", "[tokenizer]") {
+  // config_variants.json: tokenizer_config.json variants and AutoTokenizer(text)'s ids.
+  const auto json = testing::read_json(std::string(PAGEDLLM_SOURCE_DIR) + "/tests/fixtures/tokenizer/config_variants.json");
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "pagedllm_tokenizer_config_variants";
+  std::filesystem::create_directories(dir);
+  std::size_t checked = 0;
+  for (const auto& variant : json.at("variants")) {
+    std::filesystem::copy_file(fixture_dir(variant.at("fixture").get<std::string>()) + "/tokenizer.json",
+                               dir / "tokenizer.json", std::filesystem::copy_options::overwrite_existing);
+    std::ofstream(dir / "tokenizer_config.json") << variant.at("config").dump();
+    const Tokenizer tokenizer = Tokenizer::from_model_dir(dir.string());
+    for (const auto& expected : variant.at("cases")) {
+      INFO(variant.at("fixture").get<std::string>() << " with " << variant.at("config").dump() << ": '"
+                                                     << expected.at("text").get<std::string>() << "'");
+      CHECK(tokenizer.encode(expected.at("text").get<std::string>(), true, true) ==
+            expected.at("ids").get<std::vector<TokenId>>());
+      ++checked;
+    }
+  }
+  std::filesystem::remove_all(dir);
+  CHECK(checked >= 20);
 }
 
 TEST_CASE("the tokenizer.json post-processor applies without tokenizer_config.json", "[tokenizer]") {

@@ -26,6 +26,8 @@ Files (docs/tokenizer.md says how the C++ tests use them):
 - chat_templates.json: real families' chat templates, conversations, and transformers'
   apply_chat_template output: the text (tokenize=False) and its ids (tokenize=True), or
   the exception it raised.
+- config_variants.json: tokenizer_config.json variants (tokenizer classes, add_bos_token,
+  add_eos_token) on the fixtures' tokenizer.json, and AutoTokenizer(text)'s ids.
 - core/tokenizer/hf_normalization_gaps.inc: the code points whose Unicode normalization
   HF's (older) tables do not know and utf8proc's do; pagedllm leaves them alone as HF does.
 """
@@ -424,6 +426,45 @@ def expectations(name, texts):
             "streams": streams(plain, auto, rng)}
 
 
+# tokenizer_config.json variants on the fixtures' tokenizer.json files: which classes
+# rebuild the BOS/EOS template from add_bos_token / add_eos_token, and their defaults.
+CONFIG_VARIANTS = [
+    ("spm_llama2", {"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": True}),
+    ("spm_llama2", {"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": False}),
+    ("spm_llama2", {"tokenizer_class": "LlamaTokenizer", "add_bos_token": False, "add_eos_token": True}),
+    ("spm_llama2", {"tokenizer_class": "CodeLlamaTokenizer", "add_eos_token": True}),
+    ("spm_llama2", {"tokenizer_class": "GemmaTokenizer", "add_bos_token": False}),
+    ("spm_llama2", {"tokenizer_class": "PreTrainedTokenizerFast"}),
+    ("spm_llama2", {"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": False}),
+    ("spm_llama2", {"tokenizer_class": "PreTrainedTokenizerFast", "add_eos_token": True}),
+    ("bytelevel_llama3", {"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": False}),
+    ("bytelevel_llama3", {"tokenizer_class": "GPTNeoXTokenizer"}),
+    ("bytelevel_llama3", {"tokenizer_class": "GPTNeoXTokenizer", "add_bos_token": True, "add_eos_token": True}),
+    ("bytelevel_gpt2", {"tokenizer_class": "GPT2Tokenizer", "add_bos_token": True}),
+    ("bytelevel_qwen2", {"tokenizer_class": "Qwen2Tokenizer", "add_eos_token": True}),
+]
+
+
+def config_expectations():
+    import shutil
+    import tempfile
+    out = []
+    for fixture, flags in CONFIG_VARIANTS:
+        with open(os.path.join(OUT, fixture, "tokenizer_config.json"), encoding="utf-8") as f:
+            base = json.load(f)
+        config = {key: base[key] for key in ("bos_token", "eos_token") if base.get(key) is not None}
+        config.update(flags)
+        with tempfile.TemporaryDirectory() as directory:
+            shutil.copy(os.path.join(OUT, fixture, "tokenizer.json"), directory)
+            with open(os.path.join(directory, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+                json.dump(config, f)
+            auto = transformers.AutoTokenizer.from_pretrained(directory, local_files_only=True)
+            cases = [{"text": text, "ids": auto(text)["input_ids"]} for text in ("", "Hello world")]
+        out.append({"fixture": fixture, "config": config, "transformers_class": type(auto).__name__,
+                    "cases": cases})
+    return {"transformers": transformers.__version__, "variants": out}
+
+
 def chat_expectations():
     families = []
     for family, template, fixture in CHAT_FAMILIES:
@@ -537,6 +578,7 @@ def dump(value):
 def outputs():
     texts = corpus.test_texts()
     files = {"texts.json": dump({"texts": texts}), "chat_templates.json": dump(chat_expectations()),
+             "config_variants.json": dump(config_expectations()),
              GAPS: normalization_gaps()}
     for name in FIXTURES:
         files[f"{name}/expected.json"] = dump(expectations(name, texts))
