@@ -434,6 +434,7 @@ CONFIG_VARIANTS = [
     ("spm_llama2", {"tokenizer_class": "LlamaTokenizer", "add_bos_token": False, "add_eos_token": True}),
     ("spm_llama2", {"tokenizer_class": "CodeLlamaTokenizer", "add_eos_token": True}),
     ("spm_llama2", {"tokenizer_class": "GemmaTokenizer", "add_bos_token": False}),
+    ("spm_llama2", {"tokenizer_class": "CohereTokenizerFast", "add_eos_token": True}),
     ("spm_llama2", {"tokenizer_class": "PreTrainedTokenizerFast"}),
     ("spm_llama2", {"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": False}),
     ("spm_llama2", {"tokenizer_class": "PreTrainedTokenizerFast", "add_eos_token": True}),
