@@ -81,7 +81,7 @@ MISTRAL_TEMPLATE = (
     "%}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
     "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif "
     "message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only "
-    "user and assistant roles are supported!') }}{% endif %}{% endfor %}")  # mistralai/Mistral-7B-Instruct-v0.2
+    "user and assistant roles are supported!') }}{% endif %}{% endfor %}")  # mistralai/Mistral-7B-Instruct-v0.1, v0.2
 QWEN2_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>"
     "system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' "
