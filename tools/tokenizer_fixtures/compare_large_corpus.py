@@ -79,7 +79,8 @@ def main():
         for text, w, g in zip(texts, want, got):
             if w != g:
                 at = first_difference(w, g)
-                problems.append(f"encode {text[:80]!r}...: ids differ at {at}: HF {w[at:at + 6]}, pagedllm {g[at:at + 6]}")
+                problems.append(f"encode {text[:80]!r}...: ids differ at {at}: "
+                                f"HF {w[at:at + 6]}, pagedllm {g[at:at + 6]}")
         want_text = hf.decode_batch(want, skip_special_tokens=False)
         got_text = run(args.bin, directory, ["--decode"], [json.dumps(w) + "\n" for w in want])
         for ids, w, g in zip(want, want_text, got_text):
