@@ -150,15 +150,28 @@ def train_bpe(pre_tokenizer, normalizer=None, vocab_size=1200, limit_alphabet=No
     return tokenizer
 
 
+# Sizes other tests rely on: the rule-model tests serve bytelevel_gpt2 with a 957-token
+# model (<|endoftext|> = 956); tools/testing/make_tiny_llama.py builds its models on
+# bytelevel_llama3 (964 tokens, <|begin_of_text|> = 959, <|end_of_text|> = 960,
+# <|eot_id|> = 963), and tests/plugins/models_llama checks those numbers.
+GPT2_MODEL_VOCAB = 956
+LLAMA3_MODEL_VOCAB = 959
+SPM_VOCAB = 1200
+
+
+def exact_size(tok, size, name):
+    if tok.get_vocab_size() != size:
+        raise SystemExit(f"{name}: trained {tok.get_vocab_size()} tokens, other tests need {size}")
+    return tok
+
+
 def bytelevel_gpt2():
-    tok = train_bpe(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-                    initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok = exact_size(train_bpe(pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+                               vocab_size=GPT2_MODEL_VOCAB, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+                     GPT2_MODEL_VOCAB, "bytelevel_gpt2")
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    tok.add_special_tokens([special("<|endoftext|>"), special("<mask>", lstrip=True),
-                            special("[R]", rstrip=True)])
-    tok.add_tokens([AddedToken("pagedllm", single_word=True, normalized=False),
-                    AddedToken("<tool>", normalized=False), AddedToken("</tool>", normalized=False)])
+    tok.add_special_tokens([special("<|endoftext|>")])
     config = {"tokenizer_class": "GPT2Tokenizer", "bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>",
               "unk_token": "<|endoftext|>", "add_prefix_space": False, "model_max_length": 1024,
               "clean_up_tokenization_spaces": False}
@@ -166,17 +179,21 @@ def bytelevel_gpt2():
 
 
 def bytelevel_llama3():
-    tok = train_bpe(pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    data = json.loads(tok.to_str())
     # Whole words in the vocabulary that no merge sequence builds: only ignore_merges
-    # (Llama 3's setting) produces them.
-    for word in ["Ġpagedllm", "pagedllm", "Ġfib"]:
-        data["model"]["vocab"].setdefault(word, len(data["model"]["vocab"]))
+    # (Llama 3's setting) produces them. The trained size leaves room for those missing.
+    words = ["Ġpagedllm", "pagedllm", "Ġfib"]
+    for trained in range(LLAMA3_MODEL_VOCAB - len(words), LLAMA3_MODEL_VOCAB + 1):
+        tok = train_bpe(pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]),
+            vocab_size=trained, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        data = json.loads(tok.to_str())
+        for word in words:
+            data["model"]["vocab"].setdefault(word, len(data["model"]["vocab"]))
+        if len(data["model"]["vocab"]) == LLAMA3_MODEL_VOCAB:
+            break
     data["model"]["ignore_merges"] = True
-    tok = Tokenizer.from_str(json.dumps(data))
+    tok = exact_size(Tokenizer.from_str(json.dumps(data)), LLAMA3_MODEL_VOCAB, "bytelevel_llama3")
     tok.decoder = decoders.ByteLevel()
     tok.add_special_tokens([special(s) for s in ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
                                                  "<|end_header_id|>", "<|eot_id|>"]])
@@ -199,6 +216,10 @@ def bytelevel_qwen2():
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     tok.add_special_tokens([special(s) for s in ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]])
+    # Added-token options (RoBERTa's <mask> is lstrip).
+    tok.add_special_tokens([special("<mask>", lstrip=True), special("[R]", rstrip=True)])
+    tok.add_tokens([AddedToken("pagedllm", single_word=True, normalized=False),
+                    AddedToken("<tool>", normalized=False), AddedToken("</tool>", normalized=False)])
     config = {"tokenizer_class": "Qwen2Tokenizer", "bos_token": None, "eos_token": "<|im_end|>",
               "pad_token": "<|endoftext|>", "unk_token": None, "model_max_length": 32768,
               "clean_up_tokenization_spaces": False, "split_special_tokens": False,
@@ -264,8 +285,11 @@ def spm_llama2():
     """Llama 2's tokenizer.json (legacy layout): Prepend+Replace normalizer, no
     pre-tokenizer, byte_fallback, fuse_unk. A small alphabet, so rarer characters fall
     back to <0xNN> tokens."""
-    trained = train_bpe(pre_tokenizers.Metaspace(prepend_scheme="always", split=True), limit_alphabet=160)
+    trained = train_bpe(pre_tokenizers.Metaspace(prepend_scheme="always", split=True), limit_alphabet=160,
+                        vocab_size=SPM_VOCAB - 3 - len(BYTE_TOKENS))
     vocab, merges = sentencepiece_vocab(trained, with_bytes=True)
+    if len(vocab) != SPM_VOCAB:
+        raise SystemExit(f"spm_llama2: {len(vocab)} tokens, not {SPM_VOCAB}")
     data = {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": spm_added_tokens(),
         "normalizer": {"type": "Sequence", "normalizers": [
