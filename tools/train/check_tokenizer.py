@@ -34,12 +34,15 @@ EDGE_CASES = [
 ]
 
 
-def run(binary, tokenizer, args, text):
-    proc = subprocess.run([binary, "--tokenizer", tokenizer] + args, input=text.encode("utf-8"),
+def run(binary, tokenizer, args, values):
+    """One pagedllm-tokenize --jsonl process for all `values` (texts, or id lists with --decode)."""
+    lines = "".join(json.dumps(v) + "\n" for v in values)
+    proc = subprocess.run([binary, "--tokenizer", tokenizer, "--jsonl"] + args, input=lines.encode("utf-8"),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{binary} {' '.join(args)} failed: {proc.stderr.decode()}")
-    return proc.stdout.decode("utf-8")
+    # Split on "\n" only: JSON leaves U+2028 and friends unescaped.
+    return [json.loads(line) for line in proc.stdout.decode("utf-8").split("\n")[:-1]]
 
 
 def main():
@@ -59,12 +62,12 @@ def main():
     train, heldout, _ = corpus.load_corpus(args.archive)
     texts = [(f"edge case {i}", t) for i, t in enumerate(EDGE_CASES)] + heldout + (train if args.all else [])
     failures, tokens, nbytes = 0, 0, 0
-    for name, text in texts:
+    all_with_special = run(args.bin, args.tokenizer, [], [text for _, text in texts])
+    all_plain = run(args.bin, args.tokenizer, ["--no-special"], [text for _, text in texts])
+    all_decoded = run(args.bin, args.tokenizer, ["--decode"], all_plain)
+    for (name, text), with_special, plain, decoded in zip(texts, all_with_special, all_plain, all_decoded):
         want = hf.encode(text, add_special_tokens=False).ids
         want_special = auto(text, split_special_tokens=True)["input_ids"]
-        with_special = json.loads(run(args.bin, args.tokenizer, [], text))
-        plain = json.loads(run(args.bin, args.tokenizer, ["--no-special"], text))
-        decoded = run(args.bin, args.tokenizer, ["--decode"], json.dumps(plain))
         problems = []
         if plain != want:
             first = next((i for i, (a, b) in enumerate(zip(plain, want)) if a != b), min(len(plain), len(want)))
