@@ -166,8 +166,8 @@ std::vector<AddedVocabulary::Piece> AddedVocabulary::find_pieces(std::string_vie
     std::size_t start = match->begin;
     std::size_t stop = match->end;
     if (token.single_word) {
-      const bool space_before = start == 0 || !unicode::is_alphanumeric(last_char(text.substr(0, start)));
-      const bool space_after = stop == text.size() || !unicode::is_alphanumeric(first_char(text.substr(stop)));
+      const bool space_before = start == 0 || !unicode::is_word_character(last_char(text.substr(0, start)));
+      const bool space_after = stop == text.size() || !unicode::is_word_character(first_char(text.substr(stop)));
       if (!space_before || !space_after) continue;
     }
     if (token.lstrip) start = std::max(trailing_whitespace_start(text.substr(0, start)), start_offset);

@@ -30,20 +30,29 @@ std::string python_strip(std::string_view text) {
   return std::string(text.substr(begin, end - begin));
 }
 
-// The literal default system prompt of a ChatML template, e.g. Qwen's
-// '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n'.
+// The literal default system prompt of a ChatML template, e.g. Qwen2's
+// '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n'. The template's newline is
+// either a real one (tokenizer_config.json's JSON "\n", as Qwen publishes it) or Jinja's
+// escape (JSON "\\n").
 std::optional<std::string> chatml_default_system(std::string_view jinja) {
-  constexpr std::string_view kOpen = "<|im_start|>system\\n";
+  constexpr std::string_view kOpen = "<|im_start|>system";
   constexpr std::string_view kClose = "<|im_end|>";
   const std::size_t open = jinja.find(kOpen);
   if (open == std::string_view::npos) return std::nullopt;
-  const std::size_t begin = open + kOpen.size();
+  std::size_t begin = open + kOpen.size();
+  if (jinja.substr(begin, 1) == "\n") {
+    begin += 1;
+  } else if (jinja.substr(begin, 2) == "\\n") {
+    begin += 2;
+  } else {
+    return std::nullopt;
+  }
   const std::size_t close = jinja.find(kClose, begin);
   if (close == std::string_view::npos) return std::nullopt;
   const std::string_view body = jinja.substr(begin, close - begin);
   // Only a plain literal: anything with quotes or Jinja syntax is the
   // conversation's own system message.
-  if (body.empty() || body.find_first_of("'\"{}+\\") != std::string_view::npos) return std::nullopt;
+  if (body.empty() || body.find_first_of("'\"{}+\\\n") != std::string_view::npos) return std::nullopt;
   return std::string(body);
 }
 
@@ -133,10 +142,12 @@ ChatTemplate ChatTemplate::from_config(const TokenizerConfig& config, std::optio
 }
 
 std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+  // transformers' apply_chat_template cannot render an empty conversation either.
+  if (messages.empty()) throw TokenizerError("chat: the conversation has no messages");
   std::string out;
   switch (format_) {
     case ChatFormat::kChatMl:
-      if (default_system_message_ && (messages.empty() || messages.front().role != "system")) {
+      if (default_system_message_ && messages.front().role != "system") {
         out += fmt::format("<|im_start|>system\n{}<|im_end|>\n", *default_system_message_);
       }
       for (const ChatMessage& message : messages) {

@@ -47,8 +47,8 @@ class ChatTemplate {
   // works for models without a template.
   static ChatTemplate from_config(const TokenizerConfig& config, std::optional<ChatFormat> override_format);
 
-  // TokenizerError for conversations the format cannot express (roles that
-  // do not alternate in llama2/mistral, a system message in mistral).
+  // TokenizerError for conversations the format cannot express (no messages, roles
+  // that do not alternate in llama2/mistral, a system message in mistral).
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
   ChatFormat format() const { return format_; }

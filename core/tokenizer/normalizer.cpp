@@ -1,6 +1,8 @@
 #include "core/tokenizer/normalizer.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <optional>
 #include <vector>
 
@@ -78,11 +80,66 @@ class ReplaceNormalizer final : public Normalizer {
   std::string content_;
 };
 
-// Unicode normalization forms and lowercasing through utf8proc.
+// Code points utf8proc (Unicode 15) decomposes or gives a combining class but HF's
+// normalizers, whose tables are an older Unicode version's, treat as unassigned.
+struct CodePointRange {
+  char32_t first;
+  char32_t last;
+};
+#include "core/tokenizer/hf_normalization_gaps.inc"
+
+bool is_hf_normalization_gap(char32_t c) {
+  if (c < kHfNormalizationGaps[0].first) return false;
+  const auto* it = std::upper_bound(std::begin(kHfNormalizationGaps), std::end(kHfNormalizationGaps), c,
+                                    [](char32_t value, const CodePointRange& range) { return value < range.first; });
+  return it != std::begin(kHfNormalizationGaps) && c <= std::prev(it)->last;
+}
+
+bool is_hf_uncomposed_pair(char32_t first, char32_t second) {
+  return std::any_of(std::begin(kHfUncomposedPairs), std::end(kHfUncomposedPairs),
+                     [&](const char32_t(&pair)[2]) { return pair[0] == first && pair[1] == second; });
+}
+
+// Unicode normalization forms through utf8proc.
 class Utf8procNormalizer final : public Normalizer {
  public:
   explicit Utf8procNormalizer(utf8proc_option_t options) : options_(options) {}
   void normalize(std::string& text) const override {
+    // A code point HF does not know acts there as a starter without decomposition: nothing
+    // reorders or composes across it. Normalizing the pieces between such code points
+    // separately and keeping them verbatim gives exactly that. Likewise, a piece ends
+    // between two starters that only utf8proc would compose.
+    std::string out;
+    std::size_t piece = 0;
+    bool split = false;
+    char32_t previous = 0;
+    for (std::size_t pos = 0; pos < text.size();) {
+      std::size_t length = 0;
+      const char32_t c = utf8::decode_at(text, pos, &length);
+      if (is_hf_normalization_gap(c)) {
+        out += map(std::string_view(text).substr(piece, pos - piece));
+        out.append(text, pos, length);
+        piece = pos + length;
+        split = true;
+      } else if ((options_ & UTF8PROC_COMPOSE) != 0 && is_hf_uncomposed_pair(previous, c)) {
+        out += map(std::string_view(text).substr(piece, pos - piece));
+        piece = pos;
+        split = true;
+      }
+      previous = c;
+      pos += length;
+    }
+    if (!split) {
+      text = map(text);
+      return;
+    }
+    out += map(std::string_view(text).substr(piece));
+    text = std::move(out);
+  }
+
+ private:
+  std::string map(std::string_view text) const {
+    if (text.empty()) return std::string();
     utf8proc_uint8_t* result = nullptr;
     const utf8proc_ssize_t length =
         utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
@@ -90,11 +147,11 @@ class Utf8procNormalizer final : public Normalizer {
     if (length < 0) {
       throw TokenizerError(fmt::format("unicode normalization failed: {}", utf8proc_errmsg(length)));
     }
-    text.assign(reinterpret_cast<const char*>(result), static_cast<std::size_t>(length));
+    std::string mapped(reinterpret_cast<const char*>(result), static_cast<std::size_t>(length));
     std::free(result);
+    return mapped;
   }
 
- private:
   utf8proc_option_t options_;
 };
 
@@ -106,8 +163,14 @@ class LowercaseNormalizer final : public Normalizer {
     for (std::size_t pos = 0; pos < text.size();) {
       std::size_t length = 0;
       const char32_t c = utf8::decode_at(text, pos, &length);
-      utf8::append(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
       pos += length;
+      // Rust's char::to_lowercase (HF's Lowercase, per character) is the full mapping; its
+      // one multi-character case without conditions (SpecialCasing.txt) is U+0130.
+      if (c == 0x130) {
+        out += "i\u0307";
+        continue;
+      }
+      utf8::append(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
     }
     text = std::move(out);
   }

@@ -1,12 +1,15 @@
 // pagedllm-tokenize: encode stdin to a JSON array of ids, or decode one.
 //
-//   pagedllm-tokenize --tokenizer PATH [--decode] [--no-special] [--parse-special]
+//   pagedllm-tokenize --tokenizer PATH [--decode] [--no-special] [--parse-special] [--jsonl]
 //
 // PATH is a tokenizer.json or a model directory. Encoding reads the text
 // exactly as given (a trailing newline is part of it) and prints the ids;
 // --no-special leaves out BOS/EOS, --parse-special recognises special tokens
 // written in the text (HF's default). Decoding reads a JSON array of ids and
 // prints the text with no newline added; --no-special skips special tokens.
+// --jsonl: many inputs, one JSON value per stdin line (a string to encode, or an
+// array of ids to decode), one JSON line out for each (the ids, or the text as a
+// JSON string): what the large-corpus comparison against HF feeds it.
 // Exit status: 0 ok, 2 bad usage or bad input (files, stdin), 1 other errors.
 
 #include <cstdio>
@@ -30,9 +33,10 @@ using pagedllm::tokenizer::Tokenizer;
 using pagedllm::tokenizer::TokenizerError;
 
 constexpr std::string_view kUsage =
-    "usage: pagedllm-tokenize --tokenizer PATH [--decode] [--no-special] [--parse-special]\n"
+    "usage: pagedllm-tokenize --tokenizer PATH [--decode] [--no-special] [--parse-special] [--jsonl]\n"
     "  reads text on stdin and prints its token ids as a JSON array;\n"
     "  with --decode reads a JSON array of ids and prints the text.\n"
+    "  --jsonl: one JSON string (or, with --decode, array of ids) per line in, one JSON line out each.\n"
     "  PATH: a tokenizer.json file or a model directory.\n";
 
 class UsageError : public std::runtime_error {
@@ -45,6 +49,7 @@ struct Options {
   bool decode = false;
   bool no_special = false;
   bool parse_special = false;
+  bool jsonl = false;
 };
 
 Options parse_arguments(int argc, char** argv) {
@@ -60,6 +65,8 @@ Options parse_arguments(int argc, char** argv) {
       options.no_special = true;
     } else if (argument == "--parse-special") {
       options.parse_special = true;
+    } else if (argument == "--jsonl") {
+      options.jsonl = true;
     } else if (argument == "--help" || argument == "-h") {
       std::cout << kUsage;
       std::exit(0);
@@ -71,13 +78,16 @@ Options parse_arguments(int argc, char** argv) {
   return options;
 }
 
-std::vector<TokenId> parse_ids(const std::string& text) {
-  nlohmann::json value;
+nlohmann::json parse_json(const std::string& text, std::string_view expected) {
   try {
-    value = nlohmann::json::parse(text);
+    return nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& error) {
-    throw TokenizerError(fmt::format("stdin: expected a JSON array of token ids: {}", error.what()));
+    throw TokenizerError(fmt::format("stdin: expected {}: {}", expected, error.what()));
   }
+}
+
+std::vector<TokenId> parse_ids(const std::string& text) {
+  const nlohmann::json value = parse_json(text, "a JSON array of token ids");
   if (!value.is_array()) throw TokenizerError("stdin: expected a JSON array of token ids");
   std::vector<TokenId> ids;
   for (std::size_t i = 0; i < value.size(); ++i) {
@@ -90,12 +100,33 @@ std::vector<TokenId> parse_ids(const std::string& text) {
   return ids;
 }
 
+// --jsonl: each line of stdin is one input, each output line one result.
+void run_jsonl(const Tokenizer& tokenizer, const Options& options) {
+  std::string line;
+  for (std::size_t number = 1; std::getline(std::cin, line); ++number) {
+    if (options.decode) {
+      std::cout << nlohmann::json(tokenizer.decode(parse_ids(line), options.no_special)).dump() << '\n';
+      continue;
+    }
+    const nlohmann::json value = parse_json(line, "a JSON string per line");
+    if (!value.is_string()) throw TokenizerError(fmt::format("stdin line {}: expected a JSON string", number));
+    const std::vector<TokenId> ids =
+        tokenizer.encode(value.get<std::string>(), !options.no_special, options.parse_special);
+    std::cout << nlohmann::json(ids).dump() << '\n';
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const Options options = parse_arguments(argc, argv);
     const Tokenizer tokenizer = Tokenizer::from_path(options.tokenizer_path);
+    if (options.jsonl) {
+      run_jsonl(tokenizer, options);
+      std::cout.flush();
+      return std::cout ? 0 : 1;
+    }
     const std::string input((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
     if (options.decode) {
       std::cout << tokenizer.decode(parse_ids(input), options.no_special);

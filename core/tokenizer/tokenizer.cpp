@@ -135,11 +135,10 @@ void Tokenizer::apply_config(TokenizerConfig config) {
   eos_id_ = resolve(config.eos_token, "eos_token");
   pad_id_ = resolve(config.pad_token, "pad_token");
 
-  // transformers' LlamaTokenizerFast rebuilds the template from the flags
-  // (add_bos_token defaults to true, add_eos_token to false).
-  const bool rebuild = config.rebuilds_special_tokens_template() || config.add_bos_token || config.add_eos_token;
-  if (rebuild) {
-    const bool add_bos = config.add_bos_token.value_or(config.rebuilds_special_tokens_template());
+  // transformers' LlamaTokenizerFast and a few others rebuild the template from the
+  // flags (add_eos_token defaults to false); other classes ignore them.
+  if (const std::optional<bool> default_bos = config.special_tokens_template_default_bos()) {
+    const bool add_bos = config.add_bos_token.value_or(*default_bos);
     const bool add_eos = config.add_eos_token.value_or(false);
     std::vector<TokenId> prefix;
     std::vector<TokenId> suffix;

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -73,10 +74,15 @@ TokenizerConfig TokenizerConfig::from_file(const std::string& path) {
   return config;
 }
 
-bool TokenizerConfig::rebuilds_special_tokens_template() const {
-  return tokenizer_class == "LlamaTokenizer" || tokenizer_class == "LlamaTokenizerFast" ||
-         tokenizer_class == "CodeLlamaTokenizer" || tokenizer_class == "CodeLlamaTokenizerFast" ||
-         tokenizer_class == "GemmaTokenizer" || tokenizer_class == "GemmaTokenizerFast";
+std::optional<bool> TokenizerConfig::special_tokens_template_default_bos() const {
+  std::string_view name = tokenizer_class;
+  if (name.ends_with("Fast")) name.remove_suffix(4);
+  if (name == "LlamaTokenizer" || name == "CodeLlamaTokenizer" || name == "GemmaTokenizer" ||
+      name == "CohereTokenizer") {
+    return true;
+  }
+  if (name == "GPTNeoXTokenizer") return false;
+  return std::nullopt;
 }
 
 }  // namespace pagedllm::tokenizer

@@ -29,10 +29,12 @@ struct TokenizerConfig {
   static TokenizerConfig from_json(const Json& value, const std::string& source);
   static TokenizerConfig from_file(const std::string& path);
 
-  // True for the tokenizer classes whose transformers implementation rebuilds
-  // the post-processor from add_bos_token/add_eos_token (LlamaTokenizer and
-  // its relatives); for others the flags only apply when set explicitly.
-  bool rebuilds_special_tokens_template() const;
+  // For the tokenizer classes whose transformers (4.57) implementation rebuilds the
+  // post-processor from add_bos_token/add_eos_token, the default of add_bos_token:
+  // true for Llama, CodeLlama, Gemma and Cohere, false for GPT-NeoX. nullopt for every
+  // other class: transformers ignores the flags there and tokenizer.json's
+  // post-processor applies.
+  std::optional<bool> special_tokens_template_default_bos() const;
 };
 
 }  // namespace pagedllm::tokenizer

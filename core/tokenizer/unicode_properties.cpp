@@ -10,7 +10,13 @@ bool is_whitespace(char32_t c) {
          c == 0x205F || c == 0x3000;
 }
 
-bool is_alphanumeric(char32_t code_point) {
+bool is_word_character(char32_t code_point) {
+  if (code_point == 0x200C || code_point == 0x200D) return true;  // Join_Control
+  // Other_Alphabetic symbols (So): circled, parenthesized, squared and negative Latin letters.
+  if ((code_point >= 0x24B6 && code_point <= 0x24E9) || (code_point >= 0x1F130 && code_point <= 0x1F149) ||
+      (code_point >= 0x1F150 && code_point <= 0x1F169) || (code_point >= 0x1F170 && code_point <= 0x1F189)) {
+    return true;
+  }
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(code_point))) {
     case UTF8PROC_CATEGORY_LU:
     case UTF8PROC_CATEGORY_LL:
@@ -19,13 +25,13 @@ bool is_alphanumeric(char32_t code_point) {
     case UTF8PROC_CATEGORY_LO:
     case UTF8PROC_CATEGORY_MN:
     case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
     case UTF8PROC_CATEGORY_ND:
     case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_NO:
+    case UTF8PROC_CATEGORY_PC:
       return true;
     case UTF8PROC_CATEGORY_CN:
-    case UTF8PROC_CATEGORY_ME:
-    case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_NO:
     case UTF8PROC_CATEGORY_PD:
     case UTF8PROC_CATEGORY_PS:
     case UTF8PROC_CATEGORY_PE:

@@ -97,6 +97,8 @@ TEST_CASE("rendered prompts are exactly the templates' output", "[chat_template]
         "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\n");
   const ChatTemplate chatml = ChatTemplate::from_config(config_with(kPlainChatMlTemplate), std::nullopt);
   CHECK(chatml.render({{{"user", "Hi"}}}, false) == "<|im_start|>user\nHi<|im_end|>\n");
+  // transformers cannot render an empty conversation; neither does pagedllm.
+  CHECK_THROWS_AS(qwen.render({}, true), TokenizerError);
 
   TokenizerConfig llama3_config = config_with("{{ '<|start_header_id|>' }}");
   llama3_config.bos_token = "<|begin_of_text|>";
@@ -113,6 +115,47 @@ TEST_CASE("rendered prompts are exactly the templates' output", "[chat_template]
         "<|system|>\nBe brief.</s>\n<|user|>\n Hi! </s>\n<|assistant|>\nHello.</s>\n<|user|>\n2+2?</s>\n"
         "<|assistant|>\n");
   CHECK(zephyr.render(kConversation, false).ends_with("2+2?</s>\n"));
+}
+
+TEST_CASE("rendering equals transformers' apply_chat_template on real families' templates", "[chat_template]") {
+  // tests/fixtures/tokenizer/chat_templates.json: the templates as Llama 3, Llama 2,
+  // Mistral, Qwen2, ChatML and Zephyr models publish them, rendered by transformers'
+  // apply_chat_template with and without add_generation_prompt: the text (tokenize=False)
+  // byte for byte, and its ids (tokenize=True) through the fixture's tokenizer.
+  const auto json = testing::read_json(std::string(PAGEDLLM_SOURCE_DIR) + "/tests/fixtures/tokenizer/chat_templates.json");
+  std::size_t rendered = 0;
+  std::size_t refused = 0;
+  for (const auto& family : json.at("families")) {
+    TokenizerConfig config;
+    config.source = config.chat_template_source = "tokenizer_config.json";
+    config.chat_template = family.at("template").get<std::string>();
+    if (!family.at("bos_token").is_null()) config.bos_token = family.at("bos_token").get<std::string>();
+    if (!family.at("eos_token").is_null()) config.eos_token = family.at("eos_token").get<std::string>();
+    const ChatTemplate chat = ChatTemplate::from_config(config, std::nullopt);
+    const Tokenizer tokenizer = Tokenizer::from_model_dir(testing::fixture_dir(family.at("fixture").get<std::string>()));
+    for (const auto& expected : family.at("cases")) {
+      std::vector<ChatMessage> messages;
+      for (const auto& message : expected.at("messages")) {
+        messages.push_back({message.at("role").get<std::string>(), message.at("content").get<std::string>()});
+      }
+      const bool add_generation_prompt = expected.at("add_generation_prompt").get<bool>();
+      INFO(family.at("family").get<std::string>() << ": " << expected.at("messages").dump()
+                                                  << " add_generation_prompt=" << add_generation_prompt);
+      if (expected.contains("error")) {
+        // The template's raise_exception: pagedllm refuses the conversation too.
+        CHECK_THROWS_AS(chat.render(messages, add_generation_prompt), TokenizerError);
+        ++refused;
+      } else {
+        const std::string prompt = chat.render(messages, add_generation_prompt);
+        CHECK(prompt == expected.at("text").get<std::string>());
+        // apply_chat_template(tokenize=True): special tokens recognised, none added.
+        CHECK(tokenizer.encode(prompt, false, true) == expected.at("ids").get<std::vector<TokenId>>());
+        ++rendered;
+      }
+    }
+  }
+  CHECK(rendered >= 60);
+  CHECK(refused >= 10);
 }
 
 TEST_CASE("a rendered Llama 3 prompt encodes its header tokens as special ids", "[chat_template][tokenizer]") {
@@ -135,12 +178,17 @@ TEST_CASE("tokenizer_config.json add_bos_token / add_eos_token rebuild the Llama
                              std::filesystem::copy_options::overwrite_existing);
   const auto write_config = [&](const std::string& json) { std::ofstream(dir / "tokenizer_config.json") << json; };
 
+  const std::vector<TokenId> hello = Tokenizer::from_file((dir / "tokenizer.json").string()).encode("Hello", false);
+  std::vector<TokenId> bos_hello_eos = {1};
+  bos_hello_eos.insert(bos_hello_eos.end(), hello.begin(), hello.end());
+  bos_hello_eos.push_back(2);
+
   write_config(R"({"tokenizer_class":"LlamaTokenizer","bos_token":{"content":"<s>","__type":"AddedToken"},
                    "eos_token":"</s>","add_bos_token":true,"add_eos_token":true})");
-  CHECK(Tokenizer::from_model_dir(dir.string()).encode("Hello") == std::vector<TokenId>{1, 952, 1048, 319, 538, 2});
+  CHECK(Tokenizer::from_model_dir(dir.string()).encode("Hello") == bos_hello_eos);
 
   write_config(R"({"tokenizer_class":"LlamaTokenizer","bos_token":"<s>","eos_token":"</s>","add_bos_token":false})");
-  CHECK(Tokenizer::from_model_dir(dir.string()).encode("Hello") == std::vector<TokenId>{952, 1048, 319, 538});
+  CHECK(Tokenizer::from_model_dir(dir.string()).encode("Hello") == hello);
 
   write_config(R"({"tokenizer_class":"LlamaTokenizer","bos_token":"<missing>"})");
   CHECK_THROWS_AS(Tokenizer::from_model_dir(dir.string()), TokenizerError);

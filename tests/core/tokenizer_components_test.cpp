@@ -139,6 +139,9 @@ TEST_CASE("added tokens: lstrip, rstrip, single_word, leftmost-longest, normaliz
   CHECK(tokenizer.encode("concat", false) == chars("concat"));
   CHECK(tokenizer.encode("cats", false) == chars("cats"));
   CHECK(tokenizer.encode("cat.", false) == std::vector<TokenId>{202, '.'});
+  // HF tests Rust regex's \w on either side, which includes '_'.
+  CHECK(tokenizer.encode("_cat", false) == chars("_cat"));
+  CHECK(tokenizer.encode("cat_", false) == chars("cat_"));
   CHECK(tokenizer.encode("xabcd", false) == std::vector<TokenId>{'x', 204, 'd'});
   CHECK(tokenizer.encode("xabd", false) == std::vector<TokenId>{'x', 203, 'd'});
   // normalized=true tokens match the normalized text; raw ones the raw text.
