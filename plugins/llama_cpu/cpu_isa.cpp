@@ -25,7 +25,7 @@ Isa detect() {
 
 Isa cap_from_env() {
   const char* value = std::getenv("PAGEDLLM_CPU_ISA");
-  if (!value || !*value) return Isa::kAvx512Bf16;
+  if (!value || !*value) return kDefaultCap;
   if (const std::optional<Isa> isa = parse_isa(value)) return *isa;
   throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string("PAGEDLLM_CPU_ISA='") + value +
                                                      "' is not one of scalar, avx2, avx512, avx512bf16");
@@ -68,7 +68,7 @@ Isa active_isa() {
 }
 
 void set_isa_cap(std::optional<Isa> cap) {
-  g_active.store(static_cast<int>(std::min(detected_isa(), cap.value_or(Isa::kAvx512Bf16))),
+  g_active.store(static_cast<int>(std::min(detected_isa(), cap.value_or(kDefaultCap))),
                  std::memory_order_relaxed);
 }
 

@@ -10,7 +10,10 @@
 //
 // PAGEDLLM_CPU_ISA=<name> (read once, at the first use) caps the level: the
 // kernels used are those of min(cap, what the CPU has). An unknown name is an
-// error naming the variable and the choices.
+// error naming the variable and the choices. Without it the cap is avx512:
+// the exact vdpbf16ps kernel (three bf16 parts per activation) measured
+// slower than widening bf16 in registers (docs/benchmarks.md), so
+// avx512bf16 is opt-in.
 
 #include <optional>
 #include <string_view>
@@ -18,6 +21,7 @@
 namespace pagedllm::llama_cpu {
 
 enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+inline constexpr Isa kDefaultCap = Isa::kAvx512;
 
 const char* isa_name(Isa isa);
 // The name's level, or nullopt for an unknown name.
@@ -27,11 +31,11 @@ std::optional<Isa> parse_isa(std::string_view name);
 Isa detected_isa();
 
 // The level linear() uses: min(detected_isa(), the cap). The cap is
-// PAGEDLLM_CPU_ISA unless set_isa_cap() was called.
+// PAGEDLLM_CPU_ISA (default kDefaultCap) unless set_isa_cap() was called.
 Isa active_isa();
 
 // Caps the level for this process (tests: every path the CPU has); nullopt
-// lifts the cap (PAGEDLLM_CPU_ISA is not read again). Not thread-safe against
+// restores kDefaultCap (PAGEDLLM_CPU_ISA is not read again). Not thread-safe against
 // a running linear().
 void set_isa_cap(std::optional<Isa> cap);
 

@@ -50,6 +50,7 @@ using pagedllm::llama_cpu::Isa;
 using pagedllm::llama_cpu::WeightsRef;
 
 int dtypes_bench() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   pagedllm::llama_cpu::use_single_threaded_blas();
   pagedllm::plugins::ThreadPool pool(1);
   struct Shape {
@@ -77,8 +78,11 @@ int dtypes_bench() {
     for (const int64_t m : {1, 4, 16, 64, 256}) {
       for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
         if (isa > pagedllm::llama_cpu::detected_isa()) continue;
-        // The scalar level only at decode (its f16 widening is one element at a time).
+        // The scalar level only at decode (its f16 widening is one element at
+        // a time); past kDotRowsMaxRows the level only widens the SGEMM's
+        // tiles, so only the best one.
         if (isa == Isa::kScalar && m > 1) continue;
+        if (m > pagedllm::llama_cpu::kDotRowsMaxRows && isa != pagedllm::llama_cpu::detected_isa()) continue;
         pagedllm::llama_cpu::set_isa_cap(isa);
         double f32_us = 0.0;
         for (const pllm_dtype dtype : {PLLM_DTYPE_F32, PLLM_DTYPE_BF16, PLLM_DTYPE_F16}) {
@@ -86,7 +90,7 @@ int dtypes_bench() {
                                : dtype == PLLM_DTYPE_BF16 ? WeightsRef{wbf16.data(), dtype}
                                                           : WeightsRef{wf16.data(), dtype};
           const double flops = 2.0 * double(m) * double(s.n) * double(s.k);
-          const int calls = int(std::clamp(2e10 / flops, 3.0, 40.0));
+          const int calls = int(std::clamp(5e9 / flops, 2.0, 40.0));
           const double us = best_of_us(calls, [&] {
             pagedllm::llama_cpu::linear(pool, a.data(), s.k, m, w, s.n, s.k, out.data(), s.n, false);
           });
