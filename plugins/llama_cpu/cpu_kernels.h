@@ -1,12 +1,14 @@
 #pragma once
-// The dense CPU kernels of the Llama forward: linear layers on OpenBLAS,
+// The dense CPU kernels of the Llama forward: linear layers (linear.cpp) on
+// f32, bf16 or f16 weights with f32 activations and accumulation,
 // parallelised over output columns on the plugin's own thread pool, and
-// row-parallel RMSNorm and SwiGLU. All f32, row-major.
+// row-parallel RMSNorm and SwiGLU (cpu_kernels.cpp). Row-major.
 
 #include <algorithm>
 #include <cstdint>
 
 #include "plugins/common/thread_pool.h"
+#include "plugins/llama_cpu/weights.h"
 
 namespace pagedllm::llama_cpu {
 
@@ -37,10 +39,15 @@ void parallel_rows(ThreadPool& pool, int64_t rows, int64_t work_per_row, Fn&& fn
 constexpr int64_t kDotRowsMaxRows = 16;
 
 // out[m, n] = sum_k a[m, k] * w[n, k] (+ out[m, n] when `accumulate`): a
-// linear layer y = x W^T on HF's [out_features, in_features] weights. Rows of
-// a and out are lda / ldc floats apart. The n output columns are split
-// between the pool's threads, each running the kernel above on its slice of
-// w, or, for more than kDotRowsMaxRows rows, single-threaded OpenBLAS sgemm.
+// linear layer y = x W^T on HF's [out_features, in_features] weights, in f32,
+// bf16 or f16 (widened exactly; f32 accumulation). Rows of a and out are lda /
+// ldc floats apart. The n output columns are split between the pool's
+// threads. Up to kDotRowsMaxRows rows each slice runs the kernel above of the
+// instruction set active_isa() picks (cpu_isa.h); past that, single-threaded
+// OpenBLAS sgemm, on tiles of 16-bit weights widened to f32 first.
+void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k, float* out,
+            int64_t ldc, bool accumulate);
+// The same on f32 weights.
 void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, const float* w, int64_t n, int64_t k, float* out,
             int64_t ldc, bool accumulate);
 

@@ -1,6 +1,5 @@
 #include "plugins/llama_cpu/decoder_layer.h"
 
-
 #include "pagedllm/sdk.hpp"
 #include "plugins/llama_common/attention_call.h"
 #include "plugins/llama_cpu/cpu_kernels.h"
@@ -8,7 +7,7 @@
 
 namespace pagedllm::llama_cpu {
 
-std::vector<float>& DecoderLayerWeights::matrix(llama::Matrix m) { return llama::decoder_layer_matrix(*this, m); }
+WeightStorage& DecoderLayerWeights::matrix(llama::Matrix m) { return llama::decoder_layer_matrix(*this, m); }
 
 void add_decoder_layer_parts(std::vector<WeightPart>& parts, const LlamaConfig& c, const std::string& prefix,
                              DecoderLayerWeights& layer, bool input_layernorm) {
@@ -44,10 +43,10 @@ void decoder_layer_forward(plugins::ThreadPool& pool, const LlamaConfig& c, cons
 
   const float* attn_in = x;
   if (!layer.input_norm.empty()) {
-    rms_norm(pool, x, h, tokens, h, layer.input_norm.data(), eps, s.normed_, h);
+    rms_norm(pool, x, h, tokens, h, layer.input_norm.f32(), eps, s.normed_, h);
     attn_in = s.normed_;
   }
-  linear(pool, attn_in, h, tokens, layer.qkv.data(), qkv_width, h, s.qkv_, qkv_width, false);
+  linear(pool, attn_in, h, tokens, layer.qkv.ref(), qkv_width, h, s.qkv_, qkv_width, false);
   parallel_rows(pool, tokens, q + kv, [&](int64_t begin, int64_t end) {
     apply_rope(s.qkv_ + begin * qkv_width, end - begin, qkv_width, c.num_heads + c.num_kv_heads, d,
                s.cos_ + begin * half, s.sin_ + begin * half);
@@ -55,11 +54,11 @@ void decoder_layer_forward(plugins::ThreadPool& pool, const LlamaConfig& c, cons
 
   llama::run_attention_layer(attention, kv_layer, c, s.qkv_, s.attn_, tokens, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0},
                              nullptr, who);
-  linear(pool, s.attn_, q, tokens, layer.o.data(), h, q, x, h, true);
-  rms_norm(pool, x, h, tokens, h, layer.post_norm.data(), eps, s.normed_, h);
-  linear(pool, s.normed_, h, tokens, layer.gate_up.data(), 2 * inter, h, s.gate_up_, 2 * inter, false);
+  linear(pool, s.attn_, q, tokens, layer.o.ref(), h, q, x, h, true);
+  rms_norm(pool, x, h, tokens, h, layer.post_norm.f32(), eps, s.normed_, h);
+  linear(pool, s.normed_, h, tokens, layer.gate_up.ref(), 2 * inter, h, s.gate_up_, 2 * inter, false);
   swiglu(pool, s.gate_up_, tokens, inter, s.act_);
-  linear(pool, s.act_, inter, tokens, layer.down.data(), h, inter, x, h, true);
+  linear(pool, s.act_, inter, tokens, layer.down.ref(), h, inter, x, h, true);
 }
 
 }  // namespace pagedllm::llama_cpu

@@ -20,19 +20,26 @@
 #include "plugins/llama_common/llama_config.h"
 #include "plugins/llama_common/weight_layout.h"
 #include "plugins/llama_cpu/weight_loader.h"
+#include "plugins/llama_cpu/weights.h"
 
 namespace pagedllm::llama_cpu {
 
 using llama::LlamaConfig;
 
-// A layer's weights in the fused layout of plugins/llama_common/weight_layout.h,
-// in f32; input_norm empty: the layer has none.
+// A layer's weights in the fused layout of plugins/llama_common/weight_layout.h:
+// the matrices in the model's weight dtype, the norms in f32; input_norm
+// empty: the layer has none.
 struct DecoderLayerWeights {
-  std::vector<float> input_norm, qkv, o, post_norm, gate_up, down;
-  std::size_t floats() const {
-    return input_norm.size() + qkv.size() + o.size() + post_norm.size() + gate_up.size() + down.size();
-  }  // The storage of one of the layer's matrices (Matrix::kInputNorm ... kDown).
-  std::vector<float>& matrix(llama::Matrix m);
+  WeightStorage input_norm, qkv, o, post_norm, gate_up, down;
+  // Gives the matrices `dtype` (before loading; the norms stay f32).
+  void set_matrix_dtype(pllm_dtype dtype) {
+    for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_dtype(dtype);
+  }
+  std::size_t bytes() const {
+    return input_norm.bytes() + qkv.bytes() + o.bytes() + post_norm.bytes() + gate_up.bytes() + down.bytes();
+  }
+  // The storage of one of the layer's matrices (Matrix::kInputNorm ... kDown).
+  WeightStorage& matrix(llama::Matrix m);
 };
 
 // Appends the checkpoint tensors of the layer named `prefix` ("model.layers.3.",

@@ -1,7 +1,10 @@
 #pragma once
-// Loading checkpoint tensors into the f32 layout of the CPU forward: each
-// tensor is a row range of a (possibly fused) f32 matrix, so q/k/v or gate/up
-// land in one matrix and make one GEMM.
+// Loading checkpoint tensors into the fused layout of the CPU forward: each
+// tensor is a row range of a (possibly fused) matrix, so q/k/v or gate/up
+// land in one matrix and make one GEMM. Each matrix is held in the dtype its
+// WeightStorage was given (f32, bf16 or f16): a tensor stored in that dtype
+// is copied as is, any other is widened exactly to f32 and, for a 16-bit
+// target, rounded to nearest even.
 
 #include <cstdint>
 #include <string>
@@ -10,6 +13,7 @@
 #include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "plugins/common/thread_pool.h"
 #include "plugins/llama_common/weight_layout.h"
+#include "plugins/llama_cpu/weights.h"
 
 namespace pagedllm::llama_cpu {
 
@@ -18,12 +22,15 @@ namespace pagedllm::llama_cpu {
 struct WeightPart {
   std::string name;
   std::vector<int64_t> shape;
-  std::vector<float>* storage;
+  WeightStorage* storage;
   int64_t first_row;
 
   int64_t width() const { return shape.size() > 1 ? shape[1] : 1; }
   // Where the tensor lives once loaded.
-  float* data() const { return storage->data() + first_row * width(); }
+  void* data() const {
+    return static_cast<std::byte*>(storage->data()) +
+           std::size_t(first_row * width()) * weight_dtype_size(storage->dtype());
+  }
 };
 
 struct LoadedWeights {
@@ -32,9 +39,9 @@ struct LoadedWeights {
 };
 
 // Checks every part's name and shape against `checkpoint` before allocating
-// anything (llama::check_checkpoint), sizes each
-// storage once to hold all its parts, and converts tensor by tensor in
-// parallel chunks on `pool`, reporting progress as "loading weights".
+// anything (llama::check_checkpoint), sizes each storage once (in its dtype)
+// to hold all its parts, and converts tensor by tensor in parallel chunks on
+// `pool`, reporting progress as "loading weights".
 LoadedWeights load_weight_parts(const pllm::safetensors::Checkpoint& checkpoint, const std::vector<WeightPart>& parts,
                                 plugins::ThreadPool& pool);
 

@@ -7,7 +7,9 @@
 
 #include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/safetensors.hpp"
+#include "plugins/common/dtype_name.h"
 #include "plugins/llama_common/batch_check.h"
+#include "plugins/llama_cpu/cpu_isa.h"
 #include "plugins/llama_cpu/cpu_kernels.h"
 #include "plugins/llama_cpu/rope.h"
 #include "plugins/llama_cpu/weight_loader.h"
@@ -17,18 +19,28 @@ namespace pagedllm::models_llama {
 using llama_cpu::host_tensor;
 using llama_cpu::WeightPart;
 
-LlamaModel::LlamaModel(const std::filesystem::path& model_dir, int num_threads)
+LlamaModel::LlamaModel(const std::filesystem::path& model_dir, int num_threads, pllm_dtype weight_dtype)
     : config_(LlamaConfig::load(model_dir, "models_llama")),
       pool_(num_threads),
       inv_freq_(llama::rope_inv_freq(config_)) {
   llama_cpu::use_single_threaded_blas();
-  load_weights(model_dir);
+  load_weights(model_dir, weight_dtype);
 }
 
-void LlamaModel::load_weights(const std::filesystem::path& model_dir) {
+void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype weight_dtype) {
   const LlamaConfig& c = config_;
+  const pllm::safetensors::Checkpoint checkpoint(model_dir);
+  if (weight_dtype == PLLM_DTYPE_INVALID) {
+    // auto: as the checkpoint stores the embedding (a missing one fails below).
+    const pllm::safetensors::TensorView* embed = checkpoint.find("model.embed_tokens.weight");
+    weight_dtype = embed && pllm::is_float_dtype(embed->dtype) ? embed->dtype : PLLM_DTYPE_F32;
+  }
+  weight_dtype_ = weight_dtype;
+  embed_.set_dtype(weight_dtype);
+  lm_head_.set_dtype(weight_dtype);
   layers_.resize(std::size_t(c.num_layers));
-  const auto storage = [&](const llama::WeightSlot& slot) -> std::vector<float>& {
+  for (llama_cpu::DecoderLayerWeights& layer : layers_) layer.set_matrix_dtype(weight_dtype);
+  const auto storage = [&](const llama::WeightSlot& slot) -> llama_cpu::WeightStorage& {
     if (slot.matrix == llama::Matrix::kEmbed) return embed_;
     if (slot.matrix == llama::Matrix::kNorm) return norm_;
     if (slot.matrix == llama::Matrix::kLmHead) return lm_head_;
@@ -39,25 +51,32 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir) {
     parts.push_back({slot.name, slot.shape, &storage(slot), slot.first_row});
   }
 
-  const pllm::safetensors::Checkpoint checkpoint(model_dir);
   const llama_cpu::LoadedWeights loaded = llama_cpu::load_weight_parts(checkpoint, parts, pool_);
   if (!loaded.unused.empty()) {
     pllm::log_info("models_llama: ignoring checkpoint tensors ", llama::join_names(loaded.unused),
                    c.tie_word_embeddings ? " (lm_head is tied to the embedding)" : "");
   }
-  for (const WeightPart& part : parts) slots_.emplace(part.name, Slot{part.data(), part.shape});
-  if (c.tie_word_embeddings) slots_.emplace("lm_head.weight", Slot{embed_.data(), {c.vocab_size, c.hidden_size}});
+  for (const WeightPart& part : parts) {
+    slots_.emplace(part.name, Slot{part.data(), part.storage->dtype(), part.shape});
+  }
+  if (c.tie_word_embeddings) {
+    slots_.emplace("lm_head.weight", Slot{embed_.data(), embed_.dtype(), {c.vocab_size, c.hidden_size}});
+  }
   pllm::log_info("models_llama: loaded ", parts.size(), " tensors from ", model_dir.string(), " (",
                  checkpoint.files().size(), " file", checkpoint.files().size() == 1 ? "" : "s", ", ",
-                 loaded.stored_bytes >> 20, " MiB stored, ", weight_bytes() >> 20, " MiB as f32)");
+                 loaded.stored_bytes >> 20, " MiB stored, ", weight_bytes() >> 20, " MiB as ",
+                 plugins::dtype_name(weight_dtype_), ")");
 }
 
-std::string LlamaModel::describe() const { return "the CPU, f32, " + std::to_string(pool_.size()) + " threads"; }
+std::string LlamaModel::describe() const {
+  return std::string("the CPU, ") + plugins::dtype_name(weight_dtype_) + " weights, f32 activations, " +
+         llama_cpu::isa_name(llama_cpu::active_isa()) + " kernels, " + std::to_string(pool_.size()) + " threads";
+}
 
 std::size_t LlamaModel::weight_bytes() const {
-  std::size_t floats = embed_.size() + norm_.size() + lm_head_.size();
-  for (const llama_cpu::DecoderLayerWeights& l : layers_) floats += l.floats();
-  return floats * sizeof(float);
+  std::size_t bytes = embed_.bytes() + norm_.bytes() + lm_head_.bytes();
+  for (const llama_cpu::DecoderLayerWeights& l : layers_) bytes += l.bytes();
+  return bytes;
 }
 
 pllm_tensor LlamaModel::tensor(std::string_view name) const {
@@ -65,7 +84,7 @@ pllm_tensor LlamaModel::tensor(std::string_view name) const {
   if (it == slots_.end()) {
     throw pllm::Error(PLLM_ERROR_NOT_FOUND, "models_llama: no tensor '" + std::string(name) + "'");
   }
-  return host_tensor(it->second.data, it->second.shape);
+  return llama::tensor_view(it->second.data, it->second.dtype, {PLLM_DEVICE_CPU, 0}, it->second.shape);
 }
 
 void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm_forward_output& out) {
@@ -80,7 +99,7 @@ void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm
   float* x = x_.reserve(n(tokens * h));
   llama_cpu::parallel_rows(pool_, tokens, h, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      std::memcpy(x + t * h, embed_.data() + int64_t(b.token_ids[t]) * h, n(h) * sizeof(float));
+      embed_.ref().row_to_f32(b.token_ids[t], h, x + t * h);
     }
   });
   scratch_.prepare(pool_, c, inv_freq_, b.positions, tokens);
@@ -91,7 +110,7 @@ void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm
   // The final norm only on the rows asked for; lm_head only on the logits rows.
   auto gather_normed = [&](int32_t count, const int32_t* indices, float* dst) {
     for (int32_t i = 0; i < count; ++i) std::memcpy(dst + i * h, x + int64_t(indices[i]) * h, n(h) * sizeof(float));
-    llama_cpu::rms_norm(pool_, dst, h, count, h, norm_.data(), eps, dst, h);
+    llama_cpu::rms_norm(pool_, dst, h, count, h, norm_.f32(), eps, dst, h);
   };
   float* rows = rows_.reserve(n(int64_t(b.num_logits) * h));
   float* logits = logits_.reserve(n(int64_t(b.num_logits) * c.vocab_size));

@@ -1,13 +1,16 @@
 #pragma once
 // The Llama architecture on the CPU: loads an HF LlamaForCausalLM directory
-// into a compute-friendly f32 layout and runs one batched, varlen forward per
+// into a compute-friendly layout and runs one batched, varlen forward per
 // engine step (mixed prefill chunks and decodes), attending through the
 // attention backend core passes in.
 //
-// Weights are converted to f32 once at load (the checkpoint is unmapped
-// afterwards) into the fused layout of plugins/llama_common/weight_layout.h;
-// every HF tensor is a contiguous row range of a fused matrix, so
-// get_tensor() serves any name (a tied lm_head is the embedding itself).
+// Weights are copied once at load (the checkpoint is unmapped afterwards)
+// into the fused layout of plugins/llama_common/weight_layout.h, the matrices
+// in the weight dtype (the embedding's stored dtype by default: f32, bf16 or
+// f16; model.dtype f32 widens), the norms in f32; activations, accumulation
+// and the KV cache are f32. Every HF tensor is a contiguous row range of a
+// fused matrix, so get_tensor() serves any name (a tied lm_head is the
+// embedding itself), in the weight dtype.
 
 #include <cstddef>
 #include <cstdint>
@@ -30,33 +33,39 @@ using llama::LlamaConfig;
 
 class LlamaModel final : public llama::LlamaForward {
  public:
-  // Loads and validates config and weights; reports progress through the host.
-  LlamaModel(const std::filesystem::path& model_dir, int num_threads);
+  // Loads and validates config and weights; reports progress through the
+  // host. `weight_dtype`: F32, BF16, F16, or INVALID for the embedding's
+  // stored dtype.
+  LlamaModel(const std::filesystem::path& model_dir, int num_threads, pllm_dtype weight_dtype);
 
   const LlamaConfig& config() const override { return config_; }
   pllm_dtype dtype() const override { return PLLM_DTYPE_F32; }
   std::string describe() const override;
-  // Bytes of f32 weights held (the tied lm_head counted once).
+  // The dtype of the weight matrices.
+  pllm_dtype weight_dtype() const { return weight_dtype_; }
+  // Bytes of weights held (the tied lm_head counted once).
   std::size_t weight_bytes() const;
 
   void forward(const pllm_batch& batch, pllm_attention_ref attention, pllm_forward_output& out) override;
-  // An f32 host view.
+  // A host view in its stored dtype (the weight dtype; f32 for norms).
   pllm_tensor tensor(std::string_view name) const override;
 
  private:
   // Where a checkpoint tensor lives in the f32 layout.
   struct Slot {
-    float* data;
+    void* data;
+    pllm_dtype dtype;
     std::vector<int64_t> shape;
   };
 
-  void load_weights(const std::filesystem::path& model_dir);
-  const float* lm_head() const { return config_.tie_word_embeddings ? embed_.data() : lm_head_.data(); }
+  void load_weights(const std::filesystem::path& model_dir, pllm_dtype weight_dtype);
+  llama_cpu::WeightsRef lm_head() const { return config_.tie_word_embeddings ? embed_.ref() : lm_head_.ref(); }
 
   LlamaConfig config_;
   plugins::ThreadPool pool_;
   std::vector<double> inv_freq_;
-  std::vector<float> embed_, norm_, lm_head_;
+  pllm_dtype weight_dtype_ = PLLM_DTYPE_F32;
+  llama_cpu::WeightStorage embed_, norm_, lm_head_;
   std::vector<llama_cpu::DecoderLayerWeights> layers_;
   std::map<std::string, Slot, std::less<>> slots_;
 

@@ -79,13 +79,14 @@ class LlamaPlugin : public pllm::ModelPlugin {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama runs on the CPU or CUDA (device type " +
                                                     std::to_string(int(args.device.type)) + ")");
     }
-    if (args.dtype != PLLM_DTYPE_INVALID && args.dtype != PLLM_DTYPE_F32) {
-      throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
-                        std::string("models_llama on the CPU computes in f32 (weights are widened at load); model "
-                                    "dtype ") +
-                            dtype_name(args.dtype) + " is not supported, use auto or f32");
+    const bool weight_dtype_ok = args.dtype == PLLM_DTYPE_INVALID || args.dtype == PLLM_DTYPE_F32 ||
+                                 args.dtype == PLLM_DTYPE_BF16 || args.dtype == PLLM_DTYPE_F16;
+    if (!weight_dtype_ok) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, std::string("models_llama on the CPU holds weights in f32, bf16 or "
+                                                            "f16 (activations in f32); model dtype ") +
+                                                    dtype_name(args.dtype) + " is not supported");
     }
-    return std::make_unique<LlamaModel>(args.model_path, num_threads);
+    return std::make_unique<LlamaModel>(args.model_path, num_threads, args.dtype);
   }
 
   std::unique_ptr<llama::LlamaForward> model_;
@@ -96,5 +97,5 @@ class LlamaPlugin : public pllm::ModelPlugin {
 }  // namespace pagedllm::models_llama
 
 PAGEDLLM_PLUGIN(pagedllm::models_llama::LlamaPlugin, "models_llama", "0.3.0",
-                "Llama-family models (HF LlamaForCausalLM): CPU (f32, OpenBLAS) or CUDA (f32/f16/bf16, cuBLAS), "
+                "Llama-family models (HF LlamaForCausalLM): CPU (f32/bf16/f16 weights, f32 activations) or CUDA (f32/f16/bf16, cuBLAS), "
                 "paged attention via the backend")

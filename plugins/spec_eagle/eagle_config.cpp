@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pagedllm/sdk.hpp"
+#include "pagedllm/sdk/cpp/float_convert.hpp"
 #include "plugins/common/dtype_name.h"
 
 namespace pagedllm::spec_eagle {
@@ -98,7 +99,12 @@ SharedWeights shared_weights(const pllm_speculator_target& target, const llama::
                             ", but the draft runs on " + device_label(device) +
                             "; the EAGLE head shares the target's weights, so both must be on the same device");
     }
-    if (out.data && out.dtype != dtype) {
+    if (out.data && dtype == PLLM_DTYPE_INVALID && !pllm::is_float_dtype(out.dtype)) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, std::string("spec_eagle: the target's '") + name + "' is " +
+                                                    plugins::dtype_name(out.dtype) + "; the draft on " +
+                                                    device_label(device) + " needs f32, f16 or bf16");
+    }
+    if (out.data && dtype != PLLM_DTYPE_INVALID && out.dtype != dtype) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, std::string("spec_eagle: the target's '") + name + "' is " +
                                                     plugins::dtype_name(out.dtype) + "; the draft on " +
                                                     device_label(device) + " needs " + plugins::dtype_name(dtype));

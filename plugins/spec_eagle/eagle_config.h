@@ -23,7 +23,8 @@ struct SharedWeights {
   pllm_tensor lm_head;
 };
 
-// Looks both up and requires each to be on `device` in `dtype`, [vocab,
+// Looks both up and requires each to be on `device` in `dtype` (INVALID: any
+// of f32, f16, bf16), [vocab,
 // hidden] with contiguous rows. Throws pllm::Error: PLLM_ERROR_UNSUPPORTED for
 // a target without get_tensor and for a tensor on another device or in
 // another dtype (naming both), the target's own error when its get_tensor fails.

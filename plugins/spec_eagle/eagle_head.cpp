@@ -4,6 +4,7 @@
 #include <string>
 
 #include "pagedllm/sdk.hpp"
+#include "pagedllm/sdk/cpp/float_convert.hpp"
 #include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "plugins/llama_cpu/cpu_kernels.h"
 #include "plugins/llama_cpu/rope.h"
@@ -27,30 +28,33 @@ EagleHead::EagleHead(const std::filesystem::path& draft_dir, const pllm_speculat
 }
 
 void EagleHead::bind_target(const pllm_speculator_target& target) {
-  const SharedWeights shared = shared_weights(target, config_, {PLLM_DEVICE_CPU, 0}, PLLM_DTYPE_F32);
-  embed_ = static_cast<const float*>(shared.embed.data);
+  const SharedWeights shared = shared_weights(target, config_, {PLLM_DEVICE_CPU, 0}, PLLM_DTYPE_INVALID);
+  embed_ = {shared.embed.data, shared.embed.dtype};
   embed_stride_ = shared.embed.strides[0];
   // linear() reads the weight as a dense [vocab, hidden] matrix.
   if (shared.lm_head.strides[0] != config_.hidden_size) {
     throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle: the target's lm_head rows are " +
                                                   std::to_string(shared.lm_head.strides[0]) +
-                                                  " floats apart; a dense [vocab, hidden] matrix is needed");
+                                                  " elements apart; a dense [vocab, hidden] matrix is needed");
   }
-  lm_head_ = static_cast<const float*>(shared.lm_head.data);
+  lm_head_ = {shared.lm_head.data, shared.lm_head.dtype};
   const int64_t v = config_.vocab_size, h = config_.hidden_size;
   if (draft_vocab_.empty()) return;
   // A dense copy of the draft vocabulary's rows, so a draft step streams
-  // N x hidden floats instead of vocab x hidden.
+  // N x hidden elements instead of vocab x hidden.
   check_draft_vocab(draft_vocab_, v);
   const auto rows = static_cast<int64_t>(draft_vocab_.size());
+  const std::size_t row_bytes = std::size_t(h) * llama_cpu::weight_dtype_size(lm_head_.dtype);
+  draft_lm_head_.set_dtype(lm_head_.dtype);
   draft_lm_head_.resize(static_cast<std::size_t>(rows * h));
   for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(draft_lm_head_.data() + r * h, lm_head_ + int64_t(draft_vocab_[std::size_t(r)]) * h,
-                static_cast<std::size_t>(h) * sizeof(float));
+    std::memcpy(static_cast<std::byte*>(draft_lm_head_.data()) + std::size_t(r) * row_bytes,
+                lm_head_.rows_from(draft_vocab_[std::size_t(r)], h).data, row_bytes);
   }
-  pllm::log_info("spec_eagle: draft vocabulary of ", rows, " of ", v, " tokens (lm_head ", (rows * h * 4) >> 10,
-                 " KiB instead of ", (v * h * 4) >> 10, " KiB)");
-  lm_head_ = draft_lm_head_.data();
+  pllm::log_info("spec_eagle: draft vocabulary of ", rows, " of ", v, " tokens (lm_head ",
+                 (std::size_t(rows) * row_bytes) >> 10, " KiB instead of ", (std::size_t(v) * row_bytes) >> 10,
+                 " KiB)");
+  lm_head_ = draft_lm_head_.ref();
 }
 
 void EagleHead::load_weights(const std::filesystem::path& draft_dir) {
@@ -95,18 +99,18 @@ void EagleHead::draft(const pllm_draft_args& args, pllm_draft_output& out) {
   float* input = input_.reserve(n(tokens * 2 * h));
   llama_cpu::parallel_rows(pool_, tokens, 2 * h, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
-      std::memcpy(input + t * 2 * h, embed_ + int64_t(b.token_ids[t]) * embed_stride_, n(h) * sizeof(float));
+      pllm::to_f32(embed_.rows_from(b.token_ids[t], embed_stride_).data, embed_.dtype, input + t * 2 * h, h);
       std::memcpy(input + t * 2 * h + h, features + t * feature_stride, n(h) * sizeof(float));
     }
   });
   chain_rows_ = -1;  // a failure below leaves no chain to continue
 
   float* x = x_.reserve(n(tokens * h));
-  llama_cpu::linear(pool_, input, 2 * h, tokens, fc_.data(), h, 2 * h, x, h, false);
+  llama_cpu::linear(pool_, input, 2 * h, tokens, fc_.ref(), h, 2 * h, x, h, false);
   if (!fc_bias_.empty()) {
     llama_cpu::parallel_rows(pool_, tokens, h, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        for (int64_t i = 0; i < h; ++i) x[t * h + i] += fc_bias_[std::size_t(i)];
+        for (int64_t i = 0; i < h; ++i) x[t * h + i] += fc_bias_.f32()[i];
       }
     });
   }

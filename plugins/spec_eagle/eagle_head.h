@@ -2,9 +2,10 @@
 // The EAGLE-1 draft model on the CPU (tools/train/model.py, class EagleHead;
 // what it computes: draft_head.h). Row t of a draft batch is the pair
 // (feature f_t at position p_t, token x_{t+1} that follows it). The embedding
-// and lm_head are the target's f32 CPU tensors, read through its get_tensor();
-// the head holds only fc and layers.0 (widened to f32 at load). With a draft
-// vocabulary (draft_vocab.h) it also holds a copy of those lm_head rows.
+// and lm_head are the target's CPU tensors (f32, bf16 or f16: the target's
+// weight dtype), read through its get_tensor(); the head holds only fc and
+// layers.0 (widened to f32 at load). With a draft vocabulary (draft_vocab.h)
+// it also holds a copy of those lm_head rows, in the target's dtype.
 
 #include <cstdint>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "plugins/common/thread_pool.h"
 #include "plugins/llama_cpu/buffer.h"
 #include "plugins/llama_cpu/decoder_layer.h"
+#include "plugins/llama_cpu/weights.h"
 #include "plugins/llama_common/llama_config.h"
 #include "plugins/spec_eagle/draft_head.h"
 #include "plugins/spec_eagle/draft_vocab.h"
@@ -45,16 +47,17 @@ class EagleHead final : public DraftHead {
   plugins::ThreadPool pool_;
   std::vector<double> inv_freq_;
 
-  // Target-owned [vocab, hidden] f32 (valid as long as the target model).
-  const float* embed_ = nullptr;
+  // Target-owned [vocab, hidden] (valid as long as the target model); rows
+  // embed_stride_ elements apart.
+  llama_cpu::WeightsRef embed_;
   int64_t embed_stride_ = 0;
   // The lm_head the draft multiplies by: the target's [vocab, hidden], or
   // draft_lm_head_, its rows of the draft vocabulary.
-  const float* lm_head_ = nullptr;
+  llama_cpu::WeightsRef lm_head_;
   std::vector<int32_t> draft_vocab_;
-  std::vector<float> draft_lm_head_;
+  llama_cpu::WeightStorage draft_lm_head_;
 
-  std::vector<float> fc_, fc_bias_;  // [hidden, 2 hidden], [hidden] (empty: no bias)
+  llama_cpu::WeightStorage fc_, fc_bias_;  // [hidden, 2 hidden], [hidden] f32 (empty: no bias)
   llama_cpu::DecoderLayerWeights layer_;
 
   llama_cpu::DecoderScratch scratch_;

@@ -1,30 +1,45 @@
-// plugins/llama_cpu's linear() against a float64 dot product, through both of
-// its paths (its own kernel up to kDotRowsMaxRows rows, OpenBLAS sgemm past
-// that), and the kernel's promise that a row's result does not depend on the
-// batch it is in.
+// plugins/llama_cpu's linear() against a float64 dot product over the
+// widened weights, for f32, bf16 and f16 weights, through every instruction
+// set the CPU has (cpu_isa.h's levels, forced one after the other with
+// set_isa_cap: scalar, avx2, avx512, avx512bf16) and both of its paths (its
+// own kernel up to kDotRowsMaxRows rows; OpenBLAS sgemm past that, on tiles
+// widened to f32), and the kernel's promise that a row's result does not
+// depend on the batch it is in. 16-bit weights are widened exactly, so on
+// every path but vdpbf16ps a bf16/f16 result must equal, bit for bit, the f32
+// kernel's on the widened weights (same level).
 //
 // Tolerance: an f32 dot product of length k whose sums take at most d
 // sequential additions is within about d * 2^-24 * sum |a_i w_i| of the exact
 // value. The kernel adds k / 16 products per lane, then 4 tree levels, then
 // at most 15 tail products: d <= k / 16 + 19 (38 at k = 300); sgemm's blocking
 // is no worse than sequential (d <= k). So |got - ref| <= 2e-5 * sum |a_i w_i|
-// (d = 335 at the 2^-24 rate) holds for every case here, and a wrong index
+// (d = 335 at the 2^-24 rate) holds for every case here. vdpbf16ps (bf16
+// weights, avx512bf16) adds 3 activation parts x 2 products per lane per 32 k:
+// d <= 3 k / 16 + 19 (76 at k = 300), inside the same bound. A wrong index
 // (a lane, a tail element or a row skipped or read twice) is off by a whole
 // product, far outside it.
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "plugins/common/dtype_name.h"
+#include "plugins/common/float16_rounding.h"
+#include "pagedllm/sdk/cpp/float_convert.hpp"
+#include "plugins/llama_cpu/cpu_isa.h"
 #include "plugins/llama_cpu/cpu_kernels.h"
 
+using pagedllm::llama_cpu::Isa;
 using pagedllm::llama_cpu::kDotRowsMaxRows;
 using pagedllm::llama_cpu::linear;
+using pagedllm::llama_cpu::WeightsRef;
 using pagedllm::plugins::ThreadPool;
 
 namespace {
@@ -43,20 +58,56 @@ std::vector<float> random_floats(std::size_t count, uint32_t seed) {
   return v;
 }
 
-void check_against_float64(ThreadPool& pool, const Case& c, uint32_t seed) {
+// Random weights in `dtype` (f32, or rounded to bf16/f16 bits) and their exact f32 widening.
+struct Weights {
+  pllm_dtype dtype;
+  std::vector<float> wide;
+  std::vector<uint16_t> bits;  // bf16/f16 only
+  WeightsRef ref() const {
+    return dtype == PLLM_DTYPE_F32 ? WeightsRef{wide.data(), dtype} : WeightsRef{bits.data(), dtype};
+  }
+};
+Weights random_weights(pllm_dtype dtype, std::size_t count, uint32_t seed) {
+  Weights w{dtype, random_floats(count, seed), {}};
+  if (dtype == PLLM_DTYPE_F32) return w;
+  w.bits.resize(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    w.bits[i] = dtype == PLLM_DTYPE_BF16 ? pagedllm::plugins::f32_to_bf16(w.wide[i])
+                                         : pagedllm::plugins::f32_to_f16(w.wide[i]);
+    w.wide[i] = dtype == PLLM_DTYPE_BF16 ? pllm::bf16_to_f32(w.bits[i]) : pllm::f16_to_f32(w.bits[i]);
+  }
+  return w;
+}
+
+// The levels this CPU has, each to be forced in turn.
+std::vector<Isa> available_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (isa <= pagedllm::llama_cpu::detected_isa()) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// Lifts the cap at the end of a test case, whatever happens.
+struct IsaCapGuard {  // (restores the default cap)
+  ~IsaCapGuard() { pagedllm::llama_cpu::set_isa_cap(std::nullopt); }
+};
+
+void check_against_float64(ThreadPool& pool, const Case& c, pllm_dtype dtype, uint32_t seed) {
   INFO("m " << c.m << " n " << c.n << " k " << c.k << " lda " << c.lda << " ldc " << c.ldc << " accumulate "
-            << c.accumulate << " threads " << pool.size());
+            << c.accumulate << " threads " << pool.size() << " dtype " << pagedllm::plugins::dtype_name(dtype)
+            << " isa " << pagedllm::llama_cpu::isa_name(pagedllm::llama_cpu::active_isa()));
   const std::vector<float> a = random_floats(std::size_t(c.m * c.lda), seed);
-  const std::vector<float> w = random_floats(std::size_t(c.n * c.k), seed + 1);
+  const Weights w = random_weights(dtype, std::size_t(c.n * c.k), seed + 1);
   std::vector<float> out = random_floats(std::size_t(c.m * c.ldc), seed + 2);
   const std::vector<float> before = out;
-  linear(pool, a.data(), c.lda, c.m, w.data(), c.n, c.k, out.data(), c.ldc, c.accumulate);
+  linear(pool, a.data(), c.lda, c.m, w.ref(), c.n, c.k, out.data(), c.ldc, c.accumulate);
   double worst = 0.0;
   for (int64_t r = 0; r < c.m; ++r) {
     for (int64_t j = 0; j < c.n; ++j) {
       double exact = 0.0, magnitude = 0.0;
       for (int64_t i = 0; i < c.k; ++i) {
-        const double product = double(a[std::size_t(r * c.lda + i)]) * double(w[std::size_t(j * c.k + i)]);
+        const double product = double(a[std::size_t(r * c.lda + i)]) * double(w.wide[std::size_t(j * c.k + i)]);
         exact += product;
         magnitude += std::abs(product);
       }
@@ -72,44 +123,85 @@ void check_against_float64(ThreadPool& pool, const Case& c, uint32_t seed) {
     }
   }
   CHECK(worst <= 1.0);
+  if (dtype == PLLM_DTYPE_F32) return;
+  const bool dp = dtype == PLLM_DTYPE_BF16 && pagedllm::llama_cpu::active_isa() == Isa::kAvx512Bf16 &&
+                  c.m <= kDotRowsMaxRows && c.k >= 32;
+  if (dp) return;  // vdpbf16ps adds in another order than the f32 kernel
+  std::vector<float> f32_out = before;
+  linear(pool, a.data(), c.lda, c.m, w.wide.data(), c.n, c.k, f32_out.data(), c.ldc, c.accumulate);
+  CHECK(std::memcmp(out.data(), f32_out.data(), out.size() * sizeof(float)) == 0);
 }
 
 }  // namespace
 
-TEST_CASE("llama_cpu: linear() matches a float64 dot product on both paths", "[llama_cpu]") {
+TEST_CASE("llama_cpu: linear() matches a float64 dot product on every path, dtype and instruction set",
+          "[llama_cpu]") {
+  IsaCapGuard guard;
   ThreadPool one(1), three(3);
   uint32_t seed = 1;
-  for (ThreadPool* pool : {&one, &three}) {
-    for (const int64_t m : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(5), int64_t(7), int64_t(8),
-                            int64_t(13), kDotRowsMaxRows, kDotRowsMaxRows + 1, int64_t(33)}) {
-      for (const int64_t k : {1, 15, 16, 17, 256, 300}) {
-        for (const int64_t n : {1, 5, 64, 1000}) {
-          check_against_float64(*pool, {m, n, k, k, n, false}, seed++);
-          check_against_float64(*pool, {m, n, k, k + 3, n + 5, true}, seed++);
+  for (const Isa isa : available_isas()) {
+    pagedllm::llama_cpu::set_isa_cap(isa);
+    REQUIRE(pagedllm::llama_cpu::active_isa() == isa);
+    for (const pllm_dtype dtype : {PLLM_DTYPE_F32, PLLM_DTYPE_BF16, PLLM_DTYPE_F16}) {
+      for (ThreadPool* pool : {&one, &three}) {
+        for (const int64_t m : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(5), int64_t(7), int64_t(8),
+                                int64_t(13), kDotRowsMaxRows, kDotRowsMaxRows + 1, int64_t(33)}) {
+          for (const int64_t k : {1, 15, 16, 17, 32, 47, 256, 300}) {
+            for (const int64_t n : {1, 5, 64, 1000}) {
+              check_against_float64(*pool, {m, n, k, k, n, false}, dtype, seed++);
+              check_against_float64(*pool, {m, n, k, k + 3, n + 5, true}, dtype, seed++);
+            }
+          }
         }
       }
     }
+  }
+  if (pagedllm::llama_cpu::detected_isa() != Isa::kAvx512Bf16) {
+    WARN("this CPU lacks some of the levels: tested up to "
+         << pagedllm::llama_cpu::isa_name(pagedllm::llama_cpu::detected_isa()));
   }
 }
 
 TEST_CASE("llama_cpu: a row's linear() result is the same bits alone or in a batch", "[llama_cpu]") {
   // What makes greedy decoding give the same logits for a sequence whether
   // it is decoded alone, in a batch of plain decodes, or verified with its
-  // speculative drafts (up to kDotRowsMaxRows rows).
+  // speculative drafts (up to kDotRowsMaxRows rows); on every level and dtype.
+  IsaCapGuard guard;
   const int64_t n = 1000, k = 300;
   const std::vector<float> a = random_floats(std::size_t(kDotRowsMaxRows * k), 7);
-  const std::vector<float> w = random_floats(std::size_t(n * k), 8);
   ThreadPool one(1), two(2);
-  std::vector<float> alone(std::size_t(kDotRowsMaxRows * n));
-  for (int64_t r = 0; r < kDotRowsMaxRows; ++r) {
-    linear(one, a.data() + r * k, k, 1, w.data(), n, k, alone.data() + r * n, n, false);
-  }
-  for (int64_t m = 2; m <= kDotRowsMaxRows; ++m) {
-    for (ThreadPool* pool : {&one, &two}) {
-      INFO("batch of " << m << " rows, " << pool->size() << " threads");
-      std::vector<float> batch(std::size_t(m * n));
-      linear(*pool, a.data(), k, m, w.data(), n, k, batch.data(), n, false);
-      CHECK(std::memcmp(batch.data(), alone.data(), batch.size() * sizeof(float)) == 0);
+  for (const Isa isa : available_isas()) {
+    pagedllm::llama_cpu::set_isa_cap(isa);
+    for (const pllm_dtype dtype : {PLLM_DTYPE_F32, PLLM_DTYPE_BF16, PLLM_DTYPE_F16}) {
+      const Weights w = random_weights(dtype, std::size_t(n * k), 8);
+      std::vector<float> alone(std::size_t(kDotRowsMaxRows * n));
+      for (int64_t r = 0; r < kDotRowsMaxRows; ++r) {
+        linear(one, a.data() + r * k, k, 1, w.ref(), n, k, alone.data() + r * n, n, false);
+      }
+      for (int64_t m = 2; m <= kDotRowsMaxRows; ++m) {
+        for (ThreadPool* pool : {&one, &two}) {
+          INFO("batch of " << m << " rows, " << pool->size() << " threads, "
+                           << pagedllm::plugins::dtype_name(dtype) << ", " << pagedllm::llama_cpu::isa_name(isa));
+          std::vector<float> batch(std::size_t(m * n));
+          linear(*pool, a.data(), k, m, w.ref(), n, k, batch.data(), n, false);
+          CHECK(std::memcmp(batch.data(), alone.data(), batch.size() * sizeof(float)) == 0);
+        }
+      }
     }
   }
+}
+
+TEST_CASE("llama_cpu: PAGEDLLM_CPU_ISA names", "[llama_cpu]") {
+  using pagedllm::llama_cpu::parse_isa;
+  CHECK(parse_isa("scalar") == Isa::kScalar);
+  CHECK(parse_isa("avx2") == Isa::kAvx2);
+  CHECK(parse_isa("avx512") == Isa::kAvx512);
+  CHECK(parse_isa("avx512bf16") == Isa::kAvx512Bf16);
+  CHECK_FALSE(parse_isa("avx512f").has_value());
+  IsaCapGuard guard;
+  pagedllm::llama_cpu::set_isa_cap(Isa::kScalar);
+  CHECK(pagedllm::llama_cpu::active_isa() == Isa::kScalar);
+  pagedllm::llama_cpu::set_isa_cap(std::nullopt);
+  CHECK(pagedllm::llama_cpu::active_isa() ==
+        std::min(pagedllm::llama_cpu::detected_isa(), pagedllm::llama_cpu::kDefaultCap));
 }

@@ -1,10 +1,16 @@
-// A benchmark, not a test: llama_cpu's linear() on one thread against the
-// OpenBLAS call it made before it had its own kernel for few rows (sgemv for
-// one row, sgemm otherwise), on the embedded model's shapes and a 1B model's,
-// for 1 to 32 rows. Each time is the best of 40 calls (this machine is
-// shared: the minimum is the least disturbed), and the ratio is measured in
-// the same run.
-//   build/bin/llama_cpu_linear_bench
+// A benchmark, not a test, of llama_cpu's linear() on one thread.
+//
+//   build/bin/llama_cpu_linear_bench [dtypes]   f32 vs bf16 vs f16 weights on a
+//       1B model's shapes (hidden 2048, intermediate 8192) at decode (1 row) and
+//       prefill (4 to 256 rows): time, weight streaming GB/s, GFLOP/s and the
+//       ratio to f32, per instruction set level the CPU has (cpu_isa.h)
+//   build/bin/llama_cpu_linear_bench blas       linear() against the OpenBLAS call
+//       it made before it had its own kernel for few rows (sgemv for one row,
+//       sgemm otherwise), embedded model and 1B shapes, 1 to 32 rows
+//
+// Each time is the best of several calls (40, fewer for the long ones; this
+// machine is shared: the minimum is the least disturbed), and the ratios are
+// measured in the same run.
 
 #include <cblas.h>
 
@@ -14,15 +20,20 @@
 #include <random>
 #include <vector>
 
+#include <cstring>
+#include <string>
+
+#include "plugins/common/float16_rounding.h"
+#include "plugins/llama_cpu/cpu_isa.h"
 #include "plugins/llama_cpu/cpu_kernels.h"
 
 namespace {
 
 template <class Fn>
-double best_of_40_us(Fn&& fn) {
+double best_of_us(int calls, Fn&& fn) {
   fn();
   double best = 1e30;
-  for (int i = 0; i < 40; ++i) {
+  for (int i = 0; i < calls; ++i) {
     const auto start = std::chrono::steady_clock::now();
     fn();
     best = std::min(best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
@@ -30,9 +41,74 @@ double best_of_40_us(Fn&& fn) {
   return best;
 }
 
-}  // namespace
+template <class Fn>
+double best_of_40_us(Fn&& fn) {
+  return best_of_us(40, fn);
+}
 
-int main() {
+using pagedllm::llama_cpu::Isa;
+using pagedllm::llama_cpu::WeightsRef;
+
+int dtypes_bench() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  pagedllm::llama_cpu::use_single_threaded_blas();
+  pagedllm::plugins::ThreadPool pool(1);
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"1B gate_up", 16384, 2048}, {"1B down", 2048, 8192}};
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::printf("linear() on f32, bf16 and f16 weights, one thread, best of up to 40 calls (%s CPU)\n",
+              pagedllm::llama_cpu::isa_name(pagedllm::llama_cpu::detected_isa()));
+  std::printf("GB/s: weight bytes per call / time; GFLOP/s: 2 rows n k / time; x f32: f32 time / this time\n");
+  std::printf("%-11s %4s %-10s %5s %10s %7s %8s %7s\n", "shape", "rows", "isa", "dtype", "us", "GB/s", "GFLOP/s",
+              "x f32");
+  for (const Shape& s : shapes) {
+    const auto count = std::size_t(s.n * s.k);
+    std::vector<float> w32(count), a(std::size_t(256 * s.k)), out(std::size_t(256 * s.n));
+    std::vector<uint16_t> wbf16(count), wf16(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      w32[i] = normal(rng) * 0.02f;
+      wbf16[i] = pagedllm::plugins::f32_to_bf16(w32[i]);
+      wf16[i] = pagedllm::plugins::f32_to_f16(w32[i]);
+    }
+    for (float& x : a) x = normal(rng);
+    for (const int64_t m : {1, 4, 16, 64, 256}) {
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+        if (isa > pagedllm::llama_cpu::detected_isa()) continue;
+        // The scalar level only at decode (its f16 widening is one element at
+        // a time); past kDotRowsMaxRows the level only widens the SGEMM's
+        // tiles, so only the best one.
+        if (isa == Isa::kScalar && m > 1) continue;
+        if (m > pagedllm::llama_cpu::kDotRowsMaxRows && isa != pagedllm::llama_cpu::detected_isa()) continue;
+        pagedllm::llama_cpu::set_isa_cap(isa);
+        double f32_us = 0.0;
+        for (const pllm_dtype dtype : {PLLM_DTYPE_F32, PLLM_DTYPE_BF16, PLLM_DTYPE_F16}) {
+          const WeightsRef w = dtype == PLLM_DTYPE_F32    ? WeightsRef{w32.data(), dtype}
+                               : dtype == PLLM_DTYPE_BF16 ? WeightsRef{wbf16.data(), dtype}
+                                                          : WeightsRef{wf16.data(), dtype};
+          const double flops = 2.0 * double(m) * double(s.n) * double(s.k);
+          const int calls = int(std::clamp(5e9 / flops, 2.0, 40.0));
+          const double us = best_of_us(calls, [&] {
+            pagedllm::llama_cpu::linear(pool, a.data(), s.k, m, w, s.n, s.k, out.data(), s.n, false);
+          });
+          if (dtype == PLLM_DTYPE_F32) f32_us = us;
+          const double bytes = double(count) * (dtype == PLLM_DTYPE_F32 ? 4.0 : 2.0);
+          std::printf("%-11s %4lld %-10s %5s %10.1f %7.2f %8.2f %6.2fx\n", s.name, static_cast<long long>(m),
+                      pagedllm::llama_cpu::isa_name(isa),
+                      dtype == PLLM_DTYPE_F32 ? "f32" : dtype == PLLM_DTYPE_BF16 ? "bf16" : "f16", us,
+                      bytes / us / 1e3, flops / us / 1e3, f32_us / us);
+        }
+      }
+    }
+  }
+  pagedllm::llama_cpu::set_isa_cap(std::nullopt);
+  return 0;
+}
+
+int blas_bench() {
   pagedllm::llama_cpu::use_single_threaded_blas();
   pagedllm::plugins::ThreadPool pool(1);
   struct Shape {
@@ -66,4 +142,14 @@ int main() {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "dtypes";
+  if (mode == "dtypes") return dtypes_bench();
+  if (mode == "blas") return blas_bench();
+  std::fprintf(stderr, "usage: llama_cpu_linear_bench [dtypes|blas]\n");
+  return 2;
 }

@@ -88,26 +88,41 @@ TEST_CASE("models_llama: info comes from config.json and generation_config.json"
   }
 }
 
-TEST_CASE("models_llama: get_tensor serves HF names from the f32 layout", "[models_llama]") {
+TEST_CASE("models_llama: get_tensor serves HF names in the weight dtype", "[models_llama]") {
+  // The matrices in the weight dtype (auto: as the checkpoint stores them,
+  // bit for bit; model dtype f32: widened), the norms in f32.
   require_generator();
-  for (const bool tied : {false, true}) {
-    INFO("tied " << tied);
+  struct Variant {
+    const char* args;
+    pllm_dtype model_dtype, matrices;
+  };
+  for (const Variant& v : {Variant{"--dtype f16", PLLM_DTYPE_INVALID, PLLM_DTYPE_F16},
+                           Variant{"--dtype bf16 --tie-word-embeddings", PLLM_DTYPE_INVALID, PLLM_DTYPE_BF16},
+                           Variant{"--dtype bf16", PLLM_DTYPE_F32, PLLM_DTYPE_F32}}) {
+    const bool tied = std::string(v.args).find("tie") != std::string::npos;
+    INFO(v.args << ", model dtype " << int(v.model_dtype));
     TempDir dir;
-    make_model(dir.path(), tied ? "--dtype bf16 --tie-word-embeddings" : "--dtype f16");
-    Model model(dir.path());
+    make_model(dir.path(), v.args);
+    Model model(dir.path(), "{}", v.model_dtype);
     const pllm::safetensors::Checkpoint checkpoint(dir.path());
     for (const char* name : {"model.embed_tokens.weight", "model.layers.1.self_attn.k_proj.weight",
                              "model.layers.2.mlp.up_proj.weight", "model.norm.weight"}) {
       INFO(name);
       const pllm_tensor t = model.tensor(name);
       const auto& stored = checkpoint.require(name);
-      CHECK(t.dtype == PLLM_DTYPE_F32);
+      const pllm_dtype dtype = std::string(name) == "model.norm.weight" ? PLLM_DTYPE_F32 : v.matrices;
+      CHECK(t.dtype == dtype);
       CHECK(t.device.type == PLLM_DEVICE_CPU);
       REQUIRE(std::vector<int64_t>(t.shape, t.shape + t.ndim) == stored.shape);
       CHECK(t.strides[t.ndim - 1] == 1);
-      std::vector<float> expected(std::size_t(stored.numel()));
-      stored.to_f32(0, stored.numel(), expected.data());
-      CHECK(std::memcmp(t.data, expected.data(), expected.size() * sizeof(float)) == 0);
+      if (dtype == stored.dtype) {
+        CHECK(std::memcmp(t.data, stored.data, stored.nbytes) == 0);
+      } else {
+        REQUIRE(dtype == PLLM_DTYPE_F32);
+        std::vector<float> expected(std::size_t(stored.numel()));
+        stored.to_f32(0, stored.numel(), expected.data());
+        CHECK(std::memcmp(t.data, expected.data(), expected.size() * sizeof(float)) == 0);
+      }
     }
     const pllm_tensor embed = model.tensor("model.embed_tokens.weight");
     const pllm_tensor head = model.tensor("lm_head.weight");
@@ -132,8 +147,12 @@ TEST_CASE("models_llama: options, device and dtype are checked", "[models_llama]
   CHECK_THAT(typo, Contains("num_thread"));
   CHECK_THAT(typo, Contains("did you mean 'num_threads'"));
   CHECK_THAT(load_error(dir.path(), R"({"num_threads": -1})"), Contains("num_threads"));
-  CHECK_THAT(load_error(dir.path(), "{}", PLLM_DTYPE_BF16), Contains("model dtype bf16 is not supported"));
-  Model ok(dir.path(), "{}", PLLM_DTYPE_F32);
+  CHECK_THAT(load_error(dir.path(), "{}", PLLM_DTYPE_I8), Contains("model dtype i8 is not supported"));
+  for (const pllm_dtype dtype : {PLLM_DTYPE_F32, PLLM_DTYPE_BF16, PLLM_DTYPE_F16}) {
+    Model ok(dir.path(), "{}", dtype);
+    CHECK(ok.info().dtype == PLLM_DTYPE_F32);  // activations and KV cache
+    CHECK(ok.tensor("model.layers.0.self_attn.q_proj.weight").dtype == dtype);
+  }
 
   // The device: the CPU or CUDA. CUDA on a build without it is refused here;
   // with it, test_models_llama_cuda covers what a CUDA create says.

@@ -1,0 +1,42 @@
+#pragma once
+// The x86 instruction sets linear() has kernels for, picked at run time from
+// the CPU's features (the binary is built for baseline x86-64 and runs on any
+// x86-64 CPU), optionally capped for tests and benchmarks:
+//
+//   scalar      baseline x86-64 (SSE2); f16 widened one element at a time
+//   avx2        AVX2 + FMA + F16C (vcvtph2ps)
+//   avx512      AVX-512 F/BW/VL/DQ + FMA + F16C
+//   avx512bf16  avx512 + AVX512-BF16: bf16 weights through vdpbf16ps
+//
+// PAGEDLLM_CPU_ISA=<name> (read once, at the first use) caps the level: the
+// kernels used are those of min(cap, what the CPU has). An unknown name is an
+// error naming the variable and the choices. Without it the cap is avx512:
+// the exact vdpbf16ps kernel (three bf16 parts per activation) measured
+// slower than widening bf16 in registers (docs/benchmarks.md), so
+// avx512bf16 is opt-in.
+
+#include <optional>
+#include <string_view>
+
+namespace pagedllm::llama_cpu {
+
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
+inline constexpr Isa kDefaultCap = Isa::kAvx512;
+
+const char* isa_name(Isa isa);
+// The name's level, or nullopt for an unknown name.
+std::optional<Isa> parse_isa(std::string_view name);
+
+// The best level this CPU (and OS) supports.
+Isa detected_isa();
+
+// The level linear() uses: min(detected_isa(), the cap). The cap is
+// PAGEDLLM_CPU_ISA (default kDefaultCap) unless set_isa_cap() was called.
+Isa active_isa();
+
+// Caps the level for this process (tests: every path the CPU has); nullopt
+// restores kDefaultCap (PAGEDLLM_CPU_ISA is not read again). Not thread-safe against
+// a running linear().
+void set_isa_cap(std::optional<Isa> cap);
+
+}  // namespace pagedllm::llama_cpu
