@@ -30,6 +30,8 @@ and the raw float32 logits of those rows, row after row, to OUT.json's name with
 [first, end) of each sequence (default: all). With --json the logits and the
 final-norm hidden states go into OUT.json itself as {"logits": [seq][pos][V],
 "hidden": [seq][pos][H]} (llama_reference.py's format, for small models).
+With --preset NAME [--seed S] the model is first made into --model's directory
+(one process instead of two).
 
 greedy: IN.json {"prompts": [[ids...], ...], "max_new_tokens": N}. Greedy
 decoding with transformers' KV cache (DynamicCache), one token a step, never
@@ -151,6 +153,8 @@ def write_rows(output, rows, logits_rows, vocab):
 
 
 def logits(args):
+    if args.preset:
+        make(args.preset, args.model, args.seed, args.threads)
     torch, model = load(args.model, args.dtype, args.threads)
     with open(args.input) as f:
         spec = json.load(f)
@@ -254,6 +258,8 @@ def main(argv):
         s.add_argument("--dtype", choices=["float32", "float64"], default="float32")
         if name == "logits":
             s.add_argument("--json", action="store_true", help="logits and hidden states inline (small models)")
+            s.add_argument("--preset", choices=sorted(PRESETS), help="`make` the model into --model first")
+            s.add_argument("--seed", type=int, default=0)
         else:
             s.add_argument("--with-logits", action="store_true")
     for s in list(sub.choices.values()):
