@@ -35,9 +35,10 @@
 // |logits| <~ 15, 2 to 6 layers and dot products of <= 704 terms, f32 rounding
 // (2^-24 ~ 6e-8 relative per operation, growing as sqrt(K) to K over a sum of
 // K terms) measured against transformers in float64 (PAGEDLLM_HF_ORACLE_DTYPE
-// =float64) stays at <= 1.2e-5 for the engine and the same order for
-// transformers in float32; the worst engine - HF(f32) difference over every
-// model and path is 1.6e-5 (printed by the test), a tenth of the tolerance.
+// =float64) stays at <= 1.7e-5 for the engine and <= 1.4e-5 for transformers
+// in float32; the worst engine - HF(f32) difference over every model and path
+// is 2.0e-5 (3.4e-5 with other prompts; printed by the test), at most 0.15 of
+// the tolerance.
 // A real bug moves logprobs by 1e-2 or more (one wrong context token, RoPE
 // angle or norm weight: see the models_llama detection test), 100x the
 // tolerance. A greedy token may differ only where transformers' top two logits
