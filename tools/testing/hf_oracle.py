@@ -42,7 +42,8 @@ as in `logits` (rows [seq, prompt_len - 1 + step]) when --with-logits is given.
 suite: IN.json {"max_new_tokens": N, "models": [{"dir": DIR, "prompts": [...],
 "preset": NAME?, "seed": S?}]}: for each model, `make` into DIR when a preset
 is named, then `greedy` with logits. OUT.json {"models": [greedy's OUT.json of
-each]}, the logits of model i in OUT.json.i.f32. One process for all models:
+each]}, the logits of model i in OUT.json.i.f32. A model entry with
+"sequences" also gets `logits --json`'s "logits" and "hidden" for them. One process for all models:
 importing torch and transformers costs seconds, a tiny model's work far less.
 
 --dtype float32 (default) or float64 computes in that dtype; checkpoints stored
@@ -152,6 +153,17 @@ def write_rows(output, rows, logits_rows, vocab):
     return {"vocab_size": vocab, "rows": rows, "logits_file": logits_file}
 
 
+def every_position(torch, model, sequences):
+    """Logits and final-norm hidden states of every position, as nested lists."""
+    all_logits, all_hidden = [], []
+    with torch.no_grad():
+        for seq in sequences:
+            hidden = model.model(input_ids=torch.tensor([seq], dtype=torch.long)).last_hidden_state
+            all_logits.append(model.lm_head(hidden)[0].double().numpy().tolist())
+            all_hidden.append(hidden[0].double().numpy().tolist())
+    return all_logits, all_hidden
+
+
 def logits(args):
     if args.preset:
         make(args.preset, args.model, args.seed, args.threads)
@@ -160,23 +172,20 @@ def logits(args):
         spec = json.load(f)
     sequences = spec["sequences"]
     ranges = spec.get("rows") or [[0, len(s)] for s in sequences]
-    rows, logits_rows, out_logits, out_hidden = [], [], [], []
-    with torch.no_grad():
-        for i, seq in enumerate(sequences):
-            ids = torch.tensor([seq], dtype=torch.long)
-            hidden = model.model(input_ids=ids).last_hidden_state  # after the final norm
-            all_logits = model.lm_head(hidden)[0].double().numpy()
-            if args.json:
-                out_logits.append(all_logits.tolist())
-                out_hidden.append(hidden[0].double().numpy().tolist())
-                continue
-            first, end = ranges[i]
-            for p in range(first, end):
-                rows.append([i, p])
-                logits_rows.append(all_logits[p])
     if args.json:
+        out_logits, out_hidden = every_position(torch, model, sequences)
         result = {"logits": out_logits, "hidden": out_hidden}
     else:
+        rows, logits_rows = [], []
+        with torch.no_grad():
+            for i, seq in enumerate(sequences):
+                ids = torch.tensor([seq], dtype=torch.long)
+                hidden = model.model(input_ids=ids).last_hidden_state  # after the final norm
+                all_logits = model.lm_head(hidden)[0].double().numpy()
+                first, end = ranges[i]
+                for p in range(first, end):
+                    rows.append([i, p])
+                    logits_rows.append(all_logits[p])
         result = write_rows(args.output, rows, logits_rows, model.config.vocab_size)
     with open(args.output, "w") as f:
         json.dump(result, f)
@@ -229,10 +238,12 @@ def suite(args):
         if "preset" in entry:
             make(entry["preset"], entry["dir"], int(entry.get("seed", 0)), args.threads)
         torch, model = load(entry["dir"], args.dtype, args.threads)
-        outputs, margins, rows, logits_rows = greedy_decode(torch, model, entry["prompts"],
-                                                            int(spec["max_new_tokens"]))
+        outputs, margins, rows, logits_rows = greedy_decode(torch, model, entry.get("prompts", []),
+                                                            int(spec.get("max_new_tokens", 0)))
         result = {"outputs": outputs, "margins": margins}
         result.update(write_rows(f"{args.output}.{i}", rows, logits_rows, model.config.vocab_size))
+        if "sequences" in entry:
+            result["logits"], result["hidden"] = every_position(torch, model, entry["sequences"])
         results.append(result)
     with open(args.output, "w") as f:
         json.dump({"models": results}, f)

@@ -146,19 +146,27 @@ TEST_CASE("models_llama: checkpoints written by transformers, shaped like real o
   // bf16), Llama-2 (MHA, f16, 7 shards, vocab 1000), TinyLlama (32 heads over
   // 4), SmolLM2 (9 over 3, tied, bf16), head_dim 32 != hidden 96 / 4 heads.
   const char* presets[] = {"llama32", "llama2", "tinyllama", "smollm2", "head_dim"};
+  TempDir dir;
+  // One hf_oracle.py process makes every model and computes its logits:
+  // starting torch and transformers costs more than these models' work.
+  nlohmann::json models = nlohmann::json::array();
+  std::vector<std::vector<std::vector<int32_t>>> sequences(std::size(presets));
+  for (std::size_t i = 0; i < std::size(presets); ++i) {
+    for (std::size_t s = 0; s < kMixedLengths.size(); ++s) {
+      sequences[i].push_back(random_tokens(kMixedLengths[s], uint32_t(30 + 10 * i + s)));
+    }
+    models.push_back({{"dir", (dir.path() / presets[i]).string()}, {"preset", presets[i]}, {"seed", i + 1},
+                      {"sequences", sequences[i]}});
+  }
+  const nlohmann::json out = run_oracle_suite({{"models", models}});
   for (std::size_t i = 0; i < std::size(presets); ++i) {
     INFO(presets[i]);
-    TempDir dir;
-    std::vector<std::vector<int32_t>> sequences;
-    for (std::size_t s = 0; s < kMixedLengths.size(); ++s) {
-      sequences.push_back(random_tokens(kMixedLengths[s], uint32_t(30 + 10 * i + s)));
-    }
-    // hf_oracle.py makes the model and computes its logits in one process.
-    const OracleOutput oracle = oracle_logits(dir.path() / "model", sequences, presets[i], int(i) + 1);
+    const nlohmann::json& o = out.at("models").at(i);
+    const OracleOutput oracle{o.at("logits").get<std::vector<Matrix>>(), o.at("hidden").get<std::vector<Matrix>>()};
     for (const Variant& v : kVariants) {
       INFO(v.name);
-      PagedRunner runner(dir.path() / "model", v.model, v.attention);
-      for (const auto& s : sequences) runner.add_sequence(s);
+      PagedRunner runner(dir.path() / presets[i], v.model, v.attention);
+      for (const auto& s : sequences[i]) runner.add_sequence(s);
       Checker checker{oracle, kLogitsTolerance, kHiddenTolerance};
       for (std::size_t step = 0; step < kMixedSteps.size(); ++step) {
         INFO("step " << step);

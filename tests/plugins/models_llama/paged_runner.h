@@ -80,13 +80,22 @@ inline nlohmann::json run_oracle(const std::filesystem::path& model_dir, const c
   return nlohmann::json::parse(file);
 }
 
-// transformers' logits and hidden states at every position of `sequences`;
-// with a `preset`, hf_oracle.py first makes that model into `model_dir`.
+// hf_oracle.py suite: several models made and answered by one process.
+inline nlohmann::json run_oracle_suite(const nlohmann::json& input) {
+  TempDir io;
+  const auto in = io.write("in.json", input.dump());
+  const auto out = io.path() / "out.json";
+  const auto r = run_command(std::string(kPython) + " " PAGEDLLM_SOURCE_DIR "/tools/testing/hf_oracle.py suite --input " +
+                             quote(in.string()) + " --output " + quote(out.string()));
+  expect(r.exit_code == 0, "hf_oracle.py suite failed: " + r.err);
+  std::ifstream file(out);
+  return nlohmann::json::parse(file);
+}
+
+// transformers' logits and hidden states at every position of `sequences`.
 inline OracleOutput oracle_logits(const std::filesystem::path& model_dir,
-                                  const std::vector<std::vector<int32_t>>& sequences, const std::string& preset = "",
-                                  int seed = 0) {
-  const std::string extra = preset.empty() ? "--json" : "--json --preset " + preset + " --seed " + std::to_string(seed);
-  const nlohmann::json result = run_oracle(model_dir, "logits", {{"sequences", sequences}}, extra);
+                                  const std::vector<std::vector<int32_t>>& sequences) {
+  const nlohmann::json result = run_oracle(model_dir, "logits", {{"sequences", sequences}}, "--json");
   return {result["logits"].get<std::vector<Matrix>>(), result["hidden"].get<std::vector<Matrix>>()};
 }
 
