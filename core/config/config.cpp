@@ -140,6 +140,8 @@ HostConfig read_root(const YAML::Node& root_node, SourceMap sources) {
     config.model.plugin = read_plugin_slot(model, "model");
     config.model.path = resolve_path(model.require_string("path"), model, "path");
     config.model.dtype = model.get_choice("dtype", "auto", {"auto", "f32", "f16", "bf16"});
+    config.model.max_logprobs =
+        static_cast<int>(model.get_int("max_logprobs", config.model.max_logprobs, -1, 1 << 24));
     if (model.is_set("chat_template")) {
       config.model.chat_template =
           model.get_choice("chat_template", "", {"chatml", "llama2", "llama3", "mistral", "zephyr"});

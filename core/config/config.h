@@ -39,6 +39,10 @@ struct ModelConfig {
   // A chat format ("chatml", "llama3", ...) that replaces the model's own
   // template, or gives one to a model without a template.
   std::optional<std::string> chat_template;
+  // The most alternatives a request may ask per token (logprobs / top_logprobs),
+  // as vLLM's max_logprobs; -1 = the whole vocabulary (full log-softmax rows, for
+  // comparing the engine with a reference model).
+  int max_logprobs = 20;
 };
 
 struct SpeculativeConfig {

@@ -296,6 +296,7 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
   }
 
   limits_.vocab_size = model_info_.vocab_size;
+  limits_.max_logprobs = config.model.max_logprobs < 0 ? model_info_.vocab_size : config.model.max_logprobs;
   limits_.max_model_len = max_model_len;
   limits_.max_n = scheduler_config.max_num_seqs;
   limits_.scheduler = scheduler_config;

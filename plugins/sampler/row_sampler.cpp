@@ -197,9 +197,20 @@ void RowSampler::sample(const pllm_sample_row& row, const float* raw, int64_t vo
   if (top_capacity <= 0) return;
   const int32_t n = std::min(top_capacity, p.num_top_logprobs);
   // The n best raw logits by (value desc, id asc): a bounded insertion sort,
-  // O(vocab) for the small n the API allows.
+  // O(vocab) for the small n the API allows by default; a partial sort for the
+  // large n an engine with max_logprobs -1 allows (the whole vocabulary).
+  constexpr int32_t kInsertionSortMax = 64;
   int32_t count = 0;
-  for (int64_t i = 0; i < vocab && n > 0; ++i) {
+  if (n > kInsertionSortMax) {
+    order_.resize(std::size_t(vocab));
+    for (int64_t i = 0; i < vocab; ++i) order_[std::size_t(i)] = int32_t(i);
+    count = int32_t(std::min<int64_t>(n, vocab));
+    std::partial_sort(order_.begin(), order_.begin() + count, order_.end(), [raw](int32_t a, int32_t b) {
+      return raw[a] > raw[b] || (raw[a] == raw[b] && a < b);
+    });
+    std::copy(order_.begin(), order_.begin() + count, top_ids);
+  }
+  for (int64_t i = 0; i < vocab && n > 0 && n <= kInsertionSortMax; ++i) {
     const float v = raw[i];
     if (count == n && !(v > raw[top_ids[n - 1]])) continue;
     int32_t j = count < n ? count++ : n - 1;

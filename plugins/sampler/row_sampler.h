@@ -48,6 +48,7 @@ class RowSampler {
   std::vector<int32_t> touched_;
   std::vector<int32_t> kept_;
   std::vector<double> weights_;
+  std::vector<int32_t> order_;  // top-N scratch when N is large
   double kept_total_ = 0;
 };
 

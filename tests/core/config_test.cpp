@@ -37,6 +37,7 @@ TEST_CASE("a minimal config gets the documented defaults", "[config]") {
   CHECK(c.model.plugin.plugin == "models_llama");
   CHECK(c.model.path == "/etc/models/tiny");  // relative to the file's directory
   CHECK(c.model.dtype == "auto");
+  CHECK(c.model.max_logprobs == 20);
   CHECK(c.device.str() == "cpu");
   CHECK(c.attention.options == nlohmann::json::object());
   CHECK(c.cache.block_size == 16);
@@ -144,6 +145,8 @@ TEST_CASE("impossible values are errors naming the key", "[config]") {
                                      "max_num_batched_tokens: 1024}\n"),
              Contains("without chunked prefill a whole prompt must fit in one step"));
   CHECK_THAT(config_error(kMinimal + "server: {api_key: \"\"}\n"), Contains("server.api_key: must not be empty"));
+  CHECK_THAT(config_error(kMinimal, {"model.max_logprobs=-2"}), Contains("model.max_logprobs: must be in [-1, "));
+  CHECK(parse_config(kMinimal, "/etc/x.yaml", {"model.max_logprobs=-1"}).model.max_logprobs == -1);
 }
 
 TEST_CASE("the server section's limits and timeouts", "[config]") {

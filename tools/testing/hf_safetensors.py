@@ -1,6 +1,6 @@
 """Reading and writing safetensors files and HF checkpoints by hand, with numpy
-only (Debian 12 has no safetensors package). Shared by make_tiny_llama.py,
-llama_reference.py and the benchmarks.
+only (written before the project's Python had the safetensors package). Shared
+by make_tiny_llama.py, llama_reference.py and the benchmarks.
 
 Format (https://github.com/huggingface/safetensors): an 8-byte little-endian
 header length N, N bytes of JSON {name: {"dtype", "shape", "data_offsets":

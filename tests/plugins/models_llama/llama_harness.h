@@ -16,8 +16,8 @@
 
 namespace llama_test {
 
-// Fails the test case unless the project's Python can run the PyTorch oracle.
-inline void require_oracle() { pagedllm::testing::require_python_modules("torch, numpy"); }
+// Fails the test case unless the project's Python can run the transformers oracle.
+inline void require_oracle() { pagedllm::testing::require_python_modules("torch, transformers, numpy"); }
 
 // Fails the test case unless the project's Python can run the tiny-Llama generator.
 inline void require_generator() { pagedllm::testing::require_python_modules("numpy"); }
@@ -84,6 +84,10 @@ struct Checker {
     check(step, all, all);
   }
   void require_within_tolerance() const {
+    // Printed by passing runs too: the measured errors the tolerances are argued from.
+    WARN("rows checked " << rows_checked << "; worst logits |err| " << logits.worst_abs << " (ratio "
+                         << logits.worst_ratio << "), worst hidden |err| " << hidden.worst_abs << " (ratio "
+                         << hidden.worst_ratio << ")");
     INFO("rows checked " << rows_checked << "; worst logits |err| " << logits.worst_abs << " (ratio to tolerance "
                          << logits.worst_ratio << "), worst hidden |err| " << hidden.worst_abs << " (ratio "
                          << hidden.worst_ratio << ")");

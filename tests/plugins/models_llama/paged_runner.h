@@ -4,7 +4,7 @@
 // loaded through the host's registry, a paged KV cache
 // with permuted, non-contiguous block tables whose every slot first holds NaN
 // K/V, and hand-built pllm_batch steps; plus the Python side (the tiny-Llama
-// generator and the float64 PyTorch oracle). Shared by the fidelity tests and
+// generator and the HF transformers oracle, tools/testing/hf_oracle.py). Shared by the fidelity tests and
 // the benchmark, so it throws std::runtime_error instead of using Catch.
 
 #include <algorithm>
@@ -64,21 +64,38 @@ struct OracleOutput {
   std::vector<Matrix> hidden;  // [sequence][position][hidden], after the final norm
 };
 
-inline nlohmann::json run_oracle(const std::filesystem::path& model_dir, const char* mode, const nlohmann::json& input) {
+// Runs tools/testing/hf_oracle.py (transformers' LlamaForCausalLM, float32):
+// mode "logits" (every position's logits and final-norm hidden state) or
+// "greedy" ({"outputs", "margins"}); `extra` is appended to its arguments.
+inline nlohmann::json run_oracle(const std::filesystem::path& model_dir, const char* mode, const nlohmann::json& input,
+                                 const std::string& extra = "") {
   TempDir io;
   const auto in = io.write("in.json", input.dump());
   const auto out = io.path() / "out.json";
-  const auto r = run_command(std::string(kPython) + " " PAGEDLLM_SOURCE_DIR "/tools/testing/llama_reference.py " +
-                             mode + " --model " + quote(model_dir.string()) + " --input " + quote(in.string()) +
-                             " --output " + quote(out.string()));
-  expect(r.exit_code == 0, std::string("llama_reference.py ") + mode + " failed: " + r.err);
+  const auto r = run_command(std::string(kPython) + " " PAGEDLLM_SOURCE_DIR "/tools/testing/hf_oracle.py " + mode +
+                             " --model " + quote(model_dir.string()) + " --input " + quote(in.string()) +
+                             " --output " + quote(out.string()) + " " + extra);
+  expect(r.exit_code == 0, std::string("hf_oracle.py ") + mode + " failed: " + r.err);
   std::ifstream file(out);
   return nlohmann::json::parse(file);
 }
 
+// hf_oracle.py suite: several models made and answered by one process.
+inline nlohmann::json run_oracle_suite(const nlohmann::json& input) {
+  TempDir io;
+  const auto in = io.write("in.json", input.dump());
+  const auto out = io.path() / "out.json";
+  const auto r = run_command(std::string(kPython) + " " PAGEDLLM_SOURCE_DIR "/tools/testing/hf_oracle.py suite --input " +
+                             quote(in.string()) + " --output " + quote(out.string()));
+  expect(r.exit_code == 0, "hf_oracle.py suite failed: " + r.err);
+  std::ifstream file(out);
+  return nlohmann::json::parse(file);
+}
+
+// transformers' logits and hidden states at every position of `sequences`.
 inline OracleOutput oracle_logits(const std::filesystem::path& model_dir,
                                   const std::vector<std::vector<int32_t>>& sequences) {
-  const nlohmann::json result = run_oracle(model_dir, "logits", {{"sequences", sequences}});
+  const nlohmann::json result = run_oracle(model_dir, "logits", {{"sequences", sequences}}, "--json");
   return {result["logits"].get<std::vector<Matrix>>(), result["hidden"].get<std::vector<Matrix>>()};
 }
 

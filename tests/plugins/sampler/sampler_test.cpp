@@ -417,6 +417,35 @@ TEST_CASE("logprobs are the raw log-softmax, top-N sorted with ties by id and pa
   CHECK(std::isinf(r.top_logprobs[7]));
 }
 
+TEST_CASE("top-N over the whole vocabulary (a partial sort past 64): every id once, sorted, ties by id",
+          "[sampler]") {
+  std::mt19937 rng(9);
+  Row row{params(0.0f), random_logits(rng, 1000), {}, {}, 0};
+  for (int i = 0; i < 40; ++i) row.logits[std::size_t(10 * i + 3)] = 2.5f;  // runs of ties
+  const int32_t vocab = 1000;
+  for (const int32_t wanted : {65, 500, vocab}) {
+    INFO("num_top_logprobs " << wanted);
+    row.params.num_top_logprobs = wanted;
+    Sampler sampler;
+    const Result r = sampler.sample({row}, vocab + 2);
+    const auto lp = log_softmax(row.logits);
+    std::vector<int32_t> order(lp.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return row.logits[std::size_t(a)] > row.logits[std::size_t(b)]; });
+    bool same_order = true;
+    double worst = 0.0;
+    for (int32_t j = 0; j < wanted; ++j) {
+      same_order = same_order && r.top_ids[std::size_t(j)] == order[std::size_t(j)];
+      worst = std::max(worst, std::abs(double(r.top_logprobs[std::size_t(j)]) - lp[std::size_t(order[std::size_t(j)])]));
+    }
+    CHECK(same_order);
+    CHECK(worst < 1e-5);
+    CHECK(r.top_ids[std::size_t(wanted)] == -1);
+    CHECK(std::isinf(r.top_logprobs[std::size_t(vocab + 1)]));
+  }
+}
+
 TEST_CASE("without logprobs asked, tokens are the same and non-finite logits are still refused", "[sampler]") {
   std::mt19937 rng(5);
   std::vector<Row> rows;

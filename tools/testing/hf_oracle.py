@@ -1,0 +1,293 @@
+"""HF transformers as the model oracle: random-weight Llama checkpoints built and
+saved by transformers, and their logits and greedy continuations computed by
+transformers' LlamaForCausalLM on the CPU. Nothing here is pagedllm code: the
+expected values of the fidelity tests come from transformers alone.
+
+    scripts/python.sh tools/testing/hf_oracle.py make --preset NAME OUT_DIR
+    scripts/python.sh tools/testing/hf_oracle.py logits --model DIR --input IN.json --output OUT.json
+    scripts/python.sh tools/testing/hf_oracle.py greedy --model DIR --input IN.json --output OUT.json
+    scripts/python.sh tools/testing/hf_oracle.py suite --input IN.json --output OUT.json
+    scripts/python.sh tools/testing/hf_oracle.py presets
+
+make: LlamaForCausalLM(LlamaConfig(...)) with seeded random weights, written by
+`save_pretrained` (safetensors; sharded where the preset says so) in the
+preset's dtype, plus the byte-level tokenizer of
+tests/fixtures/tokenizer/bytelevel_llama3 (ids 0..963; every preset's
+vocabulary is at least that). The presets are scaled-down shapes of real
+checkpoints (few layers, small hidden) that keep their head ratios and features;
+`presets` prints them. HF's default init (normal(0, initializer_range)) gives
+near-constant logits at these sizes, so initializer_range is 1/sqrt(hidden)
+(unit-variance projections), the norm weights are drawn from [0.6, 1.4] (never
+all ones, so a forgotten norm weight shows) and the output embedding is scaled
+so logits have a standard deviation of about 3: greedy continuations depend on
+the prompt and top-2 margins are rarely near ties.
+
+logits: IN.json {"sequences": [[ids...], ...], "rows": [[first, end], ...]?}.
+Runs each sequence through the model (one forward, no cache) and writes
+OUT.json {"vocab_size": V, "rows": [[seq, position], ...], "logits_file": "..."}
+and the raw float32 logits of those rows, row after row, to OUT.json's name with
+.f32 appended (little-endian, V values a row). "rows" picks positions
+[first, end) of each sequence (default: all). With --json the logits and the
+final-norm hidden states go into OUT.json itself as {"logits": [seq][pos][V],
+"hidden": [seq][pos][H]} (llama_reference.py's format, for small models).
+With --preset NAME [--seed S] the model is first made into --model's directory
+(one process instead of two).
+
+greedy: IN.json {"prompts": [[ids...], ...], "max_new_tokens": N}. Greedy
+decoding with transformers' KV cache (DynamicCache), one token a step, never
+stopping early (as the engine's ignore_eos). OUT.json {"outputs": [[ids]],
+"margins": [[top1 - top2 logit of every step]]}, plus the logits of every step
+as in `logits` (rows [seq, prompt_len - 1 + step]) when --with-logits is given.
+
+suite: IN.json {"max_new_tokens": N, "models": [{"dir": DIR, "prompts": [...],
+"preset": NAME?, "seed": S?}]}: for each model, `make` into DIR when a preset
+is named, then `greedy` with logits. OUT.json {"models": [greedy's OUT.json of
+each]}, the logits of model i in OUT.json.i.f32. A model entry with
+"sequences" also gets `logits --json`'s "logits" and "hidden" for them. One process for all models:
+importing torch and transformers costs seconds, a tiny model's work far less.
+
+--dtype float32 (default) or float64 computes in that dtype; checkpoints stored
+in bfloat16/float16 are widened exactly on load. torch runs single-threaded
+(--threads) so tests sharing a machine stay predictable.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+TOKENIZER_DIR = os.path.join(ROOT, "tests", "fixtures", "tokenizer", "bytelevel_llama3")
+TOKENIZER_VOCAB = 964
+BOS, EOS = 959, [960, 963]
+
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+
+# Scaled-down shapes of real checkpoints: the head counts (or their ratio), rope
+# settings, tying and norm epsilon of the original; hidden and intermediate
+# shrunk by the same factor, 2-3 layers.
+PRESETS = {
+    # meta-llama/Llama-3.2-1B: hidden 2048, 32 heads / 8 KV heads (GQA 4:1),
+    # head_dim 64, intermediate 8192, rope_theta 500000, llama3 rope scaling
+    # (factor 32, low/high 1/4, original 8192), tied embeddings, vocab 128256, bf16.
+    "llama32": dict(hidden_size=128, num_attention_heads=8, num_key_value_heads=2, head_dim=16,
+                    intermediate_size=512, num_hidden_layers=3, rope_theta=500000.0, rope_scaling=LLAMA3_ROPE,
+                    tie_word_embeddings=True, rms_norm_eps=1e-5, max_position_embeddings=131072,
+                    vocab_size=TOKENIZER_VOCAB, dtype="bfloat16"),
+    # meta-llama/Llama-2-7b-hf: hidden 4096, 32 heads, MHA, head_dim 128,
+    # intermediate 11008, rope_theta 10000, untied, vocab 32000 (padded past
+    # the tokenizer's here too), f16. Sharded, as the real one is.
+    "llama2": dict(hidden_size=128, num_attention_heads=4, num_key_value_heads=4, head_dim=32,
+                   intermediate_size=344, num_hidden_layers=2, rope_theta=10000.0, rope_scaling=None,
+                   tie_word_embeddings=False, rms_norm_eps=1e-5, max_position_embeddings=4096,
+                   vocab_size=1000, dtype="float16", max_shard_size="200KB"),
+    # TinyLlama/TinyLlama-1.1B: hidden 2048, 32 heads / 4 KV heads (8:1),
+    # head_dim 64, intermediate 5632, rope_theta 10000, untied, f32.
+    "tinyllama": dict(hidden_size=256, num_attention_heads=32, num_key_value_heads=4, head_dim=8,
+                      intermediate_size=704, num_hidden_layers=2, rope_theta=10000.0, rope_scaling=None,
+                      tie_word_embeddings=False, rms_norm_eps=1e-5, max_position_embeddings=2048,
+                      vocab_size=TOKENIZER_VOCAB, dtype="float32"),
+    # HuggingFaceTB/SmolLM2-135M: hidden 576, 9 heads / 3 KV heads, head_dim 64,
+    # intermediate 1536, rope_theta 100000, tied embeddings, vocab 49152, bf16.
+    "smollm2": dict(hidden_size=144, num_attention_heads=9, num_key_value_heads=3, head_dim=16,
+                    intermediate_size=384, num_hidden_layers=3, rope_theta=100000.0, rope_scaling=None,
+                    tie_word_embeddings=True, rms_norm_eps=1e-5, max_position_embeddings=8192,
+                    vocab_size=TOKENIZER_VOCAB, dtype="bfloat16"),
+    # An explicit head_dim != hidden / heads (as Qwen3 and Gemma configs have;
+    # LlamaConfig honours it): hidden 96, 4 heads of 32 over 2 KV heads.
+    "head_dim": dict(hidden_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                     intermediate_size=256, num_hidden_layers=2, rope_theta=10000.0, rope_scaling=None,
+                     tie_word_embeddings=False, rms_norm_eps=1e-6, max_position_embeddings=2048,
+                     vocab_size=TOKENIZER_VOCAB, dtype="float32"),
+}
+
+
+def import_torch(threads):
+    import torch
+    torch.set_num_threads(threads)
+    return torch
+
+
+def make(preset_name, out_dir, seed, threads):
+    torch = import_torch(threads)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    preset = dict(PRESETS[preset_name])
+    dtype = preset.pop("dtype")
+    max_shard_size = preset.pop("max_shard_size", "5GB")
+    hidden = preset["hidden_size"]
+    config = LlamaConfig(**preset, hidden_act="silu", attention_bias=False, mlp_bias=False,
+                         initializer_range=1.0 / math.sqrt(hidden), bos_token_id=BOS, eos_token_id=EOS)
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.uniform_(0.6, 1.4)
+        # Logits of standard deviation ~3 over unit-RMS normed hidden states.
+        model.lm_head.weight.normal_(0.0, 3.0 / math.sqrt(hidden))
+        if not config.tie_word_embeddings:
+            model.model.embed_tokens.weight.normal_(0.0, 1.0)
+    model = model.to(getattr(torch, dtype))
+    model.save_pretrained(out_dir, safe_serialization=True, max_shard_size=max_shard_size)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(TOKENIZER_DIR, name), os.path.join(out_dir, name))
+
+
+def load(model_dir, dtype_name, threads):
+    torch = import_torch(threads)
+    from transformers import LlamaForCausalLM
+    dtype = {"float32": torch.float32, "float64": torch.float64}[dtype_name]
+    # eager: the attention equations written out (softmax(QK^T / sqrt(d) + mask) V).
+    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="eager").eval()
+    return torch, model
+
+
+def write_rows(output, rows, logits_rows, vocab):
+    import numpy as np
+    data = np.ascontiguousarray(np.stack(logits_rows).astype("<f4")) if logits_rows else np.zeros((0, vocab), "<f4")
+    logits_file = output + ".f32"
+    data.tofile(logits_file)
+    return {"vocab_size": vocab, "rows": rows, "logits_file": logits_file}
+
+
+def every_position(torch, model, sequences):
+    """Logits and final-norm hidden states of every position, as nested lists."""
+    all_logits, all_hidden = [], []
+    with torch.no_grad():
+        for seq in sequences:
+            hidden = model.model(input_ids=torch.tensor([seq], dtype=torch.long)).last_hidden_state
+            all_logits.append(model.lm_head(hidden)[0].double().numpy().tolist())
+            all_hidden.append(hidden[0].double().numpy().tolist())
+    return all_logits, all_hidden
+
+
+def logits(args):
+    if args.preset:
+        make(args.preset, args.model, args.seed, args.threads)
+    torch, model = load(args.model, args.dtype, args.threads)
+    with open(args.input) as f:
+        spec = json.load(f)
+    sequences = spec["sequences"]
+    ranges = spec.get("rows") or [[0, len(s)] for s in sequences]
+    if args.json:
+        out_logits, out_hidden = every_position(torch, model, sequences)
+        result = {"logits": out_logits, "hidden": out_hidden}
+    else:
+        rows, logits_rows = [], []
+        with torch.no_grad():
+            for i, seq in enumerate(sequences):
+                ids = torch.tensor([seq], dtype=torch.long)
+                hidden = model.model(input_ids=ids).last_hidden_state  # after the final norm
+                all_logits = model.lm_head(hidden)[0].double().numpy()
+                first, end = ranges[i]
+                for p in range(first, end):
+                    rows.append([i, p])
+                    logits_rows.append(all_logits[p])
+        result = write_rows(args.output, rows, logits_rows, model.config.vocab_size)
+    with open(args.output, "w") as f:
+        json.dump(result, f)
+
+
+def greedy_decode(torch, model, prompts, steps):
+    """Greedy tokens, top-2 margins, and the [seq, position] rows and logits of every step."""
+    from transformers import DynamicCache
+    outputs, margins, rows, logits_rows = [], [], [], []
+    with torch.no_grad():
+        for i, prompt in enumerate(prompts):
+            cache = DynamicCache()
+            ids = torch.tensor([prompt], dtype=torch.long)
+            out_ids, out_margins = [], []
+            for step in range(steps):
+                out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+                last = out.logits[0, -1].double()
+                top2 = torch.topk(last, 2)
+                token = int(top2.indices[0])
+                out_ids.append(token)
+                out_margins.append(float(top2.values[0] - top2.values[1]))
+                rows.append([i, len(prompt) - 1 + step])
+                logits_rows.append(last.numpy())
+                cache = out.past_key_values
+                ids = torch.tensor([[token]], dtype=torch.long)
+            outputs.append(out_ids)
+            margins.append(out_margins)
+    return outputs, margins, rows, logits_rows
+
+
+def greedy(args):
+    torch, model = load(args.model, args.dtype, args.threads)
+    with open(args.input) as f:
+        spec = json.load(f)
+    outputs, margins, rows, logits_rows = greedy_decode(torch, model, spec["prompts"], int(spec["max_new_tokens"]))
+    result = {"outputs": outputs, "margins": margins}
+    if args.with_logits:
+        result.update(write_rows(args.output, rows, logits_rows, model.config.vocab_size))
+    with open(args.output, "w") as f:
+        json.dump(result, f)
+
+
+def suite(args):
+    """`make` (where asked) and `greedy --with-logits` for several models in one process:
+    starting Python with torch and transformers costs seconds, a tiny model's work far less."""
+    with open(args.input) as f:
+        spec = json.load(f)
+    results = []
+    for i, entry in enumerate(spec["models"]):
+        if "preset" in entry:
+            make(entry["preset"], entry["dir"], int(entry.get("seed", 0)), args.threads)
+        torch, model = load(entry["dir"], args.dtype, args.threads)
+        outputs, margins, rows, logits_rows = greedy_decode(torch, model, entry.get("prompts", []),
+                                                            int(spec.get("max_new_tokens", 0)))
+        result = {"outputs": outputs, "margins": margins}
+        result.update(write_rows(f"{args.output}.{i}", rows, logits_rows, model.config.vocab_size))
+        if "sequences" in entry:
+            result["logits"], result["hidden"] = every_position(torch, model, entry["sequences"])
+        results.append(result)
+    with open(args.output, "w") as f:
+        json.dump({"models": results}, f)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("make")
+    m.add_argument("out_dir")
+    m.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    m.add_argument("--seed", type=int, default=0)
+    sub.add_parser("presets")
+    u = sub.add_parser("suite")
+    u.add_argument("--input", required=True)
+    u.add_argument("--output", required=True)
+    u.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    for name in ("logits", "greedy"):
+        s = sub.add_parser(name)
+        s.add_argument("--model", required=True)
+        s.add_argument("--input", required=True)
+        s.add_argument("--output", required=True)
+        s.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+        if name == "logits":
+            s.add_argument("--json", action="store_true", help="logits and hidden states inline (small models)")
+            s.add_argument("--preset", choices=sorted(PRESETS), help="`make` the model into --model first")
+            s.add_argument("--seed", type=int, default=0)
+        else:
+            s.add_argument("--with-logits", action="store_true")
+    for s in list(sub.choices.values()):
+        s.add_argument("--threads", type=int, default=1)
+    args = p.parse_args(argv)
+    if args.command == "make":
+        make(args.preset, args.out_dir, args.seed, args.threads)
+    elif args.command == "presets":
+        json.dump(PRESETS, sys.stdout, indent=2)
+        print()
+    elif args.command == "suite":
+        suite(args)
+    elif args.command == "logits":
+        logits(args)
+    else:
+        greedy(args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
