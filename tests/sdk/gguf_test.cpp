@@ -512,3 +512,30 @@ TEST_CASE("gguf: corrupt tensor infos are refused with the field and offset", "[
     require_refused(f, "data section: starts at byte 64");
   }
 }
+
+TEST_CASE("gguf: pagedllm-gguf-info prints the metadata and tensors, and refuses bad files", "[gguf]") {
+  TempDir dir;
+  const OracleFile oracle = write_oracle_file(dir);
+  const std::string tool = PAGEDLLM_GGUF_INFO;
+  const auto ok = pagedllm::testing::run_command(tool + " '" + oracle.gguf.string() + "'");
+  INFO(ok.err);
+  REQUIRE(ok.exit_code == 0);
+  CHECK_THAT(ok.out, Contains("GGUF version 3, alignment 32, data at byte " +
+                              std::to_string(oracle.manifest["data_offset"].get<std::uint64_t>()) + ", " +
+                              std::to_string(oracle.manifest["metadata"].size()) + " metadata keys, 12 tensors"));
+  CHECK_THAT(ok.out, Contains("  STRING general.architecture = \"llama\"\n"));
+  CHECK_THAT(ok.out, Contains("  UINT64 test.u64 = 18000000000000000000\n"));
+  CHECK_THAT(ok.out, Contains("  INT8 test.i8 = -100\n"));
+  CHECK_THAT(ok.out, Contains("  BOOL test.bool_false = false\n"));
+  CHECK_THAT(ok.out, Contains("  FLOAT64 test.f64 = 2.7182818284590451\n"));
+  CHECK_THAT(ok.out,
+             Contains("  ARRAY test.nested = [ARRAY x 3] [INT32 x 2] 1, 2, [INT32 x 1] 3, [INT32 x 3] 4, 5, 6\n"));
+  CHECK_THAT(ok.out, Contains("  tensor t.q4_k Q4_K [512, 3] offset 2592, 864 bytes\n"));
+  CHECK_THAT(ok.out, Contains("  tensor t.f32_4d F32 [4, 3, 1, 2] offset 928, 96 bytes\n"));
+
+  const auto bad = dir.write("bad.gguf", header(0, UINT64_MAX).b);
+  const auto refused = pagedllm::testing::run_command(tool + " '" + bad.string() + "'");
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.err, Contains("bad.gguf: offset 16: n_kv: 18446744073709551615 exceeds the limit"));
+  CHECK(pagedllm::testing::run_command(tool).exit_code == 2);
+}
