@@ -299,6 +299,7 @@ TEST_CASE("gguf: element ranges and unsupported types", "[gguf]") {
   q.to_f32(0, q.numel(), all.data());
   q.to_f32(512, 256, part.data());  // a block in the middle: the same values
   CHECK(std::memcmp(part.data(), all.data() + 512, 256 * 4) == 0);
+  CHECK_NOTHROW(file.require("t.f32").to_f32(0, 0, nullptr));  // nothing to write: found by gguf_fuzz
   CHECK_THAT(error_of([&] { q.to_f32(100, 256, part.data()); }).what(), Contains("not whole blocks of 256"));
   CHECK_THAT(error_of([&] { q.to_f32(1280, 512, all.data()); }).what(), Contains("out of range for 1536"));
   CHECK(error_of([&] { file.require("nope"); }).status() == PLLM_ERROR_NOT_FOUND);
@@ -538,4 +539,20 @@ TEST_CASE("gguf: pagedllm-gguf-info prints the metadata and tensors, and refuses
   CHECK(refused.exit_code == 2);
   CHECK_THAT(refused.err, Contains("bad.gguf: offset 16: n_kv: 18446744073709551615 exceeds the limit"));
   CHECK(pagedllm::testing::run_command(tool).exit_code == 2);
+}
+
+TEST_CASE("gguf: a refused file leaves no mapping behind", "[gguf][hostile]") {
+  auto mappings = [] {
+    std::ifstream maps("/proc/self/maps");
+    std::size_t n = 0;
+    for (std::string line; std::getline(maps, line);) ++n;
+    return n;
+  };
+  TempDir dir;
+  Bytes f = good_file();
+  f.b.resize(f.b.size() - 4);  // refused after mapping: the last tensor runs past the end
+  const auto path = dir.write("cut.gguf", f.b);
+  const std::size_t before = mappings();
+  for (int i = 0; i < 200; ++i) CHECK_THROWS_AS(gguf::File(path), pllm::Error);
+  CHECK(mappings() < before + 50);  // found by gguf_fuzz: 200 leaked before
 }

@@ -155,9 +155,6 @@ class File {
     map();
     parse();
   }
-  ~File() {
-    if (mapping_ && mapping_ != MAP_FAILED) munmap(mapping_, size_);
-  }
   File(const File&) = delete;
   File& operator=(const File&) = delete;
 
@@ -204,13 +201,14 @@ class File {
       ::close(fd);
       fail(PLLM_ERROR_INVALID_CONFIG, "empty file: not a GGUF file");
     }
-    mapping_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    mapping_.addr = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    mapping_.size = size_;
     const int err = errno;
     ::close(fd);  // the mapping keeps the file
-    if (mapping_ == MAP_FAILED) fail(PLLM_ERROR_IO, std::string("cannot map: ") + std::strerror(err));
+    if (mapping_.addr == MAP_FAILED) fail(PLLM_ERROR_IO, std::string("cannot map: ") + std::strerror(err));
   }
 
-  const std::byte* bytes() const { return static_cast<const std::byte*>(mapping_); }
+  const std::byte* bytes() const { return static_cast<const std::byte*>(mapping_.addr); }
 
   // ---- reading with bounds ----------------------------------------------------------
   [[noreturn]] void fail_at(std::uint64_t offset, const std::string& field, const std::string& message) const {
@@ -466,8 +464,21 @@ class File {
     tensors_.push_back(std::move(t));
   }
 
+  // Unmaps in its own destructor, which also runs when the File's constructor
+  // throws (a refused file must not leak its mapping; gguf_fuzz found that).
+  struct Mapping {
+    void* addr = MAP_FAILED;
+    std::uint64_t size = 0;
+    Mapping() = default;
+    Mapping(const Mapping&) = delete;
+    Mapping& operator=(const Mapping&) = delete;
+    ~Mapping() {
+      if (addr != MAP_FAILED) ::munmap(addr, size);
+    }
+  };
+
   std::filesystem::path path_;
-  void* mapping_ = nullptr;
+  Mapping mapping_;
   std::uint64_t size_ = 0;
   std::uint64_t pos_ = 0;
   std::uint64_t array_values_ = 0;  // array elements parsed so far
@@ -493,6 +504,7 @@ inline void TensorInfo::to_f32(std::int64_t first, std::int64_t count, float* ds
                                                  std::to_string(numel()) + " or not whole blocks of " +
                                                  std::to_string(block));
   }
+  if (count == 0) return;  // dst may be null
   if (!dequantize(type, data + (first / block) * traits.type_size, dst, count)) {
     throw Error(PLLM_ERROR_UNSUPPORTED, where() + ": type " + traits.name +
                                             " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)");
