@@ -250,7 +250,7 @@ TEST_CASE("emulation: new device memory is poisoned, copies are range- and kind-
   (void)cudaGetLastError();
 }
 
-TEST_CASE("emulation: device memory is the configured size; beyond it is cudaErrorMemoryAllocation",
+TEST_CASE("emulation: device memory is the configured size, and beyond it is cudaErrorMemoryAllocation",
           "[cuda_emulation]") {
   size_t free_bytes = 0, total_bytes = 0;
   REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
