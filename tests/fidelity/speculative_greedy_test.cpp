@@ -87,13 +87,22 @@ TEST_CASE("EAGLE on the embedded model: greedy output with speculation equals gr
 #endif
   const bool pressure = GENERATE(false, true);
   CAPTURE(pressure);
+  // Under the CUDA emulator half the prompts, and half the pressure run's pool.
+  std::size_t num_prompts = kPrompts.size();
+  int pool_blocks = 40;
+#ifdef PAGEDLLM_SPECULATIVE_ON_CUDA
+  if (pagedllm::testing::emulated_small_shapes()) {
+    num_prompts /= 2;
+    pool_blocks = 20;  // still above the 16 blocks of one max_model_len sequence
+  }
+#endif
   std::vector<std::string> overrides = {"plugins.search_paths=[" PAGEDLLM_PLUGIN_DIR "]"};
 #ifndef PAGEDLLM_SPECULATIVE_ON_CUDA
   overrides.push_back("attention.options.num_threads=1");
 #endif
   if (pressure) {
     // 40 blocks of 16 tokens for 24 requests of up to ~80 tokens: preemption by recompute.
-    overrides.push_back("cache.kv_cache_bytes=" + std::to_string(40 * 7 * 2 * 2 * 32 * 4 * 16));
+    overrides.push_back("cache.kv_cache_bytes=" + std::to_string(pool_blocks * 7 * 2 * 2 * 32 * 4 * 16));
     overrides.push_back("scheduler.max_model_len=256");
   }
   const HostConfig config = load_config(config_file, overrides);
@@ -101,12 +110,6 @@ TEST_CASE("EAGLE on the embedded model: greedy output with speculation equals gr
   const auto engine = Engine::create(config, registry);
   engine->start();
 
-  // Under the CUDA emulator half the prompts (12 requests still overflow the
-  // 40-block pool of the pressure run).
-  std::size_t num_prompts = kPrompts.size();
-#ifdef PAGEDLLM_SPECULATIVE_ON_CUDA
-  if (pagedllm::testing::emulated_small_shapes()) num_prompts /= 2;
-#endif
   std::vector<std::unique_ptr<Tokens>> speculative, plain;
   for (std::size_t i = 0; i < num_prompts; ++i) {
     for (const bool speculate : {true, false}) {
