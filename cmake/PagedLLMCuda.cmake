@@ -1,7 +1,20 @@
 # CUDA is optional: AUTO enables it when a toolkit is found, OFF never looks,
 # ON fails the configure step without one. core never links CUDA; only
 # plugins/attention_cuda and the CUDA half of models_llama do.
+#
+# Two ways to build the CUDA plugins (docs/architecture.md "CUDA emulation"):
+#   PAGEDLLM_CUDA_EMULATION=ON (the default, what CI runs): every CUDA source
+#     is compiled by the host compiler and linked against
+#     libpagedllm_cuda_emulation.so (plugins/cuda_common/emulation): a SIMT
+#     emulator for the kernels, a CUDA runtime and cuBLAS stand-in over host
+#     memory, on an emulated cuda:0. Only the toolkit's headers are needed.
+#     When nvcc is there too, the .cu files are also compiled by it
+#     (pagedllm_cuda_nvcc_check), so the real device code keeps compiling.
+#   PAGEDLLM_CUDA_EMULATION=OFF (a GPU machine: tools/gpu/validate.sh): nvcc,
+#     cudart and cuBLAS, as shipped.
+option(PAGEDLLM_CUDA_EMULATION "Build the CUDA plugins for the CUDA emulator (host compiler, no GPU) instead of nvcc" ON)
 set(PAGEDLLM_HAVE_CUDA OFF)
+set(PAGEDLLM_CUDA_NVCC OFF)
 if(NOT PAGEDLLM_ENABLE_CUDA STREQUAL "OFF")
   if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
@@ -22,9 +35,53 @@ if(NOT PAGEDLLM_ENABLE_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
     set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     find_package(CUDAToolkit REQUIRED)
+    set(PAGEDLLM_CUDA_NVCC ON)
     set(PAGEDLLM_HAVE_CUDA ON)
-  elseif(PAGEDLLM_ENABLE_CUDA STREQUAL "ON")
-    message(FATAL_ERROR "PAGEDLLM_ENABLE_CUDA=ON but no CUDA compiler was found")
+  elseif(PAGEDLLM_CUDA_EMULATION)
+    find_package(CUDAToolkit QUIET)
+    if(CUDAToolkit_FOUND)
+      set(PAGEDLLM_HAVE_CUDA ON)
+    endif()
+  endif()
+  if(NOT PAGEDLLM_HAVE_CUDA AND PAGEDLLM_ENABLE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "PAGEDLLM_ENABLE_CUDA=ON but no CUDA compiler (or, for the emulation, toolkit headers) was found")
   endif()
 endif()
-message(STATUS "pagedllm: CUDA plugins ${PAGEDLLM_HAVE_CUDA}")
+if(PAGEDLLM_HAVE_CUDA AND PAGEDLLM_CUDA_EMULATION)
+  message(STATUS "pagedllm: CUDA plugins ON, emulated (host compiler, libpagedllm_cuda_emulation)")
+else()
+  message(STATUS "pagedllm: CUDA plugins ${PAGEDLLM_HAVE_CUDA}")
+endif()
+
+# pagedllm_cuda_sources(<target> <sources...>): adds CUDA sources (.cu) to
+# <target>: compiled by nvcc, or in the emulated build by the host compiler
+# with plugins/cuda_common/emulation/cuda_emulation.h included first.
+# pagedllm_cuda_nvcc_check collects them for nvcc in the emulated build.
+set_property(GLOBAL PROPERTY PAGEDLLM_CUDA_CHECK_SOURCES "")
+function(pagedllm_cuda_sources target)
+  if(NOT PAGEDLLM_CUDA_EMULATION)
+    target_sources(${target} PRIVATE ${ARGN})
+    return()
+  endif()
+  foreach(source IN LISTS ARGN)
+    get_filename_component(path ${source} ABSOLUTE)
+    set_property(GLOBAL APPEND PROPERTY PAGEDLLM_CUDA_CHECK_SOURCES ${path})
+    target_sources(${target} PRIVATE ${path})
+    set_source_files_properties(${path} PROPERTIES
+      LANGUAGE CXX
+      COMPILE_OPTIONS "-include;${PROJECT_SOURCE_DIR}/plugins/cuda_common/emulation/cuda_emulation.h;-Wno-unknown-pragmas")
+  endforeach()
+endfunction()
+
+# The CUDA runtime and cuBLAS the CUDA code links: the toolkit's, or the emulator.
+function(pagedllm_cuda_link_targets)
+  add_library(pagedllm_cudart INTERFACE)
+  add_library(pagedllm_cublas INTERFACE)
+  if(PAGEDLLM_CUDA_EMULATION)
+    target_link_libraries(pagedllm_cudart INTERFACE pagedllm_cuda_emulation)
+    target_link_libraries(pagedllm_cublas INTERFACE pagedllm_cuda_emulation)
+  else()
+    target_link_libraries(pagedllm_cudart INTERFACE CUDA::cudart)
+    target_link_libraries(pagedllm_cublas INTERFACE CUDA::cublas)
+  endif()
+endfunction()

@@ -221,7 +221,10 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
   attention_ = create_plugin_instance<pllm_attention_api, pllm_attention_backend>(
       library_of(PLLM_PLUGIN_KIND_ATTENTION), attention_args);
   const std::string sampler_options = config.sampler.options.dump();
-  pllm_sampler_create_args sampler_args{sizeof(pllm_sampler_create_args), sampler_options.c_str(), device};
+  // Models hand core their logits in host memory (pllm_sample_batch's f32
+  // rows), so the sampler runs on the CPU whatever the model's device.
+  pllm_sampler_create_args sampler_args{sizeof(pllm_sampler_create_args), sampler_options.c_str(),
+                                        pllm_device{PLLM_DEVICE_CPU, 0}};
   sampler_ = create_plugin_instance<pllm_sampler_api, pllm_sampler>(
       library_of(PLLM_PLUGIN_KIND_SAMPLER), sampler_args);
   if (config.speculative) {

@@ -4,6 +4,7 @@
 #include "plugins/attention_cuda/dtype_traits.cuh"
 #include "plugins/attention_cuda/kernels.h"
 #include "plugins/cuda_common/cuda_check.h"
+#include "plugins/cuda_common/launch.cuh"
 
 namespace pagedllm::attention_cuda {
 
@@ -15,8 +16,8 @@ void launch_write_kv(const LayerCache& cache, const DeviceStep& step, const Devi
   if (step.num_tokens == 0) return;
   cuda::visit_storage_type(cache.dtype, "attention_cuda", [&](auto zero) {
     using T = decltype(zero);
-    write_kv_kernel<T><<<dim3(unsigned(step.num_tokens), 2), kWriteThreads, 0, stream>>>(cache, step.slot_mapping,
-                                                                                       key, value);
+    cuda::launch<write_kv_kernel<T>>(dim3(unsigned(step.num_tokens), 2), kWriteThreads, 0, stream, cache,
+                                     step.slot_mapping, key, value);
   });
   PAGEDLLM_CUDA_CHECK_LAUNCH();
 }

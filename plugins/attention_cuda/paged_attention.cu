@@ -6,6 +6,7 @@
 #include "plugins/attention_cuda/kernels.h"
 #include "plugins/attention_cuda/paged_attention_kernels.cuh"
 #include "plugins/cuda_common/cuda_check.h"
+#include "plugins/cuda_common/launch.cuh"
 
 namespace pagedllm::attention_cuda {
 namespace {
@@ -18,11 +19,11 @@ template <class T, int HeadDim>
 void launch_typed(const AttentionLaunch& launch, cudaStream_t stream) {
   const int32_t qv_chunks = query_vector_chunks(launch);
   const dim3 grid(unsigned(launch.step.num_work), unsigned(launch.cache.num_kv_heads * qv_chunks));
-  paged_attention_kernel<T, HeadDim><<<grid, kThreads, 0, stream>>>(launch, qv_chunks);
+  cuda::launch<paged_attention_kernel<T, HeadDim>>(grid, kThreads, 0, stream, launch, qv_chunks);
   PAGEDLLM_CUDA_CHECK_LAUNCH();
   if (launch.step.num_combine > 0) {
     const dim3 combine_grid(unsigned(launch.step.num_combine), unsigned(launch.num_heads));
-    combine_partitions_kernel<T><<<combine_grid, kThreads, 0, stream>>>(launch, HeadDim);
+    cuda::launch<combine_partitions_kernel<T>>(combine_grid, kThreads, 0, stream, launch, HeadDim);
     PAGEDLLM_CUDA_CHECK_LAUNCH();
   }
 }

@@ -8,6 +8,7 @@
 
 #include "plugins/cuda_common/cuda_check.h"
 #include "plugins/cuda_common/dtype_convert.cuh"
+#include "plugins/cuda_common/launch.cuh"
 
 namespace pagedllm::llama_cuda {
 namespace {
@@ -73,9 +74,9 @@ template <class Word>
 void launch_gather_rows(const void* src, int64_t src_stride_bytes, const int32_t* index, int64_t rows,
                         int64_t row_bytes, void* out, int64_t out_stride_bytes, cudaStream_t stream) {
   constexpr auto word = int64_t(sizeof(Word));
-  gather_rows_kernel<Word><<<unsigned(rows), block_threads(row_bytes / word), 0, stream>>>(
-      static_cast<const Word*>(src), src_stride_bytes / word, index, row_bytes / word, static_cast<Word*>(out),
-      out_stride_bytes / word);
+  cuda::launch<gather_rows_kernel<Word>>(unsigned(rows), block_threads(row_bytes / word), 0, stream,
+                                         static_cast<const Word*>(src), src_stride_bytes / word, index,
+                                         row_bytes / word, static_cast<Word*>(out), out_stride_bytes / word);
   PAGEDLLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -143,18 +144,17 @@ template <class T, class TOut>
 void launch_add_rms_norm(void* residual, const void* delta, const int32_t* row_index, const void* weight, float eps,
                          int64_t rows, int64_t dim, void* out, cudaStream_t stream) {
   if (rows <= 0) return;
-  const auto launch = [&](auto kernel, int64_t vecs) {
-    kernel<<<unsigned(rows), block_threads(vecs), 0, stream>>>(static_cast<T*>(residual),
-                                                               static_cast<const T*>(delta), row_index,
-                                                               static_cast<const T*>(weight), eps, dim,
-                                                               static_cast<TOut*>(out));
+  const auto launch = [&]<int N>(int64_t vecs) {
+    cuda::launch<add_rms_norm_kernel<T, TOut, N>>(unsigned(rows), block_threads(vecs), 0, stream,
+                                                  static_cast<T*>(residual), static_cast<const T*>(delta), row_index,
+                                                  static_cast<const T*>(weight), eps, dim, static_cast<TOut*>(out));
     PAGEDLLM_CUDA_CHECK_LAUNCH();
   };
   constexpr int N = kVec16<T>;
   if (dim % N == 0) {
-    launch(add_rms_norm_kernel<T, TOut, N>, dim / N);
+    launch.template operator()<N>(dim / N);
   } else {
-    launch(add_rms_norm_kernel<T, TOut, 1>, dim);
+    launch.template operator()<1>(dim);
   }
 }
 
@@ -192,7 +192,7 @@ template <class T>
 void launch_apply_rope(void* data, int64_t rows, int64_t row_stride, int64_t num_heads, int64_t head_dim,
                        const float* cos, const float* sin, cudaStream_t stream) {
   if (rows <= 0) return;
-  apply_rope_kernel<T><<<unsigned(rows), block_threads(num_heads * head_dim / 2), 0, stream>>>(
+  cuda::launch<apply_rope_kernel<T>>(unsigned(rows), block_threads(num_heads * head_dim / 2), 0, stream,
       static_cast<T*>(data), row_stride, num_heads, head_dim, cos, sin);
   PAGEDLLM_CUDA_CHECK_LAUNCH();
 }
@@ -225,11 +225,11 @@ void launch_silu_mul(const void* gate_up, int64_t rows, int64_t inter, void* out
   const bool vectorised = inter % N == 0;
   const int64_t count = rows * (vectorised ? inter / N : inter);
   if (vectorised) {
-    silu_mul_kernel<T, N><<<stride_blocks(count), kStrideThreads, 0, stream>>>(static_cast<const T*>(gate_up), rows,
-                                                                                inter, static_cast<T*>(out));
+    cuda::launch<silu_mul_kernel<T, N>>(stride_blocks(count), kStrideThreads, 0, stream,
+                                        static_cast<const T*>(gate_up), rows, inter, static_cast<T*>(out));
   } else {
-    silu_mul_kernel<T, 1><<<stride_blocks(count), kStrideThreads, 0, stream>>>(static_cast<const T*>(gate_up), rows,
-                                                                                inter, static_cast<T*>(out));
+    cuda::launch<silu_mul_kernel<T, 1>>(stride_blocks(count), kStrideThreads, 0, stream,
+                                        static_cast<const T*>(gate_up), rows, inter, static_cast<T*>(out));
   }
   PAGEDLLM_CUDA_CHECK_LAUNCH();
 }
@@ -246,7 +246,7 @@ __global__ void convert_kernel(const float* src, int64_t count, T* dst) {
 template <class T>
 void launch_convert(const float* src, int64_t count, void* dst, cudaStream_t stream) {
   if (count <= 0) return;
-  convert_kernel<T><<<stride_blocks(count), kStrideThreads, 0, stream>>>(src, count, static_cast<T*>(dst));
+  cuda::launch<convert_kernel<T>>(stride_blocks(count), kStrideThreads, 0, stream, src, count, static_cast<T*>(dst));
   PAGEDLLM_CUDA_CHECK_LAUNCH();
 }
 
@@ -274,8 +274,8 @@ void add_rows(pllm_dtype dtype, const void* a, const void* b, int64_t b_stride, 
   if (rows <= 0 || dim <= 0) return;
   cuda::visit_storage_type(dtype, "llama_cuda: add_rows", [&](auto zero) {
     using T = decltype(zero);
-    add_rows_kernel<T><<<stride_blocks(rows * dim), kStrideThreads, 0, stream>>>(
-        static_cast<const T*>(a), static_cast<const T*>(b), b_stride, index, rows, dim, static_cast<T*>(out));
+    cuda::launch<add_rows_kernel<T>>(stride_blocks(rows * dim), kStrideThreads, 0, stream, static_cast<const T*>(a),
+                                     static_cast<const T*>(b), b_stride, index, rows, dim, static_cast<T*>(out));
     PAGEDLLM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -297,8 +297,8 @@ void add_rms_norm(pllm_dtype dtype, void* residual, const void* delta, const int
 void rope_tables(const int32_t* positions, const double* inv_freq, int64_t rows, int64_t half, float* cos, float* sin,
                  cudaStream_t stream) {
   if (rows <= 0) return;
-  rope_tables_kernel<<<stride_blocks(rows * half), kStrideThreads, 0, stream>>>(positions, inv_freq, rows, half, cos,
-                                                                              sin);
+  cuda::launch<rope_tables_kernel>(stride_blocks(rows * half), kStrideThreads, 0, stream, positions, inv_freq, rows,
+                                   half, cos, sin);
   PAGEDLLM_CUDA_CHECK_LAUNCH();
 }
 

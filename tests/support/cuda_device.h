@@ -7,6 +7,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 namespace pagedllm::testing {
@@ -21,6 +23,20 @@ inline std::string cuda_device_unavailable_reason() {
   }
   if (count == 0) return "cudaGetDeviceCount() found none";
   return {};
+}
+
+// True when cuda:0 is the CUDA emulator's (the emulated build,
+// plugins/cuda_common/emulation) and PAGEDLLM_CUDA_EMULATION_FULL is not 1:
+// device tests then use smaller shapes, which the emulator runs in CI time.
+// scripts/cuda_emulation_full.sh runs the GPU-sized shapes under emulation.
+inline bool emulated_small_shapes() {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  const char* full = std::getenv("PAGEDLLM_CUDA_EMULATION_FULL");
+  return std::strncmp(prop.name, "pagedllm emulated", 17) == 0 && !(full && std::strcmp(full, "1") == 0);
 }
 
 }  // namespace pagedllm::testing

@@ -90,16 +90,19 @@ class CudaSide : public DeviceSide {
 
   void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
-  // One 1 GiB buffer copied to another, best of 5 after a warm-up copy.
+  // One 1 GiB buffer copied to another (at most a quarter of the free memory
+  // each: a small device, or the CUDA emulator's), best of 5 after a warm-up copy.
   double copy_bandwidth_gbs() override {
     if (copy_bandwidth_ > 0) return copy_bandwidth_;
-    constexpr std::size_t kBytes = std::size_t(1) << 30;
+    std::size_t free_bytes = 0, total_bytes = 0;
+    check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    const std::size_t kBytes = std::min(std::size_t(1) << 30, free_bytes / 4 / 256 * 256);
     void* src = nullptr;
     void* dst = nullptr;
-    check(cudaMalloc(&src, kBytes), "cudaMalloc (copy bandwidth source, 1 GiB)");
+    check(cudaMalloc(&src, kBytes), "cudaMalloc (copy bandwidth source)");
     if (cudaMalloc(&dst, kBytes) != cudaSuccess) {
       (void)cudaFree(src);
-      check(cudaErrorMemoryAllocation, "cudaMalloc (copy bandwidth destination, 1 GiB)");
+      check(cudaErrorMemoryAllocation, "cudaMalloc (copy bandwidth destination)");
     }
     double best = 0;
     for (int i = 0; i < 6; ++i) {

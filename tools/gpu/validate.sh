@@ -135,7 +135,7 @@ use_deps() {
 configure_stage() {
   local generator=Ninja
   command -v ninja >/dev/null || generator="Unix Makefiles"
-  cmake -S . -B "$BUILD" -G "$generator" -DCMAKE_BUILD_TYPE=Release -DPAGEDLLM_ENABLE_CUDA=ON \
+  cmake -S . -B "$BUILD" -G "$generator" -DCMAKE_BUILD_TYPE=Release -DPAGEDLLM_ENABLE_CUDA=ON -DPAGEDLLM_CUDA_EMULATION=OFF \
     -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" -DPAGEDLLM_BUILD_TESTS=ON >"$OUT/build.log" 2>&1 || {
     tail -n 20 "$OUT/build.log"
     echo "cmake configure failed (build.log)"

@@ -109,10 +109,12 @@ void check_against_cpu(const Config& config, uint32_t seed, const std::vector<Se
 TEST_CASE("attention_cuda matches attention_cpu: decode, speculative rows, prefill chunks, mixed",
           "[attention_cuda][gpu]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  // Under emulation every dtype x head_dim, GQA 1 and 8 (4 adds no new path).
+  const bool small = pagedllm::testing::emulated_small_shapes();
   Config config;
   config.dtype = GENERATE(PLLM_DTYPE_F32, PLLM_DTYPE_F16, PLLM_DTYPE_BF16);
   config.head_dim = GENERATE(32, 64, 128);
-  config.group = GENERATE(1, 4, 8);
+  config.group = GENERATE_COPY(filter([=](int g) { return !small || g != 4; }, values({1, 4, 8})));
   config.block_size = GENERATE(1, 16);
   CAPTURE(int(config.dtype), config.head_dim, config.group, config.block_size);
   check_against_cpu(config, 2024u + uint32_t(config.group * 1000 + config.head_dim * 10 + config.block_size), kMixed);
@@ -136,15 +138,21 @@ TEST_CASE("attention_cuda long contexts: the split-K path over several partition
   PAGEDLLM_REQUIRE_CUDA_DEVICE();
   Config config;
   config.dtype = GENERATE(PLLM_DTYPE_F32, PLLM_DTYPE_F16, PLLM_DTYPE_BF16);
-  config.head_dim = GENERATE(64, 128);
+  const bool small = pagedllm::testing::emulated_small_shapes();
+  config.head_dim = GENERATE_COPY(filter([=](int d) { return !small || d == 64; }, values({64, 128})));
   config.group = 4;
   config.block_size = 16;
   // partition 256: the 2100-token decode spans 9 partitions, the last one
   // partial; the speculative decode's rows end in different partitions; the
-  // prefill chunk's tiles are split too (their context exceeds 300).
-  const std::vector<SeqPlan> plans = {{2100, 1}, {777, 4}, {1000, 24}, {100, 1}};
-  const char* options = GENERATE(R"({"partition_size": 256, "split_min_context": 300})",
-                                 R"({"split_min_context": 1000000})");
+  // prefill chunk's tiles are split too (their context exceeds 300). Under
+  // emulation the same structure at a seventh of the size: partitions of 32,
+  // the 300-token decode over 10 of them.
+  const std::vector<SeqPlan> plans = small ? std::vector<SeqPlan>{{300, 1}, {111, 4}, {143, 12}, {13, 1}}
+                                           : std::vector<SeqPlan>{{2100, 1}, {777, 4}, {1000, 24}, {100, 1}};
+  const bool split = GENERATE(true, false);
+  const std::string options = !split ? R"({"split_min_context": 1000000})"
+                              : small ? R"({"partition_size": 32, "split_min_context": 40})"
+                                      : R"({"partition_size": 256, "split_min_context": 300})";
   CAPTURE(int(config.dtype), config.head_dim, options);
   check_against_cpu(config, 31337u + uint32_t(config.head_dim), plans, options);
 }

@@ -1,5 +1,7 @@
 // attention_cuda's kernels (paged_attention_kernels.cuh, cache_write_kernels.cuh)
-// compiled as host code and run under the SIMT emulation (simt_emulation.h),
+// compiled as host code and launched straight into the SIMT emulator
+// (plugins/cuda_common/emulation; this file is compiled with
+// cuda_emulation.h included first, as the emulated build's .cu files are),
 // through the same Scenario as the plugin tests: NaN-poisoned pool, permuted
 // block tables, chunked prefill, a mixed step, a decode-only step, read-only
 // slot -1 rows, split-K partitions — against the dense double reference.
@@ -7,8 +9,6 @@
 // softmax merges and partition reduction; the GPU cases in
 // attention_cuda_test.cpp check the real device. Tolerances: dense_tolerance()
 // (paged_scenario.h), atol scaled by context / 256 as in attention_cuda_test.cpp.
-
-#include "tests/plugins/attention_cuda/simt_emulation.h"  // first: the CUDA keywords for the kernels
 
 #include <catch2/catch.hpp>
 
@@ -20,6 +20,7 @@
 #include "plugins/attention_cuda/cache_write_kernels.cuh"
 #include "plugins/attention_cuda/paged_attention_kernels.cuh"
 #include "plugins/attention_cuda/step_metadata.h"
+#include "plugins/cuda_common/launch.cuh"
 #include "tests/plugins/attention_cpu/paged_scenario.h"
 
 using namespace attention_test;
@@ -103,15 +104,21 @@ class EmulatedBackend {
   template <class T, int HeadDim>
   void run_typed(const ac::AttentionLaunch& launch, const pllm_attention_layer_args& args) const {
     const ac::DeviceRows key = rows_of(args.key), value = rows_of(args.value);
-    simt::launch_sequential({unsigned(step_.num_tokens), 2, 1}, ac::device::kWriteThreads, [&] {
-      ac::device::write_kv_kernel<T>(launch.cache, step_.slot_mapping, key, value);
-    });
+    namespace cuda = pagedllm::cuda;
+    cuda::launch<ac::device::write_kv_kernel<T>>(dim3(unsigned(step_.num_tokens), 2), ac::device::kWriteThreads, 0,
+                                                 nullptr, launch.cache, step_.slot_mapping, key, value);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
     const int32_t group = launch.num_heads / launch.cache.num_kv_heads;
     const int32_t chunks = (step_.max_tile_rows * group + ac::kMaxQueryVectors - 1) / ac::kMaxQueryVectors;
-    simt::launch({unsigned(step_.num_work), unsigned(launch.cache.num_kv_heads * chunks), 1}, ac::device::kThreads,
-                 [&] { ac::device::paged_attention_kernel<T, HeadDim>(launch, chunks); });
-    simt::launch_sequential({unsigned(step_.num_combine), unsigned(launch.num_heads), 1}, ac::device::kThreads,
-                            [&] { ac::device::combine_partitions_kernel<T>(launch, HeadDim); });
+    cuda::launch<ac::device::paged_attention_kernel<T, HeadDim>>(
+        dim3(unsigned(step_.num_work), unsigned(launch.cache.num_kv_heads * chunks)), ac::device::kThreads, 0, nullptr,
+        launch, chunks);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    if (step_.num_combine > 0) {
+      cuda::launch<ac::device::combine_partitions_kernel<T>>(dim3(unsigned(step_.num_combine), unsigned(launch.num_heads)),
+                                                             ac::device::kThreads, 0, nullptr, launch, HeadDim);
+      REQUIRE(cudaGetLastError() == cudaSuccess);
+    }
   }
 
   ac::SplitPolicy policy_;
@@ -167,8 +174,7 @@ void check_emulated(const Config& config, const std::vector<SeqPlan>& plans, ac:
 }
 
 // Decodes, speculative 1 + 3 and 1 + 4 rows, prefill chunks on cached
-// context (one of two tiles, the second partial), a fresh prefill. Short:
-// every emulated CTA is 128 host threads.
+// context (one of two tiles, the second partial), a fresh prefill.
 const std::vector<SeqPlan> kMixed = {{19, 1}, {1, 1}, {12, 4}, {5, 5}, {6, 13}, {0, 9}};
 
 }  // namespace

@@ -1,0 +1,399 @@
+// The CUDA emulator itself (plugins/cuda_common/emulation): what a kernel sees
+// (3-D coordinates, shared memory poisoned for every block, shuffles, votes,
+// atomics, block order), what it reports instead of hanging (a divergent
+// __syncthreads or shuffle, naming the kernel), the runtime's checks (stream
+// ordering, guard zones, poisoned new memory, copy ranges, out of memory,
+// launch configuration) and the cuBLAS GEMM against a double reference. This
+// file is compiled as the emulated build compiles a .cu file (cuda_emulation.h
+// first), so its kernels are real CUDA source.
+
+#include <catch2/catch.hpp>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "plugins/cuda_common/launch.cuh"
+
+using Catch::Matchers::Contains;
+namespace cuda = pagedllm::cuda;
+
+namespace {
+
+// Each case starts from a usable device: a deliberate fault is sticky until reset.
+struct Reset {
+  ~Reset() {
+    (void)cudaDeviceReset();
+    (void)cudaGetLastError();
+  }
+};
+
+std::string last_message(cudaError_t e) { return cudaGetErrorString(e); }
+
+template <class T>
+cudaError_t device_malloc(T** p, std::size_t bytes) {
+  return cudaMalloc(reinterpret_cast<void**>(p), bytes);
+}
+
+// ---- kernels ------------------------------------------------------------------------
+
+__global__ void coordinates_kernel(int* out) {
+  const int block = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+  const int thread = int(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+  const int threads = int(blockDim.x * blockDim.y * blockDim.z);
+  atomicAdd(&out[block * threads + thread], 1);
+}
+
+// Thread 0 reads the block's shared word before anyone writes it, then writes it.
+__global__ void shared_poison_kernel(float* first_read) {
+  __shared__ float word;
+  if (threadIdx.x == 0) first_read[blockIdx.x] = word;
+  __syncthreads();
+  if (threadIdx.x == 0) word = 1.0f;
+}
+
+__global__ void block_order_kernel(int* counter, int* order) {
+  if (threadIdx.x == 0) order[atomicAdd(counter, 1)] = int(blockIdx.x);
+}
+
+// Block-wide sum through warp shuffles and shared memory (blockDim.x = 128).
+__global__ void reduce_kernel(const float* in, float* out) {
+  __shared__ float partial[4];
+  float v = in[threadIdx.x];
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) *out = partial[0] + partial[1] + partial[2] + partial[3];
+}
+
+// One warp: results of the warp intrinsics per lane.
+__global__ void intrinsics_kernel(int* out) {
+  const int lane = int(threadIdx.x);
+  out[0 * 32 + lane] = __shfl_sync(0xffffffffu, lane * 10, 3);
+  out[1 * 32 + lane] = __shfl_xor_sync(0xffffffffu, lane, 1);
+  out[2 * 32 + lane] = __shfl_up_sync(0xffffffffu, lane, 2);
+  out[3 * 32 + lane] = int(__ballot_sync(0xffffffffu, lane % 3 == 0));
+  out[4 * 32 + lane] = __all_sync(0xffffffffu, lane < 32);
+  out[5 * 32 + lane] = __any_sync(0xffffffffu, lane == 7);
+  out[6 * 32 + lane] = __shfl_xor_sync(0xffffffffu, lane, 4, 8);  // within groups of 8
+  if (lane < 16) out[7 * 32 + lane] = __shfl_down_sync(0x0000ffffu, lane, 1, 16);  // half the warp
+}
+
+__global__ void divergent_barrier_kernel(int* out) {
+  if (threadIdx.x < 16) return;  // the others wait at a barrier that half the block never reaches
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+__global__ void divergent_shuffle_kernel(float* out) {
+  float v = float(threadIdx.x);
+  if (threadIdx.x % 2 == 0) v = __shfl_xor_sync(0xffffffffu, v, 1);  // the odd lanes never arrive
+  out[threadIdx.x] = v;
+}
+
+__global__ void overrun_kernel(float* out, int n) {
+  out[n] = 1.0f;  // one past the end
+}
+
+__global__ void write_kernel(float* out, float v) { out[threadIdx.x] = v; }
+__global__ void read_kernel(const float* in, float* out) { out[threadIdx.x] = in[threadIdx.x]; }
+
+template <class T>
+std::vector<T> download(const T* device, std::size_t count) {
+  std::vector<T> host(count);
+  REQUIRE(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+  return host;
+}
+
+}  // namespace
+
+TEST_CASE("emulation: 3-D grids and blocks run every thread of every block once", "[cuda_emulation]") {
+  const dim3 grid(3, 2, 2), block(8, 4, 2);
+  const int total = 12 * 64;
+  int* out = nullptr;
+  REQUIRE(device_malloc(&out, total * sizeof(int)) == cudaSuccess);
+  REQUIRE(cudaMemset(out, 0, total * sizeof(int)) == cudaSuccess);
+  cuda::launch<coordinates_kernel>(grid, block, 0, nullptr, out);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const auto counts = download(out, total);
+  CHECK(std::all_of(counts.begin(), counts.end(), [](int c) { return c == 1; }));
+  REQUIRE(cudaFree(out) == cudaSuccess);
+}
+
+TEST_CASE("emulation: shared memory is NaN-poisoned again for every block", "[cuda_emulation]") {
+  float* first = nullptr;
+  REQUIRE(device_malloc(&first, 6 * sizeof(float)) == cudaSuccess);
+  cuda::launch<shared_poison_kernel>(6, 32, 0, nullptr, first);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  for (const float v : download(first, 6)) CHECK(std::isnan(v));
+  REQUIRE(cudaFree(first) == cudaSuccess);
+}
+
+TEST_CASE("emulation: blocks run in a shuffled order, a permutation of the grid", "[cuda_emulation]") {
+  const int blocks = 64;
+  int *counter = nullptr, *order = nullptr;
+  REQUIRE(device_malloc(&counter, sizeof(int)) == cudaSuccess);
+  REQUIRE(device_malloc(&order, blocks * sizeof(int)) == cudaSuccess);
+  REQUIRE(cudaMemset(counter, 0, sizeof(int)) == cudaSuccess);
+  cuda::launch<block_order_kernel>(blocks, 32, 0, nullptr, counter, order);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  auto seen = download(order, blocks);
+  CHECK_FALSE(std::is_sorted(seen.begin(), seen.end()));
+  std::sort(seen.begin(), seen.end());
+  std::vector<int> all(blocks);
+  std::iota(all.begin(), all.end(), 0);
+  CHECK(seen == all);
+  REQUIRE(cudaFree(counter) == cudaSuccess);
+  REQUIRE(cudaFree(order) == cudaSuccess);
+}
+
+TEST_CASE("emulation: warp shuffles, votes and masks give CUDA's results", "[cuda_emulation]") {
+  int* out = nullptr;
+  REQUIRE(device_malloc(&out, 8 * 32 * sizeof(int)) == cudaSuccess);
+  cuda::launch<intrinsics_kernel>(1, 32, 0, nullptr, out);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  const auto r = download(out, 8 * 32);
+  unsigned ballot = 0;
+  for (int lane = 0; lane < 32; lane += 3) ballot |= 1u << lane;
+  for (int lane = 0; lane < 32; ++lane) {
+    CAPTURE(lane);
+    CHECK(r[0 * 32 + lane] == 30);
+    CHECK(r[1 * 32 + lane] == (lane ^ 1));
+    CHECK(r[2 * 32 + lane] == (lane >= 2 ? lane - 2 : lane));
+    CHECK(unsigned(r[3 * 32 + lane]) == ballot);
+    CHECK(r[4 * 32 + lane] == 1);
+    CHECK(r[5 * 32 + lane] == 1);
+    CHECK(r[6 * 32 + lane] == (lane ^ 4));
+    if (lane < 16) CHECK(r[7 * 32 + lane] == (lane < 15 ? lane + 1 : lane));
+  }
+  REQUIRE(cudaFree(out) == cudaSuccess);
+}
+
+TEST_CASE("emulation: a block reduction through shuffles and __syncthreads", "[cuda_emulation]") {
+  std::vector<float> host(128);
+  std::iota(host.begin(), host.end(), 1.0f);
+  float *in = nullptr, *out = nullptr;
+  REQUIRE(device_malloc(&in, 128 * sizeof(float)) == cudaSuccess);
+  REQUIRE(device_malloc(&out, sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(in, host.data(), 128 * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  cuda::launch<reduce_kernel>(1, 128, 0, nullptr, in, out);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  CHECK(download(out, 1)[0] == 128.0f * 129.0f / 2.0f);
+  REQUIRE(cudaFree(in) == cudaSuccess);
+  REQUIRE(cudaFree(out) == cudaSuccess);
+}
+
+TEST_CASE("emulation: a divergent __syncthreads is an error naming the kernel, not a hang", "[cuda_emulation]") {
+  Reset reset;
+  int* out = nullptr;
+  REQUIRE(device_malloc(&out, 64 * sizeof(int)) == cudaSuccess);
+  cuda::launch<divergent_barrier_kernel>(1, 64, 0, nullptr, out);
+  const cudaError_t e = cudaGetLastError();
+  REQUIRE(e == cudaErrorLaunchFailure);
+  CHECK_THAT(last_message(e), Contains("divergent_barrier_kernel") && Contains("divergent __syncthreads") &&
+                                  Contains("has returned") && Contains("emulation_test.cpp"));
+  // Sticky, as on a GPU: the context is unusable afterwards.
+  CHECK(cudaDeviceSynchronize() == cudaErrorLaunchFailure);
+}
+
+TEST_CASE("emulation: a divergent shuffle is an error naming the kernel and the lanes", "[cuda_emulation]") {
+  Reset reset;
+  float* out = nullptr;
+  REQUIRE(device_malloc(&out, 32 * sizeof(float)) == cudaSuccess);
+  cuda::launch<divergent_shuffle_kernel>(1, 32, 0, nullptr, out);
+  const cudaError_t e = cudaGetLastError();
+  REQUIRE(e == cudaErrorLaunchFailure);
+  CHECK_THAT(last_message(e), Contains("divergent_shuffle_kernel") && Contains("__shfl_xor_sync") &&
+                                  Contains("has returned"));
+}
+
+TEST_CASE("emulation: a write past an allocation is caught at its guard zone, naming the kernel", "[cuda_emulation]") {
+  Reset reset;
+  float* out = nullptr;
+  REQUIRE(device_malloc(&out, 100 * sizeof(float)) == cudaSuccess);
+  cuda::launch<overrun_kernel>(1, 1, 0, nullptr, out, 100);
+  const cudaError_t e = cudaGetLastError();
+  REQUIRE(e == cudaErrorIllegalAddress);
+  CHECK_THAT(last_message(e), Contains("overrun_kernel") && Contains("past its end"));
+}
+
+TEST_CASE("emulation: a launch beyond the limits is cudaErrorInvalidConfiguration", "[cuda_emulation]") {
+  float* out = nullptr;
+  REQUIRE(device_malloc(&out, 32 * sizeof(float)) == cudaSuccess);
+  cuda::launch<write_kernel>(1, 2048, 0, nullptr, out, 1.0f);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  cuda::launch<write_kernel>(dim3(1, 70000), 32, 0, nullptr, out, 1.0f);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  cuda::launch<write_kernel>(0, 32, 0, nullptr, out, 1.0f);
+  CHECK(cudaGetLastError() == cudaErrorInvalidConfiguration);
+  REQUIRE(cudaFree(out) == cudaSuccess);
+}
+
+TEST_CASE("emulation: new device memory is poisoned, copies are range- and kind-checked", "[cuda_emulation]") {
+  float* p = nullptr;
+  REQUIRE(device_malloc(&p, 16 * sizeof(float)) == cudaSuccess);
+  for (const float v : download(p, 16)) CHECK(std::isnan(v));
+  std::vector<float> host(32, 1.0f);
+  cudaError_t e = cudaMemcpy(p, host.data(), 32 * sizeof(float), cudaMemcpyHostToDevice);
+  CHECK(e == cudaErrorInvalidValue);
+  CHECK_THAT(last_message(e), Contains("run past its end"));
+  e = cudaMemcpy(host.data(), p, 16 * sizeof(float), cudaMemcpyHostToDevice);
+  CHECK(e == cudaErrorInvalidValue);
+  CHECK(cudaFree(host.data()) == cudaErrorInvalidValue);
+  REQUIRE(cudaFree(p) == cudaSuccess);
+  (void)cudaGetLastError();
+}
+
+TEST_CASE("emulation: device memory is the configured size, and beyond it is cudaErrorMemoryAllocation",
+          "[cuda_emulation]") {
+  size_t free_bytes = 0, total_bytes = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess);
+  CHECK(free_bytes <= total_bytes);
+  void* p = nullptr;
+  REQUIRE(cudaMalloc(&p, 1 << 20) == cudaSuccess);
+  size_t free_after = 0;
+  REQUIRE(cudaMemGetInfo(&free_after, &total_bytes) == cudaSuccess);
+  CHECK(free_bytes - free_after == (1 << 20));
+  void* q = nullptr;
+  const cudaError_t e = cudaMalloc(&q, free_after + 1);
+  CHECK(e == cudaErrorMemoryAllocation);
+  CHECK_THAT(last_message(e), Contains("bytes free"));
+  CHECK(q == nullptr);
+  REQUIRE(cudaFree(p) == cudaSuccess);
+  cudaDeviceProp prop{};
+  REQUIRE(cudaGetDeviceProperties(&prop, 0) == cudaSuccess);
+  CHECK(prop.totalGlobalMem == total_bytes);
+  CHECK(prop.warpSize == 32);
+  (void)cudaGetLastError();
+}
+
+TEST_CASE("emulation: a missing event wait between streams is reported naming both operations", "[cuda_emulation]") {
+  cudaStream_t producer = nullptr, consumer = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking) == cudaSuccess);
+  cudaEvent_t written = nullptr;
+  REQUIRE(cudaEventCreateWithFlags(&written, cudaEventDisableTiming) == cudaSuccess);
+  float *a = nullptr, *b = nullptr;
+  REQUIRE(device_malloc(&a, 32 * sizeof(float)) == cudaSuccess);
+  REQUIRE(device_malloc(&b, 32 * sizeof(float)) == cudaSuccess);
+  std::vector<float> host(32);
+
+  SECTION("read after write, no wait: an error") {
+    cuda::launch<write_kernel>(1, 32, 0, producer, a, 2.0f);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    const cudaError_t e = cudaMemcpyAsync(host.data(), a, 32 * sizeof(float), cudaMemcpyDeviceToHost, consumer);
+    REQUIRE(e == cudaErrorIllegalState);
+    CHECK_THAT(last_message(e), Contains("stream ordering") && Contains("cudaMemcpyAsync(DeviceToHost") &&
+                                    Contains("kernel write_kernel") && Contains("no event wait"));
+  }
+  SECTION("read after write with the event wait: fine") {
+    cuda::launch<write_kernel>(1, 32, 0, producer, a, 2.0f);
+    REQUIRE(cudaEventRecord(written, producer) == cudaSuccess);
+    REQUIRE(cudaStreamWaitEvent(consumer, written, 0) == cudaSuccess);
+    cuda::launch<read_kernel>(1, 32, 0, consumer, a, b);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    REQUIRE(cudaMemcpyAsync(host.data(), b, 32 * sizeof(float), cudaMemcpyDeviceToHost, consumer) == cudaSuccess);
+    REQUIRE(cudaStreamSynchronize(consumer) == cudaSuccess);
+    CHECK(host[31] == 2.0f);
+  }
+  SECTION("an event recorded before the write does not order it") {
+    REQUIRE(cudaEventRecord(written, producer) == cudaSuccess);
+    cuda::launch<write_kernel>(1, 32, 0, producer, a, 2.0f);
+    REQUIRE(cudaStreamWaitEvent(consumer, written, 0) == cudaSuccess);
+    cuda::launch<read_kernel>(1, 32, 0, consumer, a, b);
+    const cudaError_t e = cudaGetLastError();
+    REQUIRE(e == cudaErrorIllegalState);
+    CHECK_THAT(last_message(e), Contains("kernel read_kernel") && Contains("kernel write_kernel"));
+  }
+  SECTION("write after read, no wait: an error") {
+    REQUIRE(cudaMemset(a, 0, 32 * sizeof(float)) == cudaSuccess);
+    cuda::launch<read_kernel>(1, 32, 0, consumer, a, b);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    const cudaError_t e = cudaMemcpyAsync(a, host.data(), 32 * sizeof(float), cudaMemcpyHostToDevice, producer);
+    REQUIRE(e == cudaErrorIllegalState);
+    CHECK_THAT(last_message(e), Contains("kernel read_kernel") && Contains("reads"));
+  }
+  SECTION("the host synchronising with the writer orders later work on any stream") {
+    cuda::launch<write_kernel>(1, 32, 0, producer, a, 3.0f);
+    REQUIRE(cudaStreamSynchronize(producer) == cudaSuccess);
+    cuda::launch<read_kernel>(1, 32, 0, consumer, a, b);
+    CHECK(cudaGetLastError() == cudaSuccess);
+  }
+  SECTION("blocking streams and the legacy default stream order each other") {
+    cudaStream_t blocking = nullptr;
+    REQUIRE(cudaStreamCreate(&blocking) == cudaSuccess);
+    cuda::launch<write_kernel>(1, 32, 0, blocking, a, 4.0f);
+    cuda::launch<read_kernel>(1, 32, 0, nullptr, a, b);
+    CHECK(cudaGetLastError() == cudaSuccess);
+    // A non-blocking stream is not ordered after the legacy stream.
+    const cudaError_t e = cudaMemcpyAsync(host.data(), b, 32 * sizeof(float), cudaMemcpyDeviceToHost, consumer);
+    CHECK(e == cudaErrorIllegalState);
+    REQUIRE(cudaStreamDestroy(blocking) == cudaSuccess);
+  }
+  (void)cudaDeviceSynchronize();
+  (void)cudaGetLastError();
+  REQUIRE(cudaFree(a) == cudaSuccess);
+  REQUIRE(cudaFree(b) == cudaSuccess);
+  REQUIRE(cudaEventDestroy(written) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(producer) == cudaSuccess);
+  REQUIRE(cudaStreamDestroy(consumer) == cudaSuccess);
+}
+
+TEST_CASE("emulation: cublasGemmEx against a double reference, with cuBLAS's argument checks", "[cuda_emulation]") {
+  cublasHandle_t handle = nullptr;
+  REQUIRE(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+  // C[m, n] = op(A) op(B), column-major, A stored k x m (transposed), lda > k.
+  const int m = 5, n = 3, k = 7, lda = 9, ldb = 8, ldc = 6;
+  std::vector<float> a(std::size_t(lda * m)), b(std::size_t(ldb * n)), c(std::size_t(ldc * n), NAN);
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(std::sin(double(i)));
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = float(std::cos(double(i) * 0.7));
+  float *da = nullptr, *db = nullptr, *dc = nullptr;
+  REQUIRE(device_malloc(&da, a.size() * 4) == cudaSuccess);
+  REQUIRE(device_malloc(&db, b.size() * 4) == cudaSuccess);
+  REQUIRE(device_malloc(&dc, c.size() * 4) == cudaSuccess);
+  REQUIRE(cudaMemcpy(da, a.data(), a.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(db, b.data(), b.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice) == cudaSuccess);  // NaN: beta = 0 ignores it
+  const float alpha = 1.5f, beta = 0.0f;
+  REQUIRE(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, da, CUDA_R_32F, lda, db, CUDA_R_32F, ldb,
+                       &beta, dc, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  const auto got = download(dc, c.size());
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      double ref = 0;
+      for (int l = 0; l < k; ++l) ref += double(a[std::size_t(i * lda + l)]) * double(b[std::size_t(j * ldb + l)]);
+      CHECK(got[std::size_t(j * ldc + i)] == float(1.5 * ref));
+    }
+  }
+  // Leading dimensions below their minimum, negative sizes: INVALID_VALUE.
+  CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, da, CUDA_R_32F, k - 1, db, CUDA_R_32F, ldb,
+                     &beta, dc, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, da, CUDA_R_32F, lda, db, CUDA_R_32F, ldb,
+                     &beta, dc, CUDA_R_32F, m - 1, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, -1, n, k, &alpha, da, CUDA_R_32F, lda, db, CUDA_R_32F, ldb,
+                     &beta, dc, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE);
+  // f16 inputs into a bf16 output is no combination cublasGemmEx lists.
+  CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, da, CUDA_R_16F, lda, db, CUDA_R_16F, ldb,
+                     &beta, dc, CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_NOT_SUPPORTED);
+  // Strided batched: two batches of the same product, the second into the second half of C.
+  float* dc2 = nullptr;
+  REQUIRE(device_malloc(&dc2, 2 * c.size() * 4) == cudaSuccess);
+  REQUIRE(cublasGemmStridedBatchedEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, da, CUDA_R_32F, lda, 0, db,
+                                     CUDA_R_32F, ldb, 0, &beta, dc2, CUDA_R_32F, ldc, (long long)c.size(), 2,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+  const auto batched = download(dc2, 2 * c.size());
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {
+      CHECK(batched[std::size_t(j * ldc + i)] == got[std::size_t(j * ldc + i)]);
+      CHECK(batched[c.size() + std::size_t(j * ldc + i)] == got[std::size_t(j * ldc + i)]);
+    }
+  }
+  REQUIRE(cublasDestroy(handle) == CUBLAS_STATUS_SUCCESS);
+  for (float* p : {da, db, dc, dc2}) REQUIRE(cudaFree(p) == cudaSuccess);
+}
