@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the whole test suite: the README's test command and
-# what CI runs. A normal build first, then the same suite under ASan+UBSan.
+# what CI runs. A normal build first, then the same suite under ASan+UBSan, then
+# a short smoke of every fuzz target (docs/reliability.md).
 # Usage: scripts/test.sh [--no-sanitize] [extra ctest arguments...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,4 +37,12 @@ if ((sanitize)); then
   build build-asan -DCMAKE_BUILD_TYPE=Debug -DPAGEDLLM_SANITIZE=ON -DPAGEDLLM_ENABLE_CUDA=OFF
   echo "== tests under ASan+UBSan"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 run_tests build-asan "$@"
+fi
+
+if ((sanitize)); then
+  # Every fuzz target for a few seconds (built alone: the targets and the libraries they link),
+  # replaying tools/fuzz/regressions first: what fuzzing found stays fixed.
+  echo "== fuzz smoke (tools/fuzz/run.sh ${PAGEDLLM_FUZZ_SMOKE_S:-5}: clang, libFuzzer, ASan+UBSan)"
+  FUZZ_JOBS=$jobs tools/fuzz/run.sh "${PAGEDLLM_FUZZ_SMOKE_S:-5}"
+
 fi
