@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the whole test suite: the README's test command and
 # what CI runs. A normal build first, then the same suite under ASan+UBSan, then
-# a short smoke of every fuzz target (docs/reliability.md).
+# a short smoke of every fuzz target and the threaded tests under ThreadSanitizer
+# (docs/reliability.md).
 # Usage: scripts/test.sh [--no-sanitize] [extra ctest arguments...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,9 @@ run_tests() {  # run_tests <dir> <ctest args...>
   ctest --test-dir "$dir" --output-on-failure --parallel "$jobs" "$@"
 }
 
+# The ThreadSanitizer subset (docs/reliability.md): test executables, by ctest prefix.
+tsan_tests=(test_server test_serve_signals test_scheduler)
+
 echo "== build (RelWithDebInfo)"
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 echo "== tests"
@@ -45,4 +49,13 @@ if ((sanitize)); then
   echo "== fuzz smoke (tools/fuzz/run.sh ${PAGEDLLM_FUZZ_SMOKE_S:-5}: clang, libFuzzer, ASan+UBSan)"
   FUZZ_JOBS=$jobs tools/fuzz/run.sh "${PAGEDLLM_FUZZ_SMOKE_S:-5}"
 
+  # The tests whose code shares state across threads (the engine thread, the HTTP server's
+  # I/O threads, the plugins' thread pools), built alone under ThreadSanitizer.
+  echo "== build (ThreadSanitizer: ${tsan_tests[*]})"
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGEDLLM_SANITIZE_THREAD=ON \
+    -DPAGEDLLM_ENABLE_CUDA=OFF -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+  cmake --build build-tsan --parallel "$jobs" --target "${tsan_tests[@]}"
+  echo "== threaded tests under ThreadSanitizer"
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tools/tsan/suppressions.txt" \
+    run_tests build-tsan -R "^($(IFS='|'; echo "${tsan_tests[*]}")):"
 fi
