@@ -13,8 +13,8 @@ packages=(
   # libraries of core and the plugins
   libboost-dev libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libopenblas-dev libpcre2-dev libutf8proc-dev
-  # tests
-  catch2
+  # tests; clang and its compiler-rt build the libFuzzer targets (tools/fuzz)
+  catch2 clang libclang-rt-dev
   # the interpreter the project's virtual environment is made from (Debian's Python 3.11)
   python3 python3-venv
 )

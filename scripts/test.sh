@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the whole test suite: the README's test command and
-# what CI runs. A normal build first, then the same suite under ASan+UBSan.
+# what CI runs. A normal build first, then the same suite under ASan+UBSan, then
+# a short smoke of every fuzz target and the threaded tests under ThreadSanitizer
+# (docs/reliability.md).
 # Usage: scripts/test.sh [--no-sanitize] [extra ctest arguments...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,12 @@ run_tests() {  # run_tests <dir> <ctest args...>
   ctest --test-dir "$dir" --output-on-failure --parallel "$jobs" "$@"
 }
 
+# The ThreadSanitizer subset (docs/reliability.md): test executables, by ctest prefix.
+tsan_tests=(test_server test_serve_signals test_scheduler test_engine test_sampler test_attention_cpu)
+# The two largest attention comparisons take 5 minutes under TSan and exercise the same pool
+# code as the cases that run.
+tsan_exclude='test_attention_cpu:paged attention equals dense attention, (f32|long prefill chunks)$'
+
 echo "== build (RelWithDebInfo)"
 build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
 echo "== tests"
@@ -36,4 +44,21 @@ if ((sanitize)); then
   build build-asan -DCMAKE_BUILD_TYPE=Debug -DPAGEDLLM_SANITIZE=ON -DPAGEDLLM_ENABLE_CUDA=OFF
   echo "== tests under ASan+UBSan"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 run_tests build-asan "$@"
+fi
+
+if ((sanitize)); then
+  # Every fuzz target for a few seconds (built alone: the targets and the libraries they link),
+  # replaying tools/fuzz/regressions first: what fuzzing found stays fixed.
+  echo "== fuzz smoke (tools/fuzz/run.sh ${PAGEDLLM_FUZZ_SMOKE_S:-5}: clang, libFuzzer, ASan+UBSan)"
+  FUZZ_JOBS=$jobs tools/fuzz/run.sh "${PAGEDLLM_FUZZ_SMOKE_S:-5}"
+
+  # The tests whose code shares state across threads (the engine thread, the HTTP server's
+  # I/O threads, the plugins' thread pools), built alone under ThreadSanitizer.
+  echo "== build (ThreadSanitizer: ${tsan_tests[*]})"
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPAGEDLLM_SANITIZE_THREAD=ON \
+    -DPAGEDLLM_ENABLE_CUDA=OFF -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache >/dev/null
+  cmake --build build-tsan --parallel "$jobs" --target "${tsan_tests[@]}"
+  echo "== threaded tests under ThreadSanitizer"
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tools/tsan/suppressions.txt" \
+    run_tests build-tsan -R "^($(IFS='|'; echo "${tsan_tests[*]}")):" -E "$tsan_exclude"
 fi

@@ -44,6 +44,11 @@ void apply_override(YAML::Node& root, const std::string& override_text, SourceMa
   }
 
   if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  // A file whose top level is a scalar or a list has no keys to set (yaml-cpp would throw its own BadSubscript).
+  if (!root.IsMap()) {
+    throw ConfigError(fmt::format("--set {}: the config's top level is not a mapping of sections, so it has no key '{}'",
+                                  override_text, keys.front()));
+  }
   // yaml-cpp nodes are references: walking with reset() keeps `root` intact.
   YAML::Node current;
   current.reset(root);

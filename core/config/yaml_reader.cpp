@@ -241,7 +241,15 @@ nlohmann::json YamlMapReader::get_json_object(std::string_view key) {
   const auto v = value(key);
   if (!v) return nlohmann::json::object();
   if (!v->IsMap()) fail(key, fmt::format("expected a mapping of options, got {}", describe(*v)));
-  return yaml_to_json(*v);
+  nlohmann::json options = yaml_to_json(*v);
+  // The plugin receives the options as JSON text: a string that is not UTF-8 cannot be
+  // written as JSON (dump() throws), so it is refused here, naming the key.
+  try {
+    (void)options.dump();
+  } catch (const nlohmann::json::type_error&) {
+    fail(key, "holds text that is not valid UTF-8 (plugin options are handed on as JSON)");
+  }
+  return options;
 }
 
 YamlMapReader YamlMapReader::child(std::string_view key) {

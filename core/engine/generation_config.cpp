@@ -1,6 +1,9 @@
 #include "core/engine/generation_config.h"
 
+#include <cstdint>
 #include <fstream>
+#include <limits>
+#include <type_traits>
 #include <sstream>
 #include <stdexcept>
 
@@ -20,6 +23,13 @@ std::optional<T> optional_number(const Json& json, const char* key, const std::f
     throw std::runtime_error(fmt::format("{}: '{}' must be a number, got {}", file.string(), key,
                                          found->type_name()));
   }
+  // A value T cannot hold would be undefined behaviour to convert (found by tools/fuzz).
+  const double value = found->get<double>();
+  if (!(value >= double(std::numeric_limits<T>::lowest()) && value <= double(std::numeric_limits<T>::max())) ||
+      (std::is_integral_v<T> && !found->is_number_integer())) {
+    throw std::runtime_error(fmt::format("{}: '{}' = {} is not a{} number in range", file.string(), key,
+                                         found->dump(), std::is_integral_v<T> ? "n integer" : ""));
+  }
   return found->get<T>();
 }
 
@@ -27,9 +37,10 @@ std::vector<std::int32_t> eos_ids_of(const Json& json, const std::filesystem::pa
   const auto found = json.find("eos_token_id");
   if (found == json.end() || found->is_null()) return {};
   const auto as_id = [&](const Json& value) {
-    if (!value.is_number_integer()) {
-      throw std::runtime_error(fmt::format("{}: 'eos_token_id' must be an integer or a list of "
-                                           "integers, got {}",
+    if (!value.is_number_integer() || (value.is_number_unsigned() && value.get<std::uint64_t>() > INT32_MAX) ||
+        value.get<std::int64_t>() < 0 || value.get<std::int64_t>() > INT32_MAX) {
+      throw std::runtime_error(fmt::format("{}: 'eos_token_id' must be a token id or a list of "
+                                           "token ids (integers in [0, 2^31)), got {}",
                                            file.string(), value.dump()));
     }
     return value.get<std::int32_t>();
@@ -57,7 +68,7 @@ GenerationDefaults read_generation_defaults(const std::filesystem::path& model_d
     Json json;
     try {
       json = Json::parse(text.str());
-    } catch (const Json::parse_error& e) {
+    } catch (const Json::exception& e) {  // parse_error, or out_of_range for a number JSON cannot hold
       throw std::runtime_error(fmt::format("{}: not valid JSON: {}", file.string(), e.what()));
     }
     if (!json.is_object()) throw std::runtime_error(fmt::format("{}: must be a JSON object", file.string()));

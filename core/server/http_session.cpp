@@ -27,7 +27,6 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-constexpr std::size_t kHeaderLimit = 16 * 1024;
 // While generating, the watch read takes at most this much of a pipelined request.
 constexpr std::size_t kWatchBytes = 4096;
 // Closing after an error reply: unread request bytes are drained for a while
@@ -48,13 +47,6 @@ std::string response_id(ApiKind kind) {
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-// Beast 1.74 speaks boost::string_view.
-std::string_view view(beast::string_view text) { return {text.data(), text.size()}; }
-
-bool is_http_parse_error(const beast::error_code& ec) {
-  return &ec.category() == &http::make_error_code(http::error::bad_method).category();
 }
 
 }  // namespace
@@ -108,8 +100,7 @@ void HttpSession::read_header() {
     return;
   }
   parser_.emplace();
-  parser_->header_limit(kHeaderLimit);
-  parser_->body_limit(state_->config().max_request_body_bytes);
+  limit_request_parser(*parser_, state_->config());
   idle_ = buffer_.size() == 0;
   stream_.expires_after(seconds(state_->config().keep_alive_timeout_s));
   http::async_read_header(stream_, buffer_, *parser_,
@@ -157,15 +148,8 @@ void HttpSession::on_read_error(beast::error_code ec) {
   if (closed_) return;
   keep_alive_ = false;
   request_ = {};
-  if (ec == http::error::body_limit) {
-    write_reply(error_reply(request_too_large(
-        fmt::format("The request body is larger than this server's limit of {} bytes.",
-                    state_->config().max_request_body_bytes))));
-  } else if (ec == http::error::header_limit) {
-    write_reply(error_reply(ApiError(431, fmt::format("The request header is larger than {} bytes.", kHeaderLimit),
-                                     "invalid_request_error")));
-  } else if (is_http_parse_error(ec) && ec != http::error::end_of_stream && ec != http::error::partial_message) {
-    write_reply(error_reply(invalid_request(fmt::format("Malformed HTTP request: {}.", ec.message()))));
+  if (auto reply = read_error_reply(ec, state_->config())) {
+    write_reply(std::move(*reply));
   } else {
     // The client left, timed out or closed between requests: nobody to answer.
     close_now();
@@ -176,9 +160,7 @@ void HttpSession::handle_request() {
   keep_alive_ = request_.keep_alive() && !shutting_down_ && !state_->draining();
   std::string allow;
   try {
-    const RouteMatch match = match_route(request_.method(), view(request_.target()), allow);
-    const auto& key = state_->config().api_key;
-    if (key && requires_api_key(match.path)) check_api_key(view(request_[http::field::authorization]), *key);
+    const RouteMatch match = route_request(request_, state_->config(), allow);
     if (match.route == Route::kCompletions || match.route == Route::kChatCompletions) {
       start_generation(match.route == Route::kChatCompletions ? ApiKind::kChat : ApiKind::kCompletion);
       return;

@@ -23,6 +23,7 @@
 
 #include "core/server/api_routes.h"
 #include "core/server/openai_request.h"
+#include "core/server/request_reader.h"
 #include "core/server/server_state.h"
 
 namespace pagedllm::server {
@@ -79,8 +80,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   boost::beast::tcp_stream stream_;
   const boost::asio::any_io_executor executor_;  // the connection's strand
   boost::beast::flat_buffer buffer_;
-  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
-  boost::beast::http::request<boost::beast::http::string_body> request_;
+  std::optional<RequestParser> parser_;
+  HttpRequest request_;
   bool keep_alive_ = false;
   bool idle_ = false;  // waiting for a request, nothing of it read yet
   bool shutting_down_ = false;

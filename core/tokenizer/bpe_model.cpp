@@ -69,7 +69,9 @@ BpeModel::BpeModel(Vocabulary vocabulary, const std::vector<std::pair<std::strin
   merges_.reserve(merges.size());
   const std::size_t prefix_length = options_.continuing_subword_prefix.size();
   for (std::size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [left, right] = merges[rank];
+    // Named references, not a structured binding: clang before 16 cannot capture one in a lambda.
+    const std::string& left = merges[rank].first;
+    const std::string& right = merges[rank].second;
     auto lookup = [&](const std::string& token) {
       const auto it = vocabulary_.find(token);
       if (it == vocabulary_.end()) {

@@ -221,6 +221,21 @@ TEST_CASE("overrides given with --set replace values and are validated like the 
   CHECK_THAT(config_error(kMinimal, {"a..b=1"}), Contains("is not a key path"));
   CHECK_THAT(config_error(kMinimal, {"model.plugin.name=x"}), Contains("'model.plugin' is not a mapping"));
   CHECK_THAT(config_error(kMinimal, {"cache.block_size=[1"}), Contains("the value is not valid YAML"));
+  // Found by tools/fuzz (fuzz_config): a --set on a file whose top level is not a mapping threw
+  // yaml-cpp's BadSubscript instead of a ConfigError.
+  CHECK_THAT(config_error("just a scalar\n", {"cache.block_size=32"}),
+             Contains("--set cache.block_size=32: the config's top level is not a mapping of sections"));
+  CHECK_THAT(config_error("- a\n- b\n", {"cache.block_size=32"}), Contains("is not a mapping of sections"));
+}
+
+TEST_CASE("plugin options that are not valid UTF-8 are refused naming the key", "[config]") {
+  // Found by tools/fuzz (fuzz_config): the engine hands options to plugins as JSON text, and
+  // dump() threw nlohmann's type_error 316 on such a string (exit 1, no key named).
+  const std::string yaml =
+      "model:\n  plugin: models_llama\n  path: ../models/tiny\nsampler:\n  plugin: sampler\n"
+      "attention:\n  plugin: attention_cpu\n  options:\n    variant: \"\xFD\xFE\"\n";
+  CHECK_THAT(config_error(yaml), Contains("attention.options: holds text that is not valid UTF-8"));
+  CHECK_THAT(config_error(kMinimal, {"sampler.options={a: \"\xC3\"}"}), Contains("sampler.options"));
 }
 
 TEST_CASE("the source map tells a key the config wrote from a default", "[config][overrides]") {

@@ -52,8 +52,10 @@ class Collector {
  public:
   OutputCallback callback() {
     return [this](RequestOutput&& out) {
+      // The engine thread: Catch2's assertions are not thread-safe (ThreadSanitizer), so a
+      // broken protocol is recorded here and asserted by wait() on the test's thread.
       std::lock_guard lock(mutex_);
-      REQUIRE_FALSE(result_.finished);
+      if (result_.finished) violation_ = "an output after the final one";
       ++result_.num_outputs;
       result_.num_prompt_tokens = out.num_prompt_tokens;
       result_.num_cached_prompt_tokens = out.num_cached_prompt_tokens;
@@ -62,7 +64,7 @@ class Collector {
           result_.sequences.resize(static_cast<std::size_t>(delta.index) + 1);
         }
         Collected::Sequence& s = result_.sequences[static_cast<std::size_t>(delta.index)];
-        REQUIRE_FALSE(s.finish_reason.has_value());  // nothing after a sequence's end
+        if (s.finish_reason.has_value()) violation_ = "a delta after its sequence's end";
         s.text += delta.text;
         s.tokens.insert(s.tokens.end(), delta.token_ids.begin(), delta.token_ids.end());
         s.logprobs.insert(s.logprobs.end(), delta.logprobs.begin(), delta.logprobs.end());
@@ -79,15 +81,18 @@ class Collector {
   void wait_first() {
     std::unique_lock lock(mutex_);
     REQUIRE(done_.wait_for(lock, std::chrono::seconds(60), [&] { return result_.num_outputs > 0 || result_.finished; }));
+    REQUIRE(violation_.empty());
   }
   Collected wait() {
     std::unique_lock lock(mutex_);
     REQUIRE(done_.wait_for(lock, std::chrono::seconds(120), [&] { return result_.finished; }));
+    REQUIRE(violation_.empty());
     return result_;
   }
 
  private:
   std::mutex mutex_;
+  std::string violation_;
   std::condition_variable done_;
   Collected result_;
 };

@@ -114,6 +114,15 @@ TEST_CASE("safetensors: every f16 pattern widens exactly", "[sdk][safetensors]")
   CHECK(std::isnan(pllm::bf16_to_f32(0x7fc0)));
 }
 
+TEST_CASE("safetensors: converting no elements touches neither pointer", "[sdk][safetensors]") {
+  // Found by tools/fuzz (fuzz_safetensors): an empty tensor read into an empty vector passed
+  // memcpy a null destination (undefined behaviour, reported by UBSan).
+  const std::vector<float> none;
+  CHECK(pllm::to_f32(nullptr, PLLM_DTYPE_F32, const_cast<float*>(none.data()), 0));
+  CHECK(pllm::to_f32(nullptr, PLLM_DTYPE_BF16, nullptr, 0));
+  CHECK_FALSE(pllm::to_f32(nullptr, PLLM_DTYPE_I32, nullptr, 0));
+}
+
 TEST_CASE("safetensors: truncated files and absurd header lengths are refused", "[sdk][safetensors]") {
   TempDir dir;
   Valid v;

@@ -35,6 +35,7 @@ inline bool is_float_dtype(pllm_dtype dtype) {
 // `src`, which needs no alignment, into dst[0, count). Returns false, writing
 // nothing, for any other dtype.
 inline bool to_f32(const void* src, pllm_dtype dtype, float* dst, std::int64_t count) {
+  if (count <= 0) return is_float_dtype(dtype);  // nothing to copy; dst may be null (an empty vector's data())
   const auto* bytes = static_cast<const unsigned char*>(src);
   switch (dtype) {
     case PLLM_DTYPE_F32:

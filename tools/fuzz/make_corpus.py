@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Seed corpora for the fuzz targets, made from the repository's real files.
+
+    make_corpus.py OUT_DIR     writes OUT_DIR/<target>/<seed> for every target
+
+Each seed is in the input format its target's header comment describes (a
+leading selector byte, NUL-separated parts). Regression inputs found by
+fuzzing live in tools/fuzz/regressions/<target>/ and are run as well.
+"""
+import hashlib
+import json
+import pathlib
+import struct
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests/fixtures/tokenizer"
+TOKENIZER_DIRS = [ROOT / "models/pagedllm-tiny"] + [FIXTURES / n for n in ("bytelevel_gpt2", "bytelevel_llama3", "spm_llama2")]
+
+
+def read(path):
+    return (ROOT / path).read_bytes() if not isinstance(path, pathlib.Path) else path.read_bytes()
+
+
+def completions():
+    return [
+        {"prompt": "def fib(n):", "max_tokens": 8},
+        {"model": "pagedllm-tiny", "prompt": ["a", "b c"], "n": 2, "temperature": 0.7, "top_p": 0.9, "top_k": 5,
+         "seed": 7, "stop": ["\n", "x"], "logprobs": 2, "echo": True, "stream": True,
+         "stream_options": {"include_usage": True}},
+        {"prompt": [1, 2, 3, 4], "max_tokens": 3, "stop_token_ids": [5], "ignore_eos": True, "min_p": 0.1,
+         "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1, "logit_bias": {"12": 3}},
+        {"prompt": [[1, 2], [3]], "max_tokens": None, "skip_special_tokens": False, "speculative_decoding": False,
+         "include_stop_str_in_output": True, "best_of": 1, "suffix": None, "user": "u"},
+        {"prompt": "x" * 600},
+    ]
+
+
+def chats():
+    return [
+        {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4},
+        {"model": "pagedllm-tiny", "messages": [{"role": "system", "content": "Be brief."},
+                                                {"role": "user", "content": "2+2?"},
+                                                {"role": "assistant", "content": "4"},
+                                                {"role": "user", "content": [{"type": "text", "text": "and 3+3?"}]}],
+         "n": 3, "logprobs": True, "top_logprobs": 2, "stream": True, "seed": 1, "stop": "<|im_end|>",
+         "max_completion_tokens": 5, "response_format": {"type": "text"}},
+        {"messages": [{"role": "developer", "content": "d"}, {"role": "user", "content": "<|im_start|>x<|im_end|>"}],
+         "tools": None, "temperature": 0},
+    ]
+
+
+def http_requests():
+    body = json.dumps(completions()[0]).encode()
+    chat = json.dumps(chats()[1]).encode()
+    auth = b"Authorization: Bearer sk-fuzz\r\n"
+    return [
+        b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + auth + b"\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /version HTTP/1.0\r\n\r\n",
+        b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode() + b"\r\n\r\n" + body,
+        b"POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: x\r\n" + auth + b"Transfer-Encoding: chunked\r\n"
+        b"Expect: 100-continue\r\n\r\n" + hex(len(chat))[2:].encode() + b"\r\n" + chat + b"\r\n0\r\n\r\n",
+        b"POST /tokenize HTTP/1.1\r\nContent-Length: 40\r\n\r\n" + b'{"prompt": "hello", "add_special_tokens":1}'[:40],
+        b"POST /detokenize HTTP/1.1\r\nConnection: close\r\nContent-Length: 19\r\n\r\n{\"tokens\": [1,2,3]}",
+        b"DELETE /v1/models/pagedllm-tiny HTTP/1.1\r\n\r\n",
+        b"GET /v1/models/pagedllm-tiny HTTP/1.1\r\nAuthorization: Bearer wrong\r\n\r\n",
+    ]
+
+
+def safetensors(tensors, metadata=None, trailing=b""):
+    header, data = {}, b""
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    for name, dtype, shape in tensors:
+        size = {"F32": 4, "F16": 2, "BF16": 2}.get(dtype, 4)
+        for d in shape:
+            size *= d
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + size]}
+        data += bytes((i * 37) & 0xFF for i in range(size))
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + data + trailing
+
+
+def real_header(path):
+    raw = read(path)
+    (n,) = struct.unpack("<Q", raw[:8])
+    return raw[: 8 + n]
+
+
+def main():
+    out = pathlib.Path(sys.argv[1])
+    seeds = {t: [] for t in ("config", "openai_request", "http", "safetensors", "model_config", "tokenizer_load",
+                             "tokenizer_roundtrip", "chat_template", "draft_vocab")}
+    for yaml in sorted((ROOT / "configs").glob("*.yaml")):
+        text = yaml.read_bytes()
+        seeds["config"] += [text, text + b"\n#--set cache.block_size=32\n#--set scheduler={max_num_seqs: 4}\n"
+                            b"#--set plugins.search_paths=[a, b]\n"]
+    seeds["openai_request"] += [b"\0" + json.dumps(r).encode() for r in completions()]
+    seeds["openai_request"] += [b"\1" + json.dumps(r).encode() for r in chats()]
+    seeds["http"] += [bytes([0]) + r for r in http_requests()] + [bytes([7]) + r for r in http_requests()[2:4]]
+    seeds["safetensors"] += [real_header("models/pagedllm-tiny-eagle/model.safetensors"),
+                             safetensors([("model.norm.weight", "F32", [4]), ("lm_head.weight", "BF16", [3, 4]),
+                                          ("embed", "F16", [2, 2])], {"format": "pt"}),
+                             safetensors([("a", "F32", [0]), ("b", "F16", [1, 1, 1])]),
+                             safetensors([("x", "I64", [2])]), safetensors([], {})]
+    # A real header whose data is cut to the first tensor's worth: what "truncated file?" reports.
+    for model in ("models/pagedllm-tiny", "models/pagedllm-tiny-eagle"):
+        config = read(model + "/config.json")
+        generation = ROOT / model / "generation_config.json"
+        seeds["model_config"].append(config)
+        if generation.exists():
+            seeds["model_config"].append(config + b"\0" + generation.read_bytes())
+    for d in TOKENIZER_DIRS:
+        tok, cfg = d / "tokenizer.json", d / "tokenizer_config.json"
+        seeds["tokenizer_load"] += [tok.read_bytes()] + ([tok.read_bytes() + b"\0" + cfg.read_bytes()] if cfg.exists() else [])
+        if cfg.exists():
+            for r in chats():
+                seeds["chat_template"].append(cfg.read_bytes() + b"\0" + json.dumps(r).encode())
+    texts = [read("README.md")[:1500], read("core/tokenizer/utf8.cpp")[:1500], "héllo wörld — 世界 🙂\t\r\n  x".encode(),
+             b"<|endoftext|><|im_start|>user\n<s></s>[INST]", b""]
+    expected = json.loads(read(FIXTURES / "bytelevel_llama3/expected.json"))
+    for which in range(4):
+        seeds["tokenizer_roundtrip"] += [bytes([which]) + t for t in texts]
+        seeds["tokenizer_roundtrip"].append(bytes([which | 4]) + bytes(range(256)))
+    ids = next((c["ids"] for c in (expected if isinstance(expected, list) else expected.get("cases", []))
+                if isinstance(c, dict) and "ids" in c), [])
+    if ids:
+        seeds["tokenizer_roundtrip"].append(bytes([6]) + b"".join(struct.pack("<H", i & 0xFFFF) for i in ids))
+    vocab = json.loads(read("models/pagedllm-tiny-eagle/draft_vocab.json"))
+    seeds["draft_vocab"] += [read("models/pagedllm-tiny-eagle/draft_vocab.json"),
+                             json.dumps({"token_ids": vocab["token_ids"][:1100]}).encode(),
+                             json.dumps({"token_ids": [3, 1, 2, 3]}).encode()]
+    for target, items in seeds.items():
+        d = out / target
+        d.mkdir(parents=True, exist_ok=True)
+        for item in items:
+            (d / hashlib.sha1(item).hexdigest()).write_bytes(item)
+        print(f"{target}: {len(items)} seeds")
+
+
+if __name__ == "__main__":
+    main()
