@@ -89,9 +89,46 @@ def real_header(path):
     return raw[: 8 + n]
 
 
+def gguf_files():
+    """Small GGUF files written by the gguf package: metadata of several types, and
+    tensors of the plain and quantized types the reader dequantizes."""
+    import tempfile
+
+    import gguf
+    import numpy as np
+
+    files = []
+    rng = np.random.default_rng(7)
+    for version_types in ((gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16),
+                          (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0,
+                           gguf.GGMLQuantizationType.Q4_1)):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "seed.gguf"
+            writer = gguf.GGUFWriter(str(path), "llama")
+            writer.add_uint32("llama.block_count", 2)
+            writer.add_float32("llama.rope.freq_base", 10000.0)
+            writer.add_string("tokenizer.ggml.model", "gpt2")
+            writer.add_array("tokenizer.ggml.tokens", ["a", "b", "<s>"])
+            writer.add_bool("general.flag", True)
+            for i, qtype in enumerate(version_types):
+                values = rng.standard_normal((2, 64)).astype(np.float32)
+                if qtype == gguf.GGMLQuantizationType.F32:
+                    writer.add_tensor(f"t{i}", values)
+                elif qtype == gguf.GGMLQuantizationType.F16:
+                    writer.add_tensor(f"t{i}", values.astype(np.float16))
+                else:
+                    writer.add_tensor(f"t{i}", gguf.quants.quantize(values, qtype), raw_dtype=qtype)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+            writer.close()
+            files.append(path.read_bytes())
+    return files
+
+
 def main():
     out = pathlib.Path(sys.argv[1])
-    seeds = {t: [] for t in ("config", "openai_request", "http", "safetensors", "model_config", "tokenizer_load",
+    seeds = {t: [] for t in ("config", "openai_request", "http", "safetensors", "gguf", "model_config", "tokenizer_load",
                              "tokenizer_roundtrip", "chat_template", "draft_vocab")}
     for yaml in sorted((ROOT / "configs").glob("*.yaml")):
         text = yaml.read_bytes()
@@ -105,6 +142,7 @@ def main():
                                           ("embed", "F16", [2, 2])], {"format": "pt"}),
                              safetensors([("a", "F32", [0]), ("b", "F16", [1, 1, 1])]),
                              safetensors([("x", "I64", [2])]), safetensors([], {})]
+    seeds["gguf"] += gguf_files()
     # A real header whose data is cut to the first tensor's worth: what "truncated file?" reports.
     for model in ("models/pagedllm-tiny", "models/pagedllm-tiny-eagle"):
         config = read(model + "/config.json")

@@ -18,7 +18,7 @@ seconds=${1:-60}
 [[ $# -gt 0 ]] && shift
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(config openai_request http safetensors model_config tokenizer_load tokenizer_roundtrip chat_template draft_vocab)
+  targets=(config openai_request http safetensors gguf model_config tokenizer_load tokenizer_roundtrip chat_template draft_vocab)
 fi
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 python=${PAGEDLLM_PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}

@@ -1,9 +1,7 @@
 // libFuzzer target over the GGUF reader: any input either parses (and every small
 // tensor of a supported type dequantizes) or is refused with a pllm::Error. Any
-// other exception, a crash or a sanitizer report is a finding. Built with Clang
-// only (tests/sdk/CMakeLists.txt); run e.g.
-//   build/bin/gguf_fuzz -max_len=4096 -max_total_time=600 CORPUS_DIR
-// with a corpus seeded from files gguf_oracle.py writes.
+// other exception, a crash or a sanitizer report is a finding. Run by
+// tools/fuzz/run.sh (seeds: GGUF files written by the gguf package, make_corpus.py).
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -17,7 +15,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   // The reader maps a path; an anonymous in-memory file gives it one.
-  const int fd = memfd_create("gguf_fuzz", MFD_CLOEXEC);
+  const int fd = memfd_create("fuzz_gguf", MFD_CLOEXEC);
   if (fd < 0) return 0;
   std::size_t written = 0;
   while (written < size) {
