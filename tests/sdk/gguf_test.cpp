@@ -552,7 +552,10 @@ TEST_CASE("gguf: a refused file leaves no mapping behind", "[gguf][hostile]") {
   Bytes f = good_file();
   f.b.resize(f.b.size() - 4);  // refused after mapping: the last tensor runs past the end
   const auto path = dir.write("cut.gguf", f.b);
+  CHECK_THROWS_AS(gguf::File(path), pllm::Error);  // warm-up: anything the first throw allocates
   const std::size_t before = mappings();
-  for (int i = 0; i < 200; ++i) CHECK_THROWS_AS(gguf::File(path), pllm::Error);
-  CHECK(mappings() < before + 50);  // found by gguf_fuzz: 200 leaked before
+  for (int i = 0; i < 2000; ++i) CHECK_THROWS_AS(gguf::File(path), pllm::Error);
+  // Found by gguf_fuzz: each refusal leaked a mapping. A little slack for the
+  // allocator or a sanitizer runtime mapping something of its own meanwhile.
+  CHECK(mappings() <= before + 4);
 }

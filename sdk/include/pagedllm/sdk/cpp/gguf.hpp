@@ -33,14 +33,8 @@
 //
 // Views stay valid as long as the File they came from.
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -53,6 +47,7 @@
 
 #include "pagedllm/sdk/cpp/error.hpp"
 #include "pagedllm/sdk/cpp/gguf_types.hpp"
+#include "pagedllm/sdk/cpp/mapped_file.hpp"
 
 namespace pllm::gguf {
 
@@ -151,8 +146,15 @@ struct TensorInfo {
 
 class File {
  public:
-  explicit File(std::filesystem::path path) : path_(std::move(path)) {
-    map();
+  // The mapping is a member: a file refused by parse() is unmapped as the
+  // constructor throws (gguf_fuzz found the leak when it was not).
+  explicit File(std::filesystem::path path)
+      : path_(std::move(path)),
+        mapping_(path_,
+                 [this](std::uint64_t size) {
+                   if (size == 0) fail(PLLM_ERROR_INVALID_CONFIG, "empty file: not a GGUF file");
+                 }),
+        size_(mapping_.size()) {
     parse();
   }
   File(const File&) = delete;
@@ -185,30 +187,7 @@ class File {
   }
 
  private:
-  void map() {
-    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      const int err = errno;
-      fail(err == ENOENT ? PLLM_ERROR_NOT_FOUND : PLLM_ERROR_IO, std::string("cannot open: ") + std::strerror(err));
-    }
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      fail(PLLM_ERROR_IO, "not a regular file");
-    }
-    size_ = static_cast<std::uint64_t>(st.st_size);
-    if (size_ == 0) {
-      ::close(fd);
-      fail(PLLM_ERROR_INVALID_CONFIG, "empty file: not a GGUF file");
-    }
-    mapping_.addr = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    mapping_.size = size_;
-    const int err = errno;
-    ::close(fd);  // the mapping keeps the file
-    if (mapping_.addr == MAP_FAILED) fail(PLLM_ERROR_IO, std::string("cannot map: ") + std::strerror(err));
-  }
-
-  const std::byte* bytes() const { return static_cast<const std::byte*>(mapping_.addr); }
+  const std::byte* bytes() const { return mapping_.data(); }
 
   // ---- reading with bounds ----------------------------------------------------------
   [[noreturn]] void fail_at(std::uint64_t offset, const std::string& field, const std::string& message) const {
@@ -464,21 +443,8 @@ class File {
     tensors_.push_back(std::move(t));
   }
 
-  // Unmaps in its own destructor, which also runs when the File's constructor
-  // throws (a refused file must not leak its mapping; gguf_fuzz found that).
-  struct Mapping {
-    void* addr = MAP_FAILED;
-    std::uint64_t size = 0;
-    Mapping() = default;
-    Mapping(const Mapping&) = delete;
-    Mapping& operator=(const Mapping&) = delete;
-    ~Mapping() {
-      if (addr != MAP_FAILED) ::munmap(addr, size);
-    }
-  };
-
   std::filesystem::path path_;
-  Mapping mapping_;
+  MappedFile mapping_;
   std::uint64_t size_ = 0;
   std::uint64_t pos_ = 0;
   std::uint64_t array_values_ = 0;  // array elements parsed so far

@@ -24,14 +24,8 @@
 //
 // Views stay valid as long as the File (or Checkpoint) they came from.
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -50,6 +44,7 @@
 
 #include "pagedllm/sdk/cpp/error.hpp"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
+#include "pagedllm/sdk/cpp/mapped_file.hpp"
 #include "pagedllm/sdk/tensor.h"
 
 namespace pllm::safetensors {
@@ -115,12 +110,20 @@ struct TensorView {
 // One safetensors file, mapped read-only and validated on construction.
 class File {
  public:
-  explicit File(std::filesystem::path path) : path_(std::move(path)) {
-    map();
+  // The mapping is a member: a file refused by parse_header() is unmapped as
+  // the constructor throws.
+  explicit File(std::filesystem::path path)
+      : path_(std::move(path)),
+        mapping_(path_,
+                 [this](std::uint64_t size) {
+                   if (size < 8) {
+                     fail(PLLM_ERROR_INVALID_CONFIG,
+                          "truncated: " + std::to_string(size) +
+                              " bytes, but a safetensors file starts with an 8-byte header length");
+                   }
+                 }),
+        size_(mapping_.size()) {
     parse_header();
-  }
-  ~File() {
-    if (mapping_ && mapping_ != MAP_FAILED) munmap(mapping_, size_);
   }
   File(const File&) = delete;
   File& operator=(const File&) = delete;
@@ -142,30 +145,7 @@ class File {
   }
 
  private:
-  void map() {
-    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      const int err = errno;
-      fail(err == ENOENT ? PLLM_ERROR_NOT_FOUND : PLLM_ERROR_IO, std::string("cannot open: ") + std::strerror(err));
-    }
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      fail(PLLM_ERROR_IO, "not a regular file");
-    }
-    size_ = static_cast<std::uint64_t>(st.st_size);
-    if (size_ < 8) {
-      ::close(fd);
-      fail(PLLM_ERROR_INVALID_CONFIG, "truncated: " + std::to_string(size_) +
-                                          " bytes, but a safetensors file starts with an 8-byte header length");
-    }
-    mapping_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    const int err = errno;
-    ::close(fd);  // the mapping keeps the file
-    if (mapping_ == MAP_FAILED) fail(PLLM_ERROR_IO, std::string("cannot map: ") + std::strerror(err));
-  }
-
-  const std::byte* bytes() const { return static_cast<const std::byte*>(mapping_); }
+  const std::byte* bytes() const { return mapping_.data(); }
 
   void parse_header() {
     std::uint64_t header_len = 0;
@@ -322,7 +302,7 @@ class File {
   }
 
   std::filesystem::path path_;
-  void* mapping_ = nullptr;
+  MappedFile mapping_;
   std::uint64_t size_ = 0;
   std::map<std::string, std::string> metadata_;
   std::vector<TensorView> tensors_;
