@@ -168,23 +168,26 @@ TEST_CASE("completions logprobs: the legacy shape, echo with null prompt entries
   const std::vector<std::int32_t> prompt = tok.encode("Hi", false);
   const GenerationPlan plan = plan_for(engine, ApiKind::kCompletion, {{"prompt", prompt}, {"logprobs", 1}, {"echo", true}});
   ResponseBuilder builder(plan, tok, "cmpl-6", 5);
+  // One generated token, whatever piece of text the fixture tokenizer makes it.
   const std::int32_t a = tok.encode(" there", false).front();
-  SequenceDelta d = delta(0, " there", {a}, FinishReason::kLength);
+  const std::string piece = tok.decode(std::vector<std::int32_t>{a});
+  REQUIRE(!piece.empty());
+  SequenceDelta d = delta(0, piece, {a}, FinishReason::kLength);
   d.logprobs = {TokenLogprob{a, -0.25f, {{a, -0.25f}}}};
   builder.add(0, output({d}, true, 1, 1));
   const json body = json::parse(builder.response_body());
   const json& choice = body["choices"][0];
-  CHECK(choice["text"] == "Hi there");
+  CHECK(choice["text"] == "Hi" + piece);
   const json& lp = choice["logprobs"];
   const std::size_t n = prompt.size() + 1;
   REQUIRE(lp["tokens"].size() == n);
-  CHECK(lp["tokens"].back() == " there");
+  CHECK(lp["tokens"].back() == piece);
   CHECK(lp["token_logprobs"][0] == nullptr);
   CHECK(lp["top_logprobs"][0] == nullptr);
   CHECK(lp["token_logprobs"].back() == -0.25);
-  CHECK(lp["top_logprobs"].back() == json{{" there", -0.25}});
+  CHECK(lp["top_logprobs"].back() == json{{piece, -0.25}});
   CHECK(lp["text_offset"][0] == 0);
-  CHECK(lp["text_offset"].back() == 2);  // " there" starts after "Hi"
+  CHECK(lp["text_offset"].back() == 2);  // the generated piece starts after "Hi"
 }
 
 TEST_CASE("streamed completion logprobs arrive with their tokens", "[server][response]") {

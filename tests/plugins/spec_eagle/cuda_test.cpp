@@ -125,7 +125,14 @@ TEST_CASE("spec_eagle: a CUDA device that cannot be used is a clear error from c
   real_api = &cpu_target().api();
   pllm_model_api api = cpu_target().api();
   api.get_tensor = &relabelled_get_tensor;
-  const CreateError e = create_error(cpu_target(), {PLLM_DEVICE_CUDA, claimed_device}, api, cpu_target().info());
+  // A CUDA target computes in its weights' dtype (the CPU target keeps bf16 weights but
+  // reports f32 activations), so the claimed target's dtype is its embedding's.
+  pllm_model_info info = cpu_target().info();
+  pllm_tensor embedding{};
+  pllm_error error{};
+  REQUIRE(real_api->get_tensor(cpu_target().handle(), "model.embed_tokens.weight", &embedding, &error) == PLLM_OK);
+  info.dtype = embedding.dtype;
+  const CreateError e = create_error(cpu_target(), {PLLM_DEVICE_CUDA, claimed_device}, api, info);
   CHECK(e.status == PLLM_ERROR_DEVICE);
   if (no_device.empty()) {
     CHECK_THAT(e.message, Contains("spec_eagle: there is no cuda:" + std::to_string(count)));
