@@ -44,7 +44,6 @@ SpeculativeDecoder::SpeculativeDecoder(const SpeculativeConfig& config, Speculat
       attention_(attention),
       sampler_(sampler),
       num_speculative_tokens_(config.num_speculative_tokens),
-      target_num_layers_(target.num_layers),
       vocab_size_(target.vocab_size),
       block_size_(block_size) {
   pllm_error error{};

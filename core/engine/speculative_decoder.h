@@ -130,7 +130,6 @@ class SpeculativeDecoder {
   const AttentionInstance& attention_;
   const SamplerInstance& sampler_;
   int num_speculative_tokens_ = 0;
-  int target_num_layers_ = 0;
   std::int64_t vocab_size_ = 0;
   int block_size_ = 0;
   std::unordered_map<SequenceId, StoredDrafts> stored_;
