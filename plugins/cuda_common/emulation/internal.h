@@ -9,6 +9,20 @@
 
 #include "plugins/cuda_common/emulation/simt.h"
 
+// Under AddressSanitizer (gcc's or clang's spelling) the emulator poisons guard zones and
+// tells ASan about its fiber stacks.
+#if defined(__SANITIZE_ADDRESS__)
+#define PAGEDLLM_EMULATION_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PAGEDLLM_EMULATION_ASAN 1
+#endif
+#endif
+#ifdef PAGEDLLM_EMULATION_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 namespace pagedllm::cuda::emulation::detail {
 
 // Returns `code` after making it the thread's last error, with `message` as

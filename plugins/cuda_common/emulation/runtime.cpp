@@ -37,17 +37,6 @@
 
 #include "plugins/cuda_common/emulation/internal.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define PAGEDLLM_EMULATION_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define PAGEDLLM_EMULATION_ASAN 1
-#endif
-#endif
-#ifdef PAGEDLLM_EMULATION_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
-
 namespace emu = pagedllm::cuda::emulation;
 
 using Clock = std::vector<uint64_t>;  // [stream id] -> operations of that stream ordered before

@@ -29,18 +29,6 @@
 
 #include "plugins/cuda_common/emulation/internal.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define PAGEDLLM_EMULATION_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define PAGEDLLM_EMULATION_ASAN 1
-#endif
-#endif
-#ifdef PAGEDLLM_EMULATION_ASAN
-#include <sanitizer/asan_interface.h>
-#include <sanitizer/common_interface_defs.h>
-#endif
-
 #if defined(__x86_64__)
 // A fiber switch without ucontext's signal-mask system calls: saves the
 // callee-saved registers and the SSE/x87 control words on the current stack,
