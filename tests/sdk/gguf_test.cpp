@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "pagedllm/sdk/cpp/gguf.hpp"
+#include "tests/support/process_mappings.h"
 #include "tests/support/python.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
@@ -542,20 +543,15 @@ TEST_CASE("gguf: pagedllm-gguf-info prints the metadata and tensors, and refuses
 }
 
 TEST_CASE("gguf: a refused file leaves no mapping behind", "[gguf][hostile]") {
-  auto mappings = [] {
-    std::ifstream maps("/proc/self/maps");
-    std::size_t n = 0;
-    for (std::string line; std::getline(maps, line);) ++n;
-    return n;
-  };
+  using pagedllm::testing::process_mappings;
   TempDir dir;
   Bytes f = good_file();
   f.b.resize(f.b.size() - 4);  // refused after mapping: the last tensor runs past the end
   const auto path = dir.write("cut.gguf", f.b);
   CHECK_THROWS_AS(gguf::File(path), pllm::Error);  // warm-up: anything the first throw allocates
-  const std::size_t before = mappings();
+  const std::size_t before = process_mappings();
   for (int i = 0; i < 2000; ++i) CHECK_THROWS_AS(gguf::File(path), pllm::Error);
   // Found by gguf_fuzz: each refusal leaked a mapping. A little slack for the
   // allocator or a sanitizer runtime mapping something of its own meanwhile.
-  CHECK(mappings() <= before + 4);
+  CHECK(process_mappings() <= before + 4);
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "pagedllm/sdk/cpp/safetensors.hpp"
+#include "tests/support/process_mappings.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/thrown.h"
 
@@ -140,21 +141,16 @@ TEST_CASE("safetensors: truncated files and absurd header lengths are refused", 
 }
 
 TEST_CASE("safetensors: a refused file leaves no mapping behind", "[sdk][safetensors]") {
-  auto mappings = [] {
-    std::ifstream maps("/proc/self/maps");
-    std::size_t n = 0;
-    for (std::string line; std::getline(maps, line);) ++n;
-    return n;
-  };
+  using pagedllm::testing::process_mappings;
   TempDir dir;
   // Refused after mapping: the header is not JSON.
   const auto path = dir.write("garbage.safetensors", file_bytes("\x01garbage, not json", std::string(64, '\xff')));
   CHECK_THROWS_AS(st::File(path), pllm::Error);  // warm-up: anything the first throw allocates
-  const std::size_t before = mappings();
+  const std::size_t before = process_mappings();
   for (int i = 0; i < 2000; ++i) CHECK_THROWS_AS(st::File(path), pllm::Error);
   // Each leak is one more line (2000 before the fix); a little slack for the
   // allocator or a sanitizer runtime mapping something of its own meanwhile.
-  CHECK(mappings() <= before + 4);
+  CHECK(process_mappings() <= before + 4);
 }
 
 TEST_CASE("safetensors: malformed headers are refused naming the tensor", "[sdk][safetensors]") {
