@@ -134,59 +134,50 @@ inline int __all_sync(unsigned mask, int predicate, std::source_location site = 
 // ---- atomics: kernels run one thread at a time between switch points, so a
 // read-modify-write is atomic as written --------------------------------------------
 
+namespace pagedllm::cuda::emulation {
+// Writes update(old) to *address and returns old: the shape of every CUDA atomic.
+template <class T, class Update>
+T atomic_update(T* address, Update update) {
+  const T old = *address;
+  *address = update(old);
+  return old;
+}
+}  // namespace pagedllm::cuda::emulation
 template <class T>
 T atomicAdd(T* address, T v) {
-  const T old = *address;
-  *address = T(old + v);
-  return old;
+  return ::pagedllm::cuda::emulation::atomic_update(address, [&](T old) { return T(old + v); });
 }
 template <class T>
 T atomicSub(T* address, T v) {
-  const T old = *address;
-  *address = T(old - v);
-  return old;
+  return ::pagedllm::cuda::emulation::atomic_update(address, [&](T old) { return T(old - v); });
 }
 template <class T>
 T atomicExch(T* address, T v) {
-  const T old = *address;
-  *address = v;
-  return old;
+  return ::pagedllm::cuda::emulation::atomic_update(address, [&](T) { return v; });
 }
 template <class T>
 T atomicMax(T* address, T v) {
-  const T old = *address;
-  *address = std::max(old, v);
-  return old;
+  return ::pagedllm::cuda::emulation::atomic_update(address, [&](T old) { return std::max(old, v); });
 }
 template <class T>
 T atomicMin(T* address, T v) {
-  const T old = *address;
-  *address = std::min(old, v);
-  return old;
+  return ::pagedllm::cuda::emulation::atomic_update(address, [&](T old) { return std::min(old, v); });
 }
 template <class T>
 T atomicCAS(T* address, T compare, T v) {
-  const T old = *address;
-  if (old == compare) *address = v;
-  return old;
+  return ::pagedllm::cuda::emulation::atomic_update(address, [&](T old) { return old == compare ? v : old; });
 }
 template <class T>
 T atomicAnd(T* address, T v) {
-  const T old = *address;
-  *address = old & v;
-  return old;
+  return ::pagedllm::cuda::emulation::atomic_update(address, [&](T old) { return T(old & v); });
 }
 template <class T>
 T atomicOr(T* address, T v) {
-  const T old = *address;
-  *address = old | v;
-  return old;
+  return ::pagedllm::cuda::emulation::atomic_update(address, [&](T old) { return T(old | v); });
 }
 template <class T>
 T atomicXor(T* address, T v) {
-  const T old = *address;
-  *address = old ^ v;
-  return old;
+  return ::pagedllm::cuda::emulation::atomic_update(address, [&](T old) { return T(old ^ v); });
 }
 
 // ---- the device math the kernels use beyond <cmath> ------------------------------------
