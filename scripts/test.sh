@@ -44,9 +44,7 @@ if ((sanitize)); then
   build build-asan -DCMAKE_BUILD_TYPE=Debug -DPAGEDLLM_SANITIZE=ON -DPAGEDLLM_ENABLE_CUDA=OFF
   echo "== tests under ASan+UBSan"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 run_tests build-asan "$@"
-fi
 
-if ((sanitize)); then
   # Every fuzz target for a few seconds (built alone: the targets and the libraries they link),
   # replaying tools/fuzz/regressions first: what fuzzing found stays fixed.
   echo "== fuzz smoke (tools/fuzz/run.sh ${PAGEDLLM_FUZZ_SMOKE_S:-5}: clang, libFuzzer, ASan+UBSan)"
