@@ -69,7 +69,7 @@ std::string component_type(const Json& value, const JsonPlace& place) {
 Json parse_json_text(std::string_view text, const std::string& source) {
   try {
     return Json::parse(text);
-  } catch (const Json::parse_error& error) {
+  } catch (const Json::exception& error) {  // parse_error, or out_of_range for a number JSON cannot hold
     throw TokenizerError(fmt::format("{}: malformed JSON: {}", source, error.what()));
   }
 }

@@ -81,7 +81,7 @@ Options parse_arguments(int argc, char** argv) {
 nlohmann::json parse_json(const std::string& text, std::string_view expected) {
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& error) {
+  } catch (const nlohmann::json::exception& error) {  // parse_error, or out_of_range for a number JSON cannot hold
     throw TokenizerError(fmt::format("stdin: expected {}: {}", expected, error.what()));
   }
 }

@@ -206,6 +206,7 @@ void require_error(const std::string& json, const std::string& fragment) {
 
 TEST_CASE("bad tokenizer files are clear errors naming the file", "[tokenizer]") {
   require_error(R"({"model": {"type": "BPE", "vocab": {}, )", "malformed JSON");
+  require_error(R"({"version": 1E400, "model": {}})", "malformed JSON");  // out_of_range, not parse_error
   require_error(R"([1, 2])", "expected a JSON object");
   require_error(R"({"normalizer": null})", "missing field 'model'");
   require_error(R"({"model": {"type": "Unigram", "vocab": []}})", "unsupported model type 'Unigram'");

@@ -158,6 +158,9 @@ TEST_CASE("safetensors: malformed headers are refused naming the tensor", "[sdk]
   Valid v;
   CHECK_THAT(message_of_file(dir, file_bytes("{\"a\": [1, 2", v.data())), Contains("header is not valid JSON"));
   CHECK_THAT(message_of_file(dir, file_bytes("\x01\x02garbage", v.data())), Contains("header is not valid JSON"));
+  // A number past what JSON's parser can hold is out_of_range, not parse_error (found by fuzz_safetensors).
+  CHECK_THAT(message_of_file(dir, file_bytes("{\"__metadata__\": {\"n\": -21474E83649}}", "")),
+             Contains("header is not valid JSON"));
   CHECK_THAT(message_of_file(dir, file_bytes("[1, 2]", "")), Contains("not a JSON object"));
 
   auto with = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& data = {}) {
@@ -268,6 +271,8 @@ TEST_CASE("safetensors: a checkpoint of one file or of shards", "[sdk][safetenso
     CHECK_THAT(error_of([&] { st::Checkpoint c(dir.path()); }).what(), Contains("tensor 'a' is also in"));
 
     dir.write("model.safetensors.index.json", "{\"weight_map\": ");
+    CHECK_THAT(error_of([&] { st::Checkpoint c(dir.path()); }).what(), Contains(index_path + ": not valid JSON"));
+    dir.write("model.safetensors.index.json", "{\"weight_map\": {}, \"metadata\": {\"total_size\": 1E400}}");
     CHECK_THAT(error_of([&] { st::Checkpoint c(dir.path()); }).what(), Contains(index_path + ": not valid JSON"));
     dir.write("model.safetensors.index.json", "{}");
     CHECK_THAT(error_of([&] { st::Checkpoint c(dir.path()); }).what(), Contains("has no 'weight_map'"));

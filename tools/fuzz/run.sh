@@ -59,6 +59,10 @@ for t in "${targets[@]}"; do
   printf '%-22s %12s %8s %8s %s\n' "$t" "${execs:-?}" "${cov:-?}" "${ft:-?}" "$result"
 done
 if ((${#failed[@]})); then
+  for t in "${failed[@]}"; do
+    echo "--- $build/fuzz-$t.log (the finding) ---" >&2
+    grep -v -E '^#[0-9]+' "$build/fuzz-$t.log" | grep -v -E '^ +#[0-9]+ 0x[0-9a-f]+ in (fuzzer::|__|std::|main |_start)' | tail -40 >&2
+  done
   echo "fuzz findings in: ${failed[*]} (inputs in $build/artifacts/; logs named above)" >&2
   exit 1
 fi

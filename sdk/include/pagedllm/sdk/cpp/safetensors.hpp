@@ -171,7 +171,7 @@ class File {
     nlohmann::json header;
     try {
       header = nlohmann::json::parse(text, text + header_len, on_event);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number JSON cannot hold
       fail(PLLM_ERROR_INVALID_CONFIG, std::string("header is not valid JSON: ") + e.what());
     }
     if (!header.is_object()) fail(PLLM_ERROR_INVALID_CONFIG, "header is not a JSON object");
@@ -402,7 +402,7 @@ class Checkpoint {
     nlohmann::json index;
     try {
       index = nlohmann::json::parse(text.str());
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number JSON cannot hold
       fail(PLLM_ERROR_INVALID_CONFIG, std::string("not valid JSON: ") + e.what());
     }
     if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
