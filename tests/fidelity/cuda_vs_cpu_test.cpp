@@ -77,6 +77,11 @@ std::vector<std::vector<std::int32_t>> prompts() {
   return out;
 }
 
+// configs/eagle-cuda.yaml's speculator: the EAGLE-1 head on the target's device.
+const std::string kSpeculative = "speculative: {plugin: spec_eagle, draft: " PAGEDLLM_SOURCE_DIR
+                                 "/models/pagedllm-tiny-eagle, num_speculative_tokens: 3, "
+                                 "options: {draft_vocab_size: 1024}}";
+
 struct EngineRun {
   std::vector<std::vector<std::int32_t>> tokens;
   std::vector<std::vector<TokenLogprob>> logprobs;
@@ -84,9 +89,10 @@ struct EngineRun {
   EngineMetrics metrics;
 };
 
-// Serves every prompt `repeats` times greedily with full-vocabulary logprobs on
-// `device` (cpu, or cuda:0 with attention_cuda), each round after the previous one.
-EngineRun run_engine(bool cuda, const std::vector<std::string>& overrides, int repeats) {
+// Serves every prompt `repeats` times greedily on the CPU or on cuda:0, each round
+// after the previous one: with full-vocabulary logprobs, or, `speculative`, without
+// them (a request that asks for logprobs never speculates) and with the EAGLE head.
+EngineRun run_engine(bool cuda, const std::vector<std::string>& overrides, int repeats, bool speculative = false) {
   testing::TempDir dir;
   const std::string yaml = fmt::format(R"(
 model: {{plugin: models_llama, path: {source}/models/pagedllm-tiny, dtype: {dtype}, max_logprobs: -1{threads}}}
@@ -97,13 +103,15 @@ cache: {{block_size: {block}, kv_cache_bytes: 4MiB, swap_space: 4MiB}}
 scheduler: {{max_num_seqs: 16, max_num_batched_tokens: 512, max_model_len: 256}}
 plugins: {{search_paths: [{plugins}]}}
 logging: {{level: warn}}
+{speculative}
 )",
                                        fmt::arg("source", PAGEDLLM_SOURCE_DIR),
                                        fmt::arg("dtype", cuda ? "f32" : "auto"),
                                        fmt::arg("threads", cuda ? "" : ", options: {num_threads: 1}"),
                                        fmt::arg("device", cuda ? "cuda:0" : "cpu"),
                                        fmt::arg("attention", cuda ? "attention_cuda" : "attention_cpu"),
-                                       fmt::arg("block", kBlockSize), fmt::arg("plugins", PAGEDLLM_PLUGIN_DIR));
+                                       fmt::arg("block", kBlockSize), fmt::arg("plugins", PAGEDLLM_PLUGIN_DIR),
+                                       fmt::arg("speculative", speculative ? kSpeculative : ""));
   const HostConfig config = load_config(dir.write(cuda ? "cuda.yaml" : "cpu.yaml", yaml), overrides);
   PluginRegistry registry = make_plugin_registry(config);
   std::unique_ptr<Engine> engine = Engine::create(config, registry);
@@ -126,7 +134,7 @@ logging: {{level: warn}}
       request.sampling.temperature = 0.0f;
       request.sampling.max_tokens = kNewTokens;
       request.sampling.ignore_eos = true;
-      request.sampling.logprobs = kVocab;
+      if (!speculative) request.sampling.logprobs = kVocab;
       engine->submit(std::move(request), [&, slot](RequestOutput&& out) {
         std::lock_guard lock(mutex);
         for (SequenceDelta& delta : out.sequences) {
@@ -241,4 +249,20 @@ TEST_CASE("engine on CUDA equals the CPU engine: preemption by swap", "[engine][
   // The swapped sequences' blocks went to the host pool and came back through attention_cuda's copy stream.
   CHECK(gpu.metrics.scheduler.kv.num_swapped_in_blocks > 0);
   CHECK(gpu.metrics.scheduler.kv.num_swapped_in_blocks == cpu.metrics.scheduler.kv.num_swapped_in_blocks);
+}
+
+// The EAGLE head on cuda:0 (spec_eagle's CUDA head, verifying on llama_cuda) changes
+// how many tokens a step yields, never which: its greedy output is the CPU engine's
+// plain greedy output. (Speculation computes no logprobs: tokens only.)
+TEST_CASE("engine on CUDA with EAGLE speculation gives the CPU engine's greedy output", "[engine][cuda][cpu_equal]") {
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  const EngineRun cpu = run_engine(false, {}, 1);
+  const EngineRun gpu = run_engine(true, {}, 1, true);
+  for (std::size_t i = 0; i < cpu.tokens.size(); ++i) {
+    CAPTURE(i);
+    CHECK(gpu.errors[i].empty());
+    CHECK(gpu.tokens[i] == cpu.tokens[i]);
+  }
+  CHECK(gpu.metrics.spec_decode_num_drafts > 0);
+  CHECK(gpu.metrics.spec_decode_accepted_tokens > 0);
 }
