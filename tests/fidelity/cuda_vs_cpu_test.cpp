@@ -156,8 +156,9 @@ logging: {{level: warn}}
     const std::size_t target = (static_cast<std::size_t>(r) + 1) * all.size();
     REQUIRE(done_signal.wait_for(lock, std::chrono::seconds(300), [&] { return done == target; }));
   }
-  run.metrics = engine->metrics();
+  // After the loop stopped: the last step's counters are published after its outputs went out.
   engine->shutdown(ShutdownMode::kDrain);
+  run.metrics = engine->metrics();
   return run;
 }
 
