@@ -30,6 +30,56 @@ TEST_CASE("attention_cuda copy_blocks, swap_out and swap_in preserve blocks in e
   check_block_round_trips(config, backend);
 }
 
+// As the swap round trip above, with no host synchronisation from the prefill
+// to the check: the prefill's kernels, swap_out, the NaN poisoning's kernels,
+// swap_in and the check's plan all in flight together, as in an engine step
+// that keeps the device busy. Only the plugin's events order them (the copy
+// stream waits for the last kernels; run() waits for the copies and the
+// metadata upload; the upload waits for the kernels that read the previous
+// metadata). On the emulated device a missing one of those waits fails the
+// operation it should have ordered, naming both (the stream ordering check):
+// each of the plugin's four cudaStreamWaitEvent calls deleted in turn made this
+// case fail, e.g. "kernel write_kv_kernel<float> ... on stream 3 writes device
+// buffer #1 ..., which cudaMemcpyAsync(DeviceToHost, ...) on stream 1 reads, with
+// no event wait or synchronisation between them". On a GPU it would be a race
+// this test might not see.
+TEST_CASE("attention_cuda orders swaps and metadata uploads against run() by events alone",
+          "[attention_cuda][gpu][cache_ops]") {
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  Config config;
+  config.num_layers = 2;
+  config.group = 2;
+  const int32_t len = 40;
+  const int32_t blocks = (len + config.block_size - 1) / config.block_size;
+  Scenario scenario(config, {len}, 17u, /*spare_blocks=*/blocks + 1);
+  const int64_t host_blocks = blocks;
+  CudaBackend backend("{}");
+  backend.allocate_cache(scenario.spec(), scenario.num_device_blocks(), host_blocks);
+  const std::vector<int32_t> original(scenario.table(0).begin(), scenario.table(0).begin() + blocks);
+  const std::vector<int32_t> spare = scenario.free_blocks();
+  std::vector<pllm_block_copy> out, in;
+  for (int32_t i = 0; i < blocks; ++i) {
+    out.push_back({original[std::size_t(i)], host_blocks - 1 - i});
+    in.push_back({host_blocks - 1 - i, spare[std::size_t(i)]});
+  }
+
+  // The largest step first, synchronously: the plugin's staging and metadata buffers
+  // grow to it, so later plans grow nothing (cudaFreeHost would synchronise the device).
+  scenario.poison(backend);
+
+  backend.defer_synchronisation(true);
+  scenario.run_step(backend, {{0, 0, len}});  // writes the sequence's K/V (outputs not copied back)
+  backend.swap_out(out);
+  scenario.poison(backend);  // overwrites every device block, the swapped-out ones too
+  backend.swap_in(in);
+  std::copy(spare.begin(), spare.begin() + blocks, scenario.table(0).begin());
+  const std::vector<Chunk> read = {{0, len - 1, 1}};
+  const HostBatch check = scenario.make_batch(read, 1, /*write=*/false);
+  backend.plan(check.view());  // the upload overwrites metadata the poisoning's kernels read
+  backend.defer_synchronisation(false);
+  expect_cache_holds_sequence(scenario, backend, 0, len);
+}
+
 TEST_CASE("attention_cuda allocate_cache twice replaces the cache, and memory_info sees it",
           "[attention_cuda][gpu][cache_ops]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();

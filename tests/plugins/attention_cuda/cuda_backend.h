@@ -4,11 +4,17 @@
 // both: run() stages the host Q/K/V/output on the device, runs the layer on a
 // non-blocking stream of its own (the plugin must order its metadata upload
 // and block copies against it), synchronises and copies the output back.
+// With defer_synchronisation(true), run() only enqueues (inputs staged, layer
+// run, no copy back, no synchronisation, nothing freed), as an engine keeps
+// the device busy: the next plan, swap or copy is then ordered against the
+// kernels by the plugin's events alone, which the emulator's ordering check
+// verifies. Switching back synchronises and frees what was staged.
 
 #include <catch2/catch.hpp>
 
 #include <cuda_runtime_api.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -59,7 +65,11 @@ class CudaBackend {
       : backend_(options_json, pllm_device{PLLM_DEVICE_CUDA, 0}, "attention_cuda") {
     TEST_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   }
-  ~CudaBackend() { (void)cudaStreamDestroy(stream_); }
+  ~CudaBackend() {
+    (void)cudaStreamSynchronize(stream_);
+    deferred_.clear();
+    (void)cudaStreamDestroy(stream_);
+  }
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
@@ -73,23 +83,40 @@ class CudaBackend {
   void swap_in(const std::vector<pllm_block_copy>& pairs) { backend_.swap_in(pairs); }
   pllm_device_memory memory_info() { return backend_.memory_info(); }
 
+  void defer_synchronisation(bool defer) {
+    if (!defer) {
+      TEST_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      deferred_.clear();  // cudaFree: after the synchronisation, not in the middle of deferred work
+    }
+    defer_ = defer;
+  }
+
   void run(int32_t layer, const pllm_attention_layer_args& host_args) {
-    const DeviceTensor q(host_args.query, stream_), k(host_args.key, stream_), v(host_args.value, stream_),
-        out(host_args.output, stream_);
+    // cudaFree synchronises the device, so deferred runs keep their buffers until the end.
+    auto q = std::make_unique<DeviceTensor>(host_args.query, stream_);
+    auto k = std::make_unique<DeviceTensor>(host_args.key, stream_);
+    auto v = std::make_unique<DeviceTensor>(host_args.value, stream_);
+    auto out = std::make_unique<DeviceTensor>(host_args.output, stream_);
     pllm_attention_layer_args args = host_args;
-    args.query = q.tensor();
-    args.key = k.tensor();
-    args.value = v.tensor();
-    args.output = out.tensor();
+    args.query = q->tensor();
+    args.key = k->tensor();
+    args.value = v->tensor();
+    args.output = out->tensor();
     args.stream = stream_;
     backend_.run(layer, args);
-    out.copy_back(stream_);
+    if (defer_) {
+      for (auto* t : {&q, &k, &v, &out}) deferred_.push_back(std::move(*t));
+      return;
+    }
+    out->copy_back(stream_);
     TEST_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
 
  private:
   Backend backend_;
   cudaStream_t stream_ = nullptr;
+  bool defer_ = false;
+  std::vector<std::unique_ptr<DeviceTensor>> deferred_;
 };
 
 }  // namespace attention_test
