@@ -397,3 +397,108 @@ TEST_CASE("emulation: cublasGemmEx against a double reference, with cuBLAS's arg
   REQUIRE(cublasDestroy(handle) == CUBLAS_STATUS_SUCCESS);
   for (float* p : {da, db, dc, dc2}) REQUIRE(cudaFree(p) == cudaSuccess);
 }
+
+namespace {
+
+// `v` rounded to nearest-even with `bits` significand bits (bf16: 8, f16: 11);
+// normal range only, which the values below stay in.
+double round_to_bits(double v, int bits) {
+  if (v == 0) return v;
+  int e = 0;
+  (void)std::frexp(v, &e);
+  const double scale = std::ldexp(1.0, e - bits);
+  return std::nearbyint(v / scale) * scale;  // the default rounding mode: to nearest, ties to even
+}
+
+}  // namespace
+
+// The project's GEMMs in 16-bit (llama_cuda: CUBLAS_OP_T x CUBLAS_OP_N, f16/bf16 in,
+// the same type or f32 out) and the other operand layouts: the product of the
+// stored values in double, plus beta C, rounded once to C's type.
+TEST_CASE("emulation: cublasGemmEx in bf16 and f16, every operand layout, rounded once to C's type",
+          "[cuda_emulation]") {
+  cublasHandle_t handle = nullptr;
+  REQUIRE(cublasCreate(&handle) == CUBLAS_STATUS_SUCCESS);
+  const int m = 4, n = 3, k = 37, ld = 40;  // every leading dimension 40: any layout fits
+  // Multiples of 1/8 up to 2: exact in bf16 and f16, so only the output rounds.
+  std::vector<double> a(std::size_t(ld * ld)), b(std::size_t(ld * ld)), c(std::size_t(ld * n));
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = double(int(i * 7 % 33) - 16) / 8;
+  for (std::size_t i = 0; i < b.size(); ++i) b[i] = double(int(i * 5 % 29) - 14) / 8;
+  for (std::size_t i = 0; i < c.size(); ++i) c[i] = double(int(i % 9) - 4) / 8;
+  struct Types {
+    cudaDataType_t in, out;
+    int in_bits, out_bits;  // significand bits; 24 = f32
+  };
+  const Types types[] = {{CUDA_R_16BF, CUDA_R_16BF, 8, 8},
+                         {CUDA_R_16BF, CUDA_R_32F, 8, 24},
+                         {CUDA_R_16F, CUDA_R_16F, 11, 11},
+                         {CUDA_R_16F, CUDA_R_32F, 11, 24}};
+  const auto to_bytes = [](const std::vector<double>& v, cudaDataType_t t) {
+    std::vector<unsigned char> out(v.size() * (t == CUDA_R_32F ? 4 : 2));
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (t == CUDA_R_16BF) {
+        const __nv_bfloat16 x = __float2bfloat16(float(v[i]));
+        std::memcpy(&out[2 * i], &x, 2);
+      } else if (t == CUDA_R_16F) {
+        const __half x = __float2half(float(v[i]));
+        std::memcpy(&out[2 * i], &x, 2);
+      } else {
+        const float x = float(v[i]);
+        std::memcpy(&out[4 * i], &x, 4);
+      }
+    }
+    return out;
+  };
+  const auto from_bytes = [](const std::vector<unsigned char>& bytes, std::size_t i, cudaDataType_t t) {
+    if (t == CUDA_R_16BF) {
+      __nv_bfloat16 x;
+      std::memcpy(&x, &bytes[2 * i], 2);
+      return double(__bfloat162float(x));
+    }
+    if (t == CUDA_R_16F) {
+      __half x;
+      std::memcpy(&x, &bytes[2 * i], 2);
+      return double(__half2float(x));
+    }
+    float x;
+    std::memcpy(&x, &bytes[4 * i], 4);
+    return double(x);
+  };
+  for (const Types& t : types) {
+    for (const cublasOperation_t op_a : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+      for (const cublasOperation_t op_b : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+        CAPTURE(int(t.in), int(t.out), int(op_a), int(op_b));
+        const auto ha = to_bytes(a, t.in), hb = to_bytes(b, t.in), hc = to_bytes(c, t.out);
+        void *da = nullptr, *db = nullptr, *dc = nullptr;
+        REQUIRE(device_malloc(&da, ha.size()) == cudaSuccess);
+        REQUIRE(device_malloc(&db, hb.size()) == cudaSuccess);
+        REQUIRE(device_malloc(&dc, hc.size()) == cudaSuccess);
+        REQUIRE(cudaMemcpy(da, ha.data(), ha.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+        REQUIRE(cudaMemcpy(db, hb.data(), hb.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+        REQUIRE(cudaMemcpy(dc, hc.data(), hc.size(), cudaMemcpyHostToDevice) == cudaSuccess);
+        const float alpha = 0.75f, beta = 0.5f;
+        REQUIRE(cublasGemmEx(handle, op_a, op_b, m, n, k, &alpha, da, t.in, ld, db, t.in, ld, &beta, dc, t.out, ld,
+                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS);
+        std::vector<unsigned char> got(hc.size());
+        REQUIRE(cudaMemcpy(got.data(), dc, got.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+        int wrong = 0;
+        for (int j = 0; j < n; ++j) {
+          for (int i = 0; i < m; ++i) {
+            double sum = 0;
+            for (int l = 0; l < k; ++l) {
+              const double x = a[std::size_t(op_a == CUBLAS_OP_N ? l * ld + i : i * ld + l)];
+              const double y = b[std::size_t(op_b == CUBLAS_OP_N ? j * ld + l : l * ld + j)];
+              sum += x * y;
+            }
+            const std::size_t at = std::size_t(j * ld + i);
+            const double want = round_to_bits(0.75 * sum + 0.5 * c[at], t.out_bits);
+            if (from_bytes(got, at, t.out) != want) ++wrong;
+          }
+        }
+        CHECK(wrong == 0);
+        for (void* p : {da, db, dc}) REQUIRE(cudaFree(p) == cudaSuccess);
+      }
+    }
+  }
+  REQUIRE(cublasDestroy(handle) == CUBLAS_STATUS_SUCCESS);
+}
