@@ -10,7 +10,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 shift || true
 PAGEDLLM_CUDA_EMULATION_FULL=1 ctest --test-dir "$build" --output-on-failure --parallel "$(nproc)" \
-  -R 'test_attention_cuda|test_models_llama_cuda|test_spec_eagle_cuda|test_speculative_greedy_cuda|test_engine_cuda|test_cuda_emulation|attn_bench_cuda_emulated' "$@"
+  -R 'test_(attention|models_llama|spec_eagle|speculative_greedy|engine)_cuda|test_cuda_emulation|attn_bench_cuda_emulated' \
+  "$@"
 # Randomized paged batches (permuted block tables, partly filled last blocks):
 # every workload, GQA 1/4/8, head_dim 128, block sizes 16 and 32, f32 and bf16, split-K over
 # 8 and 16 partitions. Exit status non-zero when any case is out of tolerance.

@@ -23,8 +23,8 @@
 // model is ~2e-5 (test_engine_fidelity), cuBLAS's f32 GEMMs (CUBLAS_COMPUTE_32F,
 // no TF32; the emulator rounds a double sum once) and attention_cuda's f32 online
 // softmax are no worse, so the two differ by a few 1e-5 at most. Measured on the
-// emulated cuda:0: 7.6e-6 on every path (0.026 of the tolerance; each case prints it). A wrong context token, RoPE angle or norm weight moves logprobs by
-// 1e-2 or more. Greedy output must be identical: the CPU engine's smallest top-two
+// emulated cuda:0: 7.6e-6 on every path (0.026 of the tolerance; each case prints
+// it). A wrong context token, RoPE angle or norm weight moves logprobs by 1e-2 or more. Greedy output must be identical: the CPU engine's smallest top-two
 // logprob margin over these continuations is checked to exceed 1e-3, far above
 // what f32 reordering can flip.
 
