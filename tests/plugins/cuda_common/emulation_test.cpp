@@ -21,6 +21,15 @@
 
 #include "plugins/cuda_common/launch.cuh"
 
+// gcc's and clang's spellings of "built with AddressSanitizer".
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ADDRESS_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ADDRESS_SANITIZER 1
+#endif
+#endif
+
 using Catch::Matchers::Contains;
 namespace cuda = pagedllm::cuda;
 
@@ -214,6 +223,12 @@ TEST_CASE("emulation: a divergent shuffle is an error naming the kernel and the 
 }
 
 TEST_CASE("emulation: a write past an allocation is caught at its guard zone, naming the kernel", "[cuda_emulation]") {
+#ifdef UNDER_ADDRESS_SANITIZER
+  // The emulator poisons its guard zones for ASan, which then stops the write itself
+  // (use-after-poison in overrun_kernel) before the emulator's check could see it.
+  WARN("SKIPPED under AddressSanitizer: it stops the write into the poisoned guard zone itself");
+  return;
+#endif
   Reset reset;
   float* out = nullptr;
   REQUIRE(device_malloc(&out, 100 * sizeof(float)) == cudaSuccess);
