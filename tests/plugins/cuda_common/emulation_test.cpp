@@ -67,6 +67,36 @@ __global__ void shared_poison_kernel(float* first_read) {
   if (threadIdx.x == 0) word = 1.0f;
 }
 
+// As shared_poison_kernel, on the dynamic shared memory (every float of it).
+__global__ void dynamic_shared_poison_kernel(int* nan_count, int floats) {
+  float* shared = cuda::dynamic_shared<float>();
+  if (threadIdx.x == 0) {
+    int count = 0;
+    for (int i = 0; i < floats; ++i) count += shared[i] != shared[i];
+    nan_count[blockIdx.x] = count;
+  }
+  __syncthreads();
+  for (int i = int(threadIdx.x); i < floats; i += int(blockDim.x)) shared[i] = float(i);
+}
+
+// Every thread of 4 blocks x 64 applies each atomic once. cas_wins counts the
+// threads whose atomicCAS, and whose atomicExch, saw the slot's initial value.
+__global__ void atomics_kernel(int* sums, unsigned* bits, int* cas_wins) {
+  const int id = int(blockIdx.x * blockDim.x + threadIdx.x);
+  atomicAdd(&sums[0], id);
+  atomicSub(&sums[1], 2 * id);
+  atomicMax(&sums[2], (id * 37) % 251);
+  atomicMin(&sums[3], (id * 37) % 251 - 100);
+  atomicOr(&bits[0], 1u << (id % 32));
+  atomicAnd(&bits[1], ~(1u << (id % 17)));
+  atomicXor(&bits[2], unsigned(id));
+  // Exactly one thread finds the slot still 0 and claims it; the others see its id + 1.
+  const int old = atomicCAS(&sums[4], 0, id + 1);
+  if (old == 0) atomicAdd(&cas_wins[0], 1);
+  const int previous = atomicExch(&sums[5], id);
+  if (previous == -1) atomicAdd(&cas_wins[1], 1);  // only the first exchange sees the initial -1
+}
+
 __global__ void block_order_kernel(int* counter, int* order) {
   if (threadIdx.x == 0) order[atomicAdd(counter, 1)] = int(blockIdx.x);
 }
@@ -142,6 +172,59 @@ TEST_CASE("emulation: shared memory is NaN-poisoned again for every block", "[cu
   REQUIRE(cudaGetLastError() == cudaSuccess);
   for (const float v : download(first, 6)) CHECK(std::isnan(v));
   REQUIRE(cudaFree(first) == cudaSuccess);
+}
+
+TEST_CASE("emulation: dynamic shared memory is NaN-poisoned again for every block", "[cuda_emulation]") {
+  const int floats = 300, blocks = 5;
+  int* nan_count = nullptr;
+  REQUIRE(device_malloc(&nan_count, blocks * sizeof(int)) == cudaSuccess);
+  cuda::launch<dynamic_shared_poison_kernel>(blocks, 64, floats * sizeof(float), nullptr, nan_count, floats);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  for (const int c : download(nan_count, blocks)) CHECK(c == floats);
+  REQUIRE(cudaFree(nan_count) == cudaSuccess);
+}
+
+TEST_CASE("emulation: atomics give CUDA's results and return the old value", "[cuda_emulation]") {
+  const int blocks = 4, threads = 64, n = blocks * threads;
+  const std::vector<int> sums_init = {0, 0, -1000, 1000, 0, -1};
+  const std::vector<unsigned> bits_init = {0u, 0xffffffffu, 0u};
+  int *sums = nullptr, *wins = nullptr;
+  unsigned* bits = nullptr;
+  REQUIRE(device_malloc(&sums, sums_init.size() * sizeof(int)) == cudaSuccess);
+  REQUIRE(device_malloc(&bits, bits_init.size() * sizeof(unsigned)) == cudaSuccess);
+  REQUIRE(device_malloc(&wins, 2 * sizeof(int)) == cudaSuccess);
+  REQUIRE(cudaMemcpy(sums, sums_init.data(), sums_init.size() * sizeof(int), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(bits, bits_init.data(), bits_init.size() * sizeof(unsigned), cudaMemcpyHostToDevice) ==
+          cudaSuccess);
+  REQUIRE(cudaMemset(wins, 0, 2 * sizeof(int)) == cudaSuccess);
+  cuda::launch<atomics_kernel>(blocks, threads, 0, nullptr, sums, bits, wins);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  int max = -1000, min = 1000;
+  unsigned xor_all = 0;
+  for (int id = 0; id < n; ++id) {
+    max = std::max(max, (id * 37) % 251);
+    min = std::min(min, (id * 37) % 251 - 100);
+    xor_all ^= unsigned(id);
+  }
+  const auto s = download(sums, sums_init.size());
+  CHECK(s[0] == n * (n - 1) / 2);
+  CHECK(s[1] == -n * (n - 1));
+  CHECK(s[2] == max);
+  CHECK(s[3] == min);
+  CHECK(s[4] >= 1);
+  CHECK(s[4] <= n);
+  CHECK(s[5] >= 0);
+  CHECK(s[5] < n);
+  const auto b = download(bits, bits_init.size());
+  CHECK(b[0] == 0xffffffffu);
+  CHECK(b[1] == (0xffffffffu & ~((1u << 17) - 1)));
+  CHECK(b[2] == xor_all);
+  const auto w = download(wins, 2);
+  CHECK(w[0] == 1);
+  CHECK(w[1] == 1);
+  for (void* p : {static_cast<void*>(sums), static_cast<void*>(bits), static_cast<void*>(wins)}) {
+    REQUIRE(cudaFree(p) == cudaSuccess);
+  }
 }
 
 TEST_CASE("emulation: blocks run in a shuffled order, a permutation of the grid", "[cuda_emulation]") {
