@@ -254,15 +254,19 @@ TEST_CASE("engine on CUDA equals the CPU engine: preemption by swap", "[engine][
 
 // The EAGLE head on cuda:0 (spec_eagle's CUDA head, verifying on llama_cuda) changes
 // how many tokens a step yields, never which: its greedy output is the CPU engine's
-// plain greedy output, here under swap preemption too (test_speculative_greedy_cuda
-// has recompute). (Speculation computes no logprobs: tokens only.)
+// plain greedy output, after prefix-cache hits and under swap preemption too
+// (test_speculative_greedy_cuda has recompute). (Speculation computes no logprobs:
+// tokens only.)
 TEST_CASE("engine on CUDA with EAGLE speculation gives the CPU engine's greedy output", "[engine][cuda][cpu_equal]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();
-  const bool swap = GENERATE(false, true);
-  CAPTURE(swap);
+  const std::string path = GENERATE(std::string("prefill + decode"), std::string("prefix-cache hits"),
+                                    std::string("preemption (swap)"));
+  CAPTURE(path);
+  const bool swap = path == "preemption (swap)";
+  const int repeats = path == "prefix-cache hits" ? 2 : 1;
   const std::vector<std::string> overrides = swap ? preemption("swap") : std::vector<std::string>{};
-  const EngineRun cpu = run_engine(false, overrides, 1);
-  const EngineRun gpu = run_engine(true, overrides, 1, true);
+  const EngineRun cpu = run_engine(false, overrides, repeats);
+  const EngineRun gpu = run_engine(true, overrides, repeats, true);
   for (std::size_t i = 0; i < cpu.tokens.size(); ++i) {
     CAPTURE(i);
     CHECK(gpu.errors[i].empty());
@@ -271,4 +275,5 @@ TEST_CASE("engine on CUDA with EAGLE speculation gives the CPU engine's greedy o
   CHECK(gpu.metrics.spec_decode_num_drafts > 0);
   CHECK(gpu.metrics.spec_decode_accepted_tokens > 0);
   if (swap) CHECK(gpu.metrics.scheduler.num_preemptions_swap > 0);
+  if (repeats == 2) CHECK(gpu.metrics.scheduler.kv.prefix_cache_hit_tokens >= 4 * kBlockSize);
 }
