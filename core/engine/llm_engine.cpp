@@ -101,6 +101,7 @@ class LlmEngine final : public Engine {
   void shutdown(ShutdownMode mode) override;
   bool healthy() const override { return health_detail().empty(); }
   std::string health_detail() const override;
+  std::optional<std::string> failure() const override;
   EngineMetrics metrics() const override;
   const tokenizer::Tokenizer& tokenizer() const override { return tokenizer_; }
   const tokenizer::ChatTemplate* chat_template() const override {
@@ -413,6 +414,12 @@ std::string LlmEngine::health_detail() const {
     }
   }
   return "";
+}
+
+std::optional<std::string> LlmEngine::failure() const {
+  std::lock_guard lock(mutex_);
+  if (failure_.empty()) return std::nullopt;
+  return failure_;
 }
 
 EngineMetrics LlmEngine::metrics() const {
