@@ -25,6 +25,8 @@ import os
 import random
 import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -40,6 +42,7 @@ LISTENING = re.compile(r"listening on (http://\S+)")
 START_TIMEOUT_S = 120
 REQUEST_TIMEOUT_S = 120
 IDLE_TIMEOUT_S = 20  # after the load: how long the engine may take to be empty
+HEALTH_TIMEOUT_S = 10  # a /health answer slower than this is a violation
 
 # Resident memory and descriptors after the run, against their level after warm-up:
 # RSS may exceed it by RSS_SLACK_MIB (allocator arenas and caches settle; a leak of
@@ -135,6 +138,21 @@ def parse_metrics(text):
     return values
 
 
+def split_responses(data):
+    """(status, body) of each HTTP/1.1 response in `data`, bodies by Content-Length."""
+    answers = []
+    while data:
+        head, separator, rest = data.partition(b"\r\n\r\n")
+        match = re.match(rb"HTTP/1\.1 (\d{3}) ", head)
+        if not separator or not match:
+            break
+        length = re.search(rb"(?im)^content-length: *(\d+)", head)
+        size = int(length.group(1)) if length else 0
+        answers.append((int(match.group(1)), rest[:size]))
+        data = rest[size:]
+    return answers
+
+
 # ---- the traffic -------------------------------------------------------------------------------
 
 class Soak:
@@ -150,6 +168,7 @@ class Soak:
         self.max_model_len = None
         self.seeded_texts = {}  # (prompt index, seed) -> text of a seeded greedy-free request
         self.health_checks = 0
+        self.health_max_s = 0.0
         self.rss_samples = []
         self.warm_rss_kib = None
         self.warm_fds = None
@@ -298,6 +317,53 @@ class Soak:
                         break
         # Leaving the block with the body unread closes the connection.
 
+    async def vanish_early(self, url, rng):
+        """A client that leaves before its answer: after a whole non-streaming request (some
+        with a reset instead of a FIN), or halfway through its body."""
+        host, port = url.removeprefix("http://").split(":")
+        body = json.dumps({"model": self.model, "prompt": rng.choice(PROMPTS), "max_tokens": rng.randint(16, 200),
+                           "n": rng.choice([1, 3]), "ignore_eos": True}).encode()
+        head = (f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        half = rng.random() < 0.3
+        reset = rng.random() < 0.5
+        self.counts["vanished before the answer" + (" (half a body)" if half else " (reset)" if reset else "")] += 1
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(head + (body[:len(body) // 2] if half else body))
+        await writer.drain()
+        await asyncio.sleep(rng.uniform(0, 0.2))
+        if reset:
+            sock = writer.get_extra_info("socket")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.close()
+
+    async def pipelined(self, url, rng):
+        """Two requests written back to back on one connection: two answers, in order."""
+        self.counts["pipelined pairs"] += 1
+        host, port = url.removeprefix("http://").split(":")
+        requests = b""
+        for tokens in (3, 5):
+            body = json.dumps({"model": self.model, "prompt": rng.choice(PROMPTS), "max_tokens": tokens,
+                               "ignore_eos": True}).encode()
+            requests += (f"POST /v1/completions HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                         f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+        requests += b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            writer.write(requests)
+            await writer.drain()
+            data = await asyncio.wait_for(reader.read(), REQUEST_TIMEOUT_S)
+        finally:
+            writer.close()
+        answers = split_responses(data)
+        statuses = [status for status, _ in answers]
+        try:
+            tokens = [json.loads(body)["usage"]["completion_tokens"] for _, body in answers[:2]]
+        except (ValueError, KeyError, TypeError):
+            tokens = None
+        if statuses != [200, 200, 200] or tokens != [3, 5]:
+            self.fail("pipelining", f"statuses {statuses}, completion tokens {tokens}")
+
     # -- malformed and out-of-bounds --
 
     def expect_json_error(self, kind, status, text):
@@ -419,6 +485,10 @@ class Soak:
                         await self.unknown_fields(http, rng)
                     elif draw < 0.18:
                         await self.over_context(client, rng)
+                    elif draw < 0.20:
+                        await self.vanish_early(self.host.url, rng)
+                    elif draw < 0.21:
+                        await self.pipelined(self.host.url, rng)
                     else:
                         await self.valid(client, rng)
                 except openai.APIError as error:
@@ -430,20 +500,21 @@ class Soak:
             await client.close()
             await http.aclose()
 
-    async def poll_health(self, stop):
-        async with httpx2.AsyncClient(base_url=self.host.url, timeout=10, trust_env=False) as http:
+    def poll_health(self, stop):
+        """On a thread of its own with a blocking client, so that a busy event loop of the
+        clients cannot pass for a slow server. Each check may take HEALTH_TIMEOUT_S."""
+        with httpx2.Client(base_url=self.host.url, timeout=HEALTH_TIMEOUT_S, trust_env=False) as http:
             while not stop.is_set():
+                sent = time.monotonic()
                 try:
-                    response = await http.get("/health")
+                    response = http.get("/health")
                     if response.status_code != 200:
                         self.fail("health", f"/health answered {response.status_code}: {response.text[:200]}")
                 except httpx2.HTTPError as error:
-                    self.fail("health", f"/health: {type(error).__name__}: {error}")
+                    self.fail("health", f"/health: {type(error).__name__} after {time.monotonic() - sent:.1f} s")
+                self.health_max_s = max(self.health_max_s, time.monotonic() - sent)
                 self.health_checks += 1
-                try:
-                    await asyncio.wait_for(stop.wait(), 0.2)
-                except asyncio.TimeoutError:
-                    pass
+                stop.wait(0.2)
 
     async def progress(self, stop, started):
         pid = self.host.process.pid
@@ -480,10 +551,15 @@ class Soak:
               f"{self.host.process.pid}; idle: RSS {idle_rss / 1024:.1f} MiB, {idle_fds} fds", flush=True)
         started = time.monotonic()
         stop = asyncio.Event()
-        watchers = [asyncio.create_task(self.poll_health(stop)), asyncio.create_task(self.progress(stop, started))]
+        health_stop = threading.Event()
+        health = threading.Thread(target=self.poll_health, args=(health_stop,))
+        health.start()
+        watchers = [asyncio.create_task(self.progress(stop, started))]
         await asyncio.gather(*(self.client_loop(w) for w in range(self.args.concurrency)))
         duration = time.monotonic() - started
         stop.set()
+        health_stop.set()
+        health.join()
         await asyncio.gather(*watchers)
         return duration, idle_fds, idle_rss
 
@@ -559,7 +635,7 @@ def main():
     summary = {
         "requests": soak.done, "concurrency": args.concurrency, "duration_s": round(duration, 1),
         "requests_per_s": round(soak.done / duration, 1), "unexpected_failures": sum(unexpected.values()),
-        "health_checks": soak.health_checks,
+        "health_checks": soak.health_checks, "health_max_s": round(soak.health_max_s, 2),
         "rss_mib": {"idle": round(idle_rss / 1024, 1), "after_warmup": round(warm_rss / 1024, 1),
                     "max": round(max(soak.rss_samples or [end_rss]) / 1024, 1), "after": round(end_rss / 1024, 1)},
         "fds": {"idle": idle_fds, "after_warmup": soak.warm_fds, "after": end_fds},
