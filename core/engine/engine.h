@@ -174,6 +174,10 @@ class Engine {
   virtual bool healthy() const = 0;
   // Why healthy() is false ("" when healthy).
   virtual std::string health_detail() const = 0;
+  // Why the engine loop failed (a plugin error inside a step: every request in flight
+  // ended with it, and the engine takes no more); nullopt while it has not failed.
+  // A failure is final, unlike a slow step. serve() stops the host on it.
+  virtual std::optional<std::string> failure() const = 0;
 
   virtual EngineMetrics metrics() const = 0;
 

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -99,6 +101,7 @@ class LlmEngine final : public Engine {
   void shutdown(ShutdownMode mode) override;
   bool healthy() const override { return health_detail().empty(); }
   std::string health_detail() const override;
+  std::optional<std::string> failure() const override;
   EngineMetrics metrics() const override;
   const tokenizer::Tokenizer& tokenizer() const override { return tokenizer_; }
   const tokenizer::ChatTemplate* chat_template() const override {
@@ -116,6 +119,10 @@ class LlmEngine final : public Engine {
   bool drain_inbox();
   bool step();
   void run_block_operations(const SchedulerOutput& output);
+  // Ends every request with a logits row the engine would read that holds a NaN or
+  // +inf (a model fault): only those requests fail, before update() commits this
+  // step's KV of theirs to the prefix cache.
+  void end_requests_with_non_finite_logits(const SchedulerOutput& output, const pllm_tensor& logits);
   struct SampledToken {
     std::int32_t token = -1;
     TokenLogprob logprob;
@@ -409,6 +416,12 @@ std::string LlmEngine::health_detail() const {
   return "";
 }
 
+std::optional<std::string> LlmEngine::failure() const {
+  std::lock_guard lock(mutex_);
+  if (failure_.empty()) return std::nullopt;
+  return failure_;
+}
+
 EngineMetrics LlmEngine::metrics() const {
   std::lock_guard lock(metrics_mutex_);
   return metrics_;
@@ -553,6 +566,7 @@ bool LlmEngine::step() {
                                         model_instance_.library().name(), batch.num_logits,
                                         model_info_.vocab_size));
     }
+    end_requests_with_non_finite_logits(output, forward.logits);
     samples = sample(output, forward.logits, sampled);
     if (speculative_) {
       std::vector<SequenceSample> verified = verify_drafts(output, forward.logits);
@@ -583,6 +597,40 @@ bool LlmEngine::step() {
   return true;
 }
 
+void LlmEngine::end_requests_with_non_finite_logits(const SchedulerOutput& output, const pllm_tensor& logits) {
+  const auto* data = static_cast<const float*>(logits.data);
+  const auto finite_row = [&](int row) {
+    const float* values = data + static_cast<std::int64_t>(row) * logits.strides[0];
+    for (std::int64_t v = 0; v < logits.shape[1]; ++v) {
+      const float x = values[v * logits.strides[1]];
+      if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) return false;
+    }
+    return true;
+  };
+  std::vector<RequestId> faulty;
+  for (const ScheduledSequence& row : output.sequences) {
+    if (row.num_samples == 0 || row.first_logits_index < 0) continue;
+    if (!faulty.empty() && faulty.back() == row.request_id) continue;
+    for (int r = 0; r <= row.num_draft_tokens; ++r) {
+      if (!finite_row(row.first_logits_index + r)) {
+        faulty.push_back(row.request_id);
+        break;
+      }
+    }
+  }
+  std::sort(faulty.begin(), faulty.end());
+  faulty.erase(std::unique(faulty.begin(), faulty.end()), faulty.end());
+  for (const RequestId id : faulty) {
+    const std::string error = fmt::format("plugin '{}': forward returned non-finite logits (NaN or +inf) for "
+                                          "this request; it was ended, the engine serves the others",
+                                          model_instance_.library().name());
+    log_->error("request {}: {}", id, error);
+    scheduler_->abort(id);
+    RequestOutput out;
+    end_request(id, live(id), out, FinishReason::kAborted, error);
+  }
+}
+
 void LlmEngine::run_block_operations(const SchedulerOutput& output) {
   pllm_error error{};
   const auto run = [&](auto fn, const std::vector<BlockMapping>& mappings, const char* what) {
@@ -611,6 +659,7 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     const ScheduledSequence& row = output.sequences[r];
     if (row.num_samples == 0 || row.num_draft_tokens > 0) continue;  // drafts: verify_drafts()
     const SequenceGroup* state = scheduler_->request_state(row.request_id);
+    if (state == nullptr) continue;  // ended this step (end_requests_with_non_finite_logits)
     int index = 0;
     for (std::size_t s = 0; s < state->sequences.size(); ++s) {
       if (state->sequences[s].id == row.sequence_id) index = static_cast<int>(s);
@@ -748,6 +797,7 @@ std::vector<SequenceSample> LlmEngine::verify_drafts(const SchedulerOutput& outp
   for (const ScheduledSequence& row : output.sequences) {
     if (row.num_draft_tokens == 0) continue;
     const SequenceGroup* state = scheduler_->request_state(row.request_id);
+    if (state == nullptr) continue;  // ended this step (end_requests_with_non_finite_logits)
     const Sequence* sequence = state->find_sequence(row.sequence_id);
     const LiveRequest& request = live(row.request_id);
     const std::span<const std::int32_t> tokens(sequence->token_ids);

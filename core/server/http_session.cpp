@@ -308,7 +308,8 @@ void HttpSession::on_output(std::uint64_t serial, std::size_t prompt_index, Requ
   if (!exchange_ || exchange_->serial != serial || exchange_->failed || closed_) return;  // an exchange that ended
   Exchange& ex = *exchange_;
   if (output.error) {
-    fail_exchange(internal_error(fmt::format("The engine failed while generating: {}", *output.error)));
+    // The engine says which plugin failed and whether it stopped (docs/reliability.md "Plugin faults").
+    fail_exchange(internal_error(fmt::format("Generation failed: {}", *output.error)));
     return;
   }
   for (const SequenceDelta& delta : output.sequences) {

@@ -5,6 +5,8 @@
 #include <csignal>
 #include <cstdio>
 #include <functional>
+#include <optional>
+#include <string>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -63,7 +65,14 @@ int serve(Engine& engine, const ServerConfig& config, std::chrono::steady_clock:
   std::fprintf(stdout, "pagedllm-host: listening on %s (ready in %.2f s)\n", server.url().c_str(), ready_s);
   std::fflush(stdout);
 
-  wait_until(signals_io, Clock::time_point::max(), [&] { return signals_received > 0; });
+  // Until a signal, or until the engine fails for good (a plugin error): then the requests
+  // in flight have their error and the host stops, exit 1, for a supervisor to restart it.
+  std::optional<std::string> engine_failure;
+  wait_until(signals_io, Clock::time_point::max(), [&] {
+    if (signals_received == 0) engine_failure = engine.failure();
+    return signals_received > 0 || engine_failure.has_value();
+  });
+  if (engine_failure) host_log().error("the engine failed, stopping the server: {}", *engine_failure);
 
   const auto grace = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(config.shutdown_grace_period_s));
@@ -81,7 +90,7 @@ int serve(Engine& engine, const ServerConfig& config, std::chrono::steady_clock:
   engine.shutdown(server.requests_in_flight() == 0 ? ShutdownMode::kDrain : ShutdownMode::kAbort);
   server.stop();
   host_log().info("stopped");
-  return 0;
+  return engine_failure ? 1 : 0;
 }
 
 }  // namespace pagedllm::server

@@ -496,6 +496,97 @@ TEST_CASE("a failing plugin fails the engine: requests end with the error, healt
   CHECK_THROWS_AS(f.engine().submit(f.request("after", 4), [](RequestOutput&&) {}), EngineUnavailable);
 }
 
+namespace {
+
+// A prompt of token ids and its greedy continuation by fixture_rule_model's rule.
+struct RulePrompt {
+  std::vector<std::int32_t> prompt;
+  std::vector<std::int32_t> continuation;
+};
+
+GenerateRequest greedy_ids(const std::vector<std::int32_t>& prompt, int max_tokens) {
+  GenerateRequest r;
+  r.prompt_token_ids = prompt;
+  r.sampling.max_tokens = max_tokens;
+  r.sampling.temperature = 0.0f;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a model that returns NaN logits mid-run fails only the requests they belong to", "[engine][fault]") {
+  constexpr int kTokens = 12;
+  const int vocab = EngineFixture().vocab();
+  const RulePrompt faulty{{10, 11, 12}, rule_continuation({10, 11, 12}, kTokens, vocab)};
+  const RulePrompt healthy{{40, 41, 42, 43}, rule_continuation({40, 41, 42, 43}, kTokens, vocab)};
+  // The faulty request's fourth generated token triggers the fault when it is fed back.
+  const std::int32_t trigger = faulty.continuation[3];
+  const auto holds = [](const RulePrompt& p, std::int32_t token) {
+    return std::count(p.prompt.begin(), p.prompt.end(), token) + std::count(p.continuation.begin(),
+                                                                            p.continuation.end(), token);
+  };
+  REQUIRE(holds(healthy, trigger) == 0);
+  REQUIRE(std::count(faulty.continuation.begin(), faulty.continuation.begin() + 3, trigger) == 0);
+
+  EngineFixture f({"model.options.fault=nan", fmt::format("model.options.fault_token={}", trigger)});
+  f.engine().start();
+  GenerateRequest two = greedy_ids({50, trigger}, kTokens);  // faults at its first sample: both sequences
+  two.sampling.n = 2;
+  two.sampling.temperature = 0.7f;
+  two.sampling.seed = 1;
+  const std::vector<Collected> outputs =
+      f.run_together({greedy_ids(faulty.prompt, kTokens), greedy_ids(healthy.prompt, kTokens)});
+
+  REQUIRE(outputs[0].error);
+  CHECK_THAT(*outputs[0].error, Catch::Contains("plugin 'fixture_rule_model'") && Catch::Contains("non-finite"));
+  CHECK(outputs[0].sequences[0].finish_reason == FinishReason::kAborted);
+  // Tokens sampled before the fault were delivered.
+  CHECK(outputs[0].sequences[0].tokens ==
+        std::vector<std::int32_t>(faulty.continuation.begin(), faulty.continuation.begin() + 4));
+  CHECK_FALSE(outputs[1].error);
+  CHECK(outputs[1].sequences[0].tokens == healthy.continuation);
+  CHECK(outputs[1].sequences[0].finish_reason == FinishReason::kLength);
+
+  // The engine keeps serving: healthy, and the same healthy prompt (a prefix-cache hit) and
+  // a faulty n = 2 request behave the same again.
+  CHECK(f.engine().healthy());
+  const Collected again = f.run(greedy_ids(healthy.prompt, kTokens));
+  CHECK_FALSE(again.error);
+  CHECK(again.sequences[0].tokens == healthy.continuation);
+  const Collected forked = f.run(two);
+  REQUIRE(forked.error);
+  REQUIRE(forked.sequences.size() == 2);
+  for (const Collected::Sequence& s : forked.sequences) CHECK(s.finish_reason == FinishReason::kAborted);
+  CHECK(f.engine().healthy());
+  require_drained(f.engine());
+  CHECK(f.engine().metrics().requests_aborted == 2);
+}
+
+TEST_CASE("a model call that fails or throws mid-run fails the engine, naming the plugin", "[engine][fault]") {
+  const int vocab = EngineFixture().vocab();
+  const std::vector<std::int32_t> prompt{10, 11, 12};
+  const std::int32_t trigger = rule_continuation(prompt, 4, vocab)[3];
+  const auto [fault, message] = GENERATE(table<std::string, std::string>(
+      {{"error", "forward failed on command (fault: error)"},
+       {"throw", "forward threw on command (fault: throw)"},
+       {"throw_unknown", "unknown exception"}}));
+  CAPTURE(fault);
+  EngineFixture f({"model.options.fault=" + fault, fmt::format("model.options.fault_token={}", trigger)});
+  f.engine().start();
+  const std::vector<Collected> outputs = f.run_together({greedy_ids(prompt, 8), greedy_ids({40, 41, 42}, 200)});
+  for (const Collected& out : outputs) {
+    REQUIRE(out.error);
+    CHECK_THAT(*out.error, Catch::Contains("plugin 'fixture_rule_model': forward failed") && Catch::Contains(message));
+    for (const Collected::Sequence& s : out.sequences) CHECK(s.finish_reason == FinishReason::kAborted);
+  }
+  CHECK(outputs[0].sequences[0].tokens.size() == 4);
+  for (int i = 0; i < 100 && f.engine().healthy(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK_FALSE(f.engine().healthy());
+  CHECK_THAT(f.engine().health_detail(), Catch::Contains("plugin 'fixture_rule_model'") && Catch::Contains(message));
+  CHECK_THROWS_AS(f.engine().submit(greedy_ids(prompt, 2), [](RequestOutput&&) {}), EngineUnavailable);
+}
+
 TEST_CASE("engine creation refuses a cache too small for one full-length sequence", "[engine]") {
   CHECK_THROWS_WITH(EngineFixture({"cache.kv_cache_bytes=4KiB"}),
                     Catch::Contains("kv_cache_bytes") && Catch::Contains("max_model_len"));

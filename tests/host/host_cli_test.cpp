@@ -205,6 +205,65 @@ TEST_CASE("serve mode: listens, answers, drains and exits 0 on SIGTERM", "[host_
   CHECK(server.wait(std::chrono::seconds(30)) == 0);
 }
 
+namespace {
+
+// A serving host on the rule model with fault_token 900 (see fixture_rule_model's
+// source): a prompt ending in token 900 triggers `fault`; the rule's greedy
+// continuation of [5, 6] (46, 329, 399, 892) never reaches it.
+struct FaultyHost {
+  explicit FaultyHost(const std::string& fault)
+      : config(write_rule_model_config(dir)),
+        server({kHost, "--config", config, "--set", "server.port=0", "--set", "model.options.fault=" + fault, "--set",
+                "model.options.fault_token=900"}) {
+    const std::string line = server.read_line();
+    INFO(line);
+    REQUIRE_THAT(line, Contains("pagedllm-host: listening on http://127.0.0.1:"));
+    port = static_cast<unsigned short>(std::stoi(line.substr(line.rfind(':') + 1)));
+  }
+  TempDir dir;
+  std::string config;
+  pagedllm::testing::ChildProcess server;
+  unsigned short port = 0;
+};
+
+const nlohmann::json kHealthyPrompt = {{"prompt", {5, 6}}, {"max_tokens", 4}, {"temperature", 0}};
+const nlohmann::json kFaultyPrompt = {{"prompt", {5, 900}}, {"max_tokens", 4}, {"temperature", 0}};
+
+}  // namespace
+
+TEST_CASE("serve mode: NaN logits fail only their request, with a 500 naming the plugin, and the host keeps serving",
+          "[host_cli][fault]") {
+  FaultyHost host("nan");
+  pagedllm::testing::TestConnection c(host.port);
+  const auto failed = c.post("/v1/completions", kFaultyPrompt);
+  CHECK(failed.result_int() == 500);
+  const auto error = nlohmann::json::parse(failed.body())["error"];
+  CHECK(error["code"] == "internal_error");
+  CHECK_THAT(error["message"].get<std::string>(),
+             Contains("plugin 'fixture_rule_model'") && Contains("non-finite logits"));
+  const auto served = c.post("/v1/completions", kHealthyPrompt);
+  REQUIRE(served.result_int() == 200);
+  CHECK(nlohmann::json::parse(served.body())["usage"]["completion_tokens"] == 4);
+  CHECK(c.request(pagedllm::testing::http::verb::get, "/health").result_int() == 200);
+  host.server.signal(SIGTERM);
+  CHECK(host.server.wait(std::chrono::seconds(30)) == 0);
+}
+
+TEST_CASE("serve mode: a model call that fails ends the requests in flight naming the plugin, then the host exits 1",
+          "[host_cli][fault]") {
+  const std::string fault = GENERATE("error", "throw");
+  CAPTURE(fault);
+  FaultyHost host(fault);
+  pagedllm::testing::TestConnection c(host.port);
+  REQUIRE(c.post("/v1/completions", kHealthyPrompt).result_int() == 200);
+  const auto failed = c.post("/v1/completions", kFaultyPrompt);
+  CHECK(failed.result_int() == 500);
+  CHECK_THAT(nlohmann::json::parse(failed.body())["error"]["message"].get<std::string>(),
+             Contains("plugin 'fixture_rule_model': forward failed") && Contains("fault: " + fault));
+  // No signal: the host stops by itself.
+  CHECK(host.server.wait(std::chrono::seconds(30)) == 1);
+}
+
 TEST_CASE("serve mode: a model that cannot be loaded, or a port in use, exits 1 with the reason", "[host_cli]") {
   TempDir dir;
   const std::string config = write_rule_model_config(dir);

@@ -48,6 +48,8 @@ class FakeEngine final : public Engine {
   void shutdown(ShutdownMode mode) override;
   bool healthy() const override;
   std::string health_detail() const override;
+  // fail_next_step() fails requests, never the fake engine itself.
+  std::optional<std::string> failure() const override { return std::nullopt; }
   EngineMetrics metrics() const override;
   const tokenizer::Tokenizer& tokenizer() const override { return tokenizer_; }
   const tokenizer::ChatTemplate* chat_template() const override {

@@ -34,6 +34,7 @@ class ParseOnlyEngine final : public Engine {
   }
 
   void start() override {}
+  std::optional<std::string> failure() const override { return std::nullopt; }
   RequestId submit(GenerateRequest request, OutputCallback) override {
     (void)to_scheduler_request(request, limits_);
     throw EngineUnavailable("the fuzz engine generates nothing", std::chrono::seconds(1));
