@@ -53,7 +53,13 @@ else
     echo "setup: making the virtual environment .venv (/usr/bin/python3 -m venv)"
     /usr/bin/python3 -m venv "$venv"
   fi
-  echo "setup: installing requirements.txt into .venv (a fresh machine downloads about 3 GB: torch and its libraries)"
+  echo "setup: installing requirements.txt into .venv (a fresh machine downloads about 3 GB: torch and its libraries," \
+    "and builds llama.cpp for llama-cpp-python, the GGUF tests' oracle)"
+  # llama-cpp-python comes as an sdist: build only the library (no server, examples,
+  # tests or tools, no multimodal library), for this CPU.
+  export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
+-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DGGML_OPENMP=OFF"
+  export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$requirements"
   "$venv/bin/python" -m pip check >/dev/null
   echo "$want" >"$stamp"

@@ -125,6 +125,7 @@ class GgufSource final : public WeightSource {
       t.convert = [stored, width, permuted_heads](int64_t first, int64_t count, float* dst) {
         convert_rows(*stored, width, permuted_heads, first, count, dst);
       };
+      stored_.emplace(t.name, stored);
       add(std::move(t));
     }
   }
@@ -140,6 +141,13 @@ class GgufSource final : public WeightSource {
       file_.fail(PLLM_ERROR_INVALID_CONFIG, "tensor '" + shown + " has shape " + shape_string(t->shape) +
                                                 ", expected " + shape_string(shape) + " (GGUF dims " +
                                                 shape_string(dims) + ")");
+    }
+    // Refused here, before anything is allocated, rather than halfway through loading.
+    const pllm::gguf::GgmlType type = stored_.at(t->name)->type;
+    if (!pllm::gguf::dequantize(type, nullptr, nullptr, 0)) {
+      file_.fail(PLLM_ERROR_UNSUPPORTED,
+                 "tensor '" + shown + " is " + pllm::gguf::type_traits(uint32_t(type))->name +
+                     ", which is not dequantized (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)");
     }
     return *t;
   }
@@ -176,6 +184,7 @@ class GgufSource final : public WeightSource {
   }
 
   pllm::gguf::File file_;
+  std::map<std::string, const pllm::gguf::TensorInfo*, std::less<>> stored_;  // by HF name
 };
 
 }  // namespace

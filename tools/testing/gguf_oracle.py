@@ -1,7 +1,7 @@
 """llama.cpp (through llama-cpp-python) as the oracle for pagedllm's GGUF loading.
 
 Usage:
-  gguf_oracle.py make DIR            writes DIR/tiny-{f16,q8_0,spm}.gguf
+  gguf_oracle.py make DIR            writes DIR/tiny-{f16,q8_0,spm}.gguf and DIR/bad-*.gguf
   gguf_oracle.py run IN.json OUT.json
 
 make: two small random Llama models written with the gguf package the way llama.cpp's
@@ -13,7 +13,8 @@ tiny-q8_0.gguf: Q8_0 matrices, tied embeddings (no output.weight), pre-tokenizer
 "llama-bpe" (llama3's regex, merges ignored for whole words, BOS added).
 tiny-spm.gguf: a SentencePiece ("llama") vocabulary trained here with the sentencepiece
 package (BPE, byte fallback, digits split, as Llama 2's), BF16 embedding and output,
-Q4_0 matrices.
+Q4_0 matrices. bad-*.gguf: files the loader must refuse (another architecture, a missing
+tensor, a tensor type it does not dequantize, an unknown pre-tokenizer).
 
 run: IN.json = {"files": [{"path", "texts": [...], "prompt", "greedy_tokens"}]}; for
 each file, llama.cpp's ids of every text (add_bos as the file says, special tokens not
@@ -108,7 +109,7 @@ def llama3_factors(base=10000.0, factor=8.0, low=1.0, high=4.0, original=64):
     return np.array(factors, dtype=np.float32)
 
 
-def write_model(path, qtype, tokenizer, tied, rope_factors, seed, embed_qtype=None):
+def write_model(path, qtype, tokenizer, tied, rope_factors, seed, embed_qtype=None, arch="llama", skip=()):
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -120,7 +121,7 @@ def write_model(path, qtype, tokenizer, tied, rope_factors, seed, embed_qtype=No
     def norm():
         return (1.0 + 0.1 * rng.standard_normal(HIDDEN)).astype(np.float32)
 
-    w = gguf.GGUFWriter(str(path), "llama")
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_name(path.stem)
     w.add_context_length(CONTEXT)
     w.add_embedding_length(HIDDEN)
@@ -132,9 +133,6 @@ def write_model(path, qtype, tokenizer, tied, rope_factors, seed, embed_qtype=No
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(vocab)
-    w.add_file_type({gguf.GGMLQuantizationType.F16: gguf.LlamaFileType.MOSTLY_F16,
-                     gguf.GGMLQuantizationType.Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,
-                     gguf.GGMLQuantizationType.Q4_0: gguf.LlamaFileType.MOSTLY_Q4_0}[qtype])
     w.add_tokenizer_model(tokenizer["model"])
     if "pre" in tokenizer:
         w.add_tokenizer_pre(tokenizer["pre"])
@@ -152,6 +150,8 @@ def write_model(path, qtype, tokenizer, tied, rope_factors, seed, embed_qtype=No
                         "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
     def add(name, data, dtype=qtype):
+        if name in skip:
+            return
         if data.ndim == 1:
             w.add_tensor(name, data.astype(np.float32))
         elif dtype == gguf.GGMLQuantizationType.F16:
@@ -166,8 +166,8 @@ def write_model(path, qtype, tokenizer, tied, rope_factors, seed, embed_qtype=No
     for layer in range(LAYERS):
         p = f"blk.{layer}."
         add(p + "attn_norm.weight", norm())
-        add(p + "attn_q.weight", permute(matrix(HEADS * HEAD_DIM, HIDDEN, 0.5 / np.sqrt(HIDDEN)), HEADS))
-        add(p + "attn_k.weight", permute(matrix(KV_HEADS * HEAD_DIM, HIDDEN, 0.5 / np.sqrt(HIDDEN)), KV_HEADS))
+        add(p + "attn_q.weight", permute(matrix(HEADS * HEAD_DIM, HIDDEN, 1.5 / np.sqrt(HIDDEN)), HEADS))
+        add(p + "attn_k.weight", permute(matrix(KV_HEADS * HEAD_DIM, HIDDEN, 1.5 / np.sqrt(HIDDEN)), KV_HEADS))
         add(p + "attn_v.weight", matrix(KV_HEADS * HEAD_DIM, HIDDEN, 1.0 / np.sqrt(HIDDEN)))
         add(p + "attn_output.weight", matrix(HIDDEN, HEADS * HEAD_DIM, 0.5 / np.sqrt(HIDDEN)))
         add(p + "ffn_norm.weight", norm())
@@ -199,6 +199,14 @@ def make(directory):
     spm = {"model": "llama", "tokens": tokens, "scores": scores, "types": types, "bos": 1, "eos": 2}
     write_model(directory / "tiny-spm.gguf", gguf.GGMLQuantizationType.Q4_0, spm, tied=False, rope_factors=False,
                 seed=3, embed_qtype=gguf.GGMLQuantizationType.BF16)
+    f16, gpt2 = gguf.GGMLQuantizationType.F16, dict(bpe, pre="gpt-2")
+    write_model(directory / "bad-arch.gguf", f16, gpt2, tied=True, rope_factors=False, seed=4, arch="qwen2")
+    write_model(directory / "bad-missing.gguf", f16, gpt2, tied=True, rope_factors=False, seed=4,
+                skip={"blk.1.ffn_up.weight"})
+    write_model(directory / "bad-q5_0.gguf", gguf.GGMLQuantizationType.Q5_0, gpt2, tied=True, rope_factors=False,
+                seed=4)
+    write_model(directory / "bad-pre.gguf", f16, dict(bpe, pre="no-such-pre"), tied=True, rope_factors=False,
+                seed=4)
 
 
 def run(request_path, output_path):
