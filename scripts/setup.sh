@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Installs everything pagedllm needs to build and test on Debian 12: Debian's packages by
+# Installs everything pagedllm needs to build, serve and test on Debian 12: Debian's packages by
 # name, then the project's Python virtual environment (.venv, git-ignored) from the pinned
 # requirements.txt. Idempotent: with every package present and .venv matching
 # requirements.txt it only checks and returns (seconds).
 # Every Python tool and test runs .venv/bin/python (scripts/python.sh prints its path).
+# --serve-only (scripts/serve.sh): what serving the default config needs — the Debian
+# packages, .venv only as far as its pip (to fetch the model), and the model — without
+# requirements.txt's packages (torch, llama.cpp: the tests'); scripts/test.sh's full run
+# installs them later.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+serve_only=false
+if [[ ${1:-} == --serve-only ]]; then serve_only=true; fi
 
 packages=(
   # toolchain
@@ -47,6 +53,11 @@ stamp=$venv/.requirements.sha256
 want=$(sha256sum "$requirements" | cut -d' ' -f1)
 if [[ -x $venv/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
   echo "setup: .venv matches requirements.txt"
+elif $serve_only; then
+  if [[ ! -x $venv/bin/python ]]; then
+    echo "setup: making the virtual environment .venv (/usr/bin/python3 -m venv; requirements.txt left to scripts/test.sh)"
+    /usr/bin/python3 -m venv "$venv"
+  fi
 else
   start=$SECONDS
   if [[ ! -x $venv/bin/python ]]; then
