@@ -88,11 +88,18 @@ PreTokenizerChoice gpt2_pre_tokenizer(const std::string& pre, const Metadata& m)
                                            "minerva-7b"};
   static const char* const kGpt2[] = {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es",
                                       "jina-v2-de", "a.x-4.0"};
-  const auto one_of = [&](const auto& names) { return std::find(std::begin(names), std::end(names), pre) != std::end(names); };
+  const auto one_of = [&](const auto& names) {
+    return std::find(std::begin(names), std::end(names), pre) != std::end(names);
+  };
   if (one_of(kLlama3)) {
+    // llama3's regex as Meta's tokenizer.json writes it (llama.cpp spells the
+    // case-insensitive contractions out: the same matches).
+    static const char* const kLlama3Regex =
+        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*)"
+        R"(|\s*[\r\n]+|\s+(?!\S)|\s+)";
     const Json split = {
         {"type", "Split"},
-        {"pattern", {{"Regex", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+        {"pattern", {{"Regex", kLlama3Regex}}},
         {"behavior", "Isolated"},
         {"invert", false}};
     return {{{"type", "Sequence"}, {"pretokenizers", Json::array({split, byte_level(false)})}}, true, true};

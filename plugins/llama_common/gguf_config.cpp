@@ -184,7 +184,8 @@ LlamaConfig LlamaConfig::from_gguf(const std::filesystem::path& gguf_path, std::
   const int64_t last_id = int64_t(c.vocab_size) - 1;
   c.bos_token_id = int32_t(m.get_int("tokenizer.ggml.bos_token_id", -1, 0, last_id));
   // llama.cpp ends a generation at eos, eot (<|eot_id|>) and eom alike.
-  for (const char* key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+  for (const char* key :
+       {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
     add_eos(c, int32_t(m.get_int(key, -1, 0, last_id)));
   }
   return c;
