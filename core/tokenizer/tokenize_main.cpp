@@ -37,7 +37,7 @@ constexpr std::string_view kUsage =
     "  reads text on stdin and prints its token ids as a JSON array;\n"
     "  with --decode reads a JSON array of ids and prints the text.\n"
     "  --jsonl: one JSON string (or, with --decode, array of ids) per line in, one JSON line out each.\n"
-    "  PATH: a tokenizer.json file or a model directory.\n";
+    "  PATH: a tokenizer.json file, a model directory or a GGUF file.\n";
 
 class UsageError : public std::runtime_error {
  public:

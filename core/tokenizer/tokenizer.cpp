@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/tokenizer/gguf_vocabulary.h"
 #include "core/tokenizer/tokenizer_error.h"
 #include "core/tokenizer/utf8.h"
 
@@ -33,7 +34,10 @@ bool is_byte_token_text(const std::string& token) {
 }  // namespace
 
 Tokenizer Tokenizer::from_json_text(std::string_view text, const std::string& source) {
-  const Json root = parse_json_text(text, source);
+  return from_json(parse_json_text(text, source), source);
+}
+
+Tokenizer Tokenizer::from_json(const Json& root, const std::string& source) {
   const JsonPlace place(source, "");
   if (!root.is_object()) place.fail("expected a JSON object");
 
@@ -90,8 +94,23 @@ Tokenizer Tokenizer::from_model_dir(const std::string& directory) {
   return tokenizer;
 }
 
+Tokenizer Tokenizer::from_gguf(const std::string& gguf_path) {
+  GgufTokenizerFiles files = gguf_tokenizer_files(gguf_path);
+  Tokenizer tokenizer = from_json(files.tokenizer_json, gguf_path);
+  tokenizer.apply_config(std::move(files.config));
+  return tokenizer;
+}
+
+Tokenizer Tokenizer::from_model(const std::string& model_path) {
+  if (std::filesystem::is_regular_file(model_path)) return from_gguf(model_path);
+  return from_model_dir(model_path);
+}
+
 Tokenizer Tokenizer::from_path(const std::string& path) {
   if (std::filesystem::is_directory(path)) return from_model_dir(path);
+  std::ifstream file(path, std::ios::binary);
+  char magic[4] = {};
+  if (file.read(magic, sizeof magic) && std::string_view(magic, sizeof magic) == "GGUF") return from_gguf(path);
   return from_file(path);
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // The tokenizer facade: loads an HF tokenizer.json (plus tokenizer_config.json
-// from a model directory) and encodes / decodes exactly as HF `tokenizers` does.
+// from a model directory), or a GGUF file's tokenizer as the equivalent
+// tokenizer.json (gguf_vocabulary.h), and encodes / decodes exactly as HF
+// `tokenizers` does.
 //
 // Encoding pipeline (HF's order):
 //   validate UTF-8 -> split around added tokens (raw, then normalized)
@@ -39,7 +41,11 @@ class Tokenizer {
   // A model directory: tokenizer.json and, when present, tokenizer_config.json
   // (BOS/EOS/PAD, add_bos_token/add_eos_token, chat template).
   static Tokenizer from_model_dir(const std::string& directory);
-  // A tokenizer.json file or a model directory.
+  // A GGUF file's tokenizer.ggml.* metadata and chat template (gguf_vocabulary.h).
+  static Tokenizer from_gguf(const std::string& gguf_path);
+  // What the engine's model.path names: a model directory or a GGUF file.
+  static Tokenizer from_model(const std::string& model_path);
+  // A tokenizer.json file, a GGUF file (by its magic) or a model directory.
   static Tokenizer from_path(const std::string& path);
 
   // ---- encode / decode ---------------------------------------------------
@@ -79,6 +85,7 @@ class Tokenizer {
 
  private:
   Tokenizer() = default;
+  static Tokenizer from_json(const Json& root, const std::string& source);
   void index_tokens();
   void apply_config(TokenizerConfig config);
 

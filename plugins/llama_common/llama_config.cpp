@@ -180,6 +180,8 @@ RopeScaling parse_rope_scaling(const Fields& f, std::string_view who) {
 }  // namespace
 
 LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::string_view who) {
+  std::error_code regular_ec;
+  if (std::filesystem::is_regular_file(model_dir, regular_ec)) return from_gguf(model_dir, who);
   const std::filesystem::path path = model_dir / "config.json";
   const json object = Fields::parse_file(path);
   const Fields f(path, object);

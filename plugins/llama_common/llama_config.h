@@ -12,15 +12,18 @@
 
 namespace pagedllm::llama {
 
-// config.json's rope_scaling: how inv_freq is rescaled (see rope.h).
+// config.json's rope_scaling: how inv_freq is rescaled (see rope.h). kFactors is
+// a GGUF file's rope_freqs.weight (llama.cpp's convert script precomputes llama3
+// scaling into it): inv_freq[i] is divided by freq_factors[i].
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3 };
+  enum class Type { kNone, kLinear, kLlama3, kFactors };
   Type type = Type::kNone;
   double factor = 1.0;
   // llama3 only.
   double low_freq_factor = 0.0;
   double high_freq_factor = 0.0;
   double original_max_position_embeddings = 0.0;
+  std::vector<double> freq_factors;  // kFactors only: head_dim / 2 of them
 };
 
 struct LlamaConfig {
@@ -44,13 +47,18 @@ struct LlamaConfig {
   int32_t q_size() const { return num_heads * head_dim; }
   int32_t kv_size() const { return num_kv_heads * head_dim; }
 
-  // Reads `model_dir`/config.json (and generation_config.json when present).
+  // Reads `model_dir`/config.json (and generation_config.json when present), or,
+  // when `model_dir` is a file, its GGUF metadata (from_gguf).
   // Throws pllm::Error: PLLM_ERROR_NOT_FOUND without config.json,
   // PLLM_ERROR_UNSUPPORTED for another architecture or a feature this code
   // lacks (biases, an activation other than silu, other rope scalings),
   // PLLM_ERROR_INVALID_CONFIG otherwise. `who` (the plugin) names the reader
   // in messages about what it does not support.
   static LlamaConfig load(const std::filesystem::path& model_dir, std::string_view who);
+  // A GGUF file's llama.* keys (general.architecture must be llama), its
+  // tokenizer.ggml bos/eos/eot ids, whether output.weight is absent (tied) and
+  // rope_freqs.weight; errors name the file and the key, with the statuses above.
+  static LlamaConfig from_gguf(const std::filesystem::path& gguf_path, std::string_view who);
 };
 
 }  // namespace pagedllm::llama

@@ -18,6 +18,9 @@ std::vector<double> rope_inv_freq(const LlamaConfig& config) {
     case RopeScaling::Type::kLinear:
       for (double& f : inv_freq) f /= s.factor;
       break;
+    case RopeScaling::Type::kFactors:
+      for (std::size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] /= s.freq_factors[i];
+      break;
     case RopeScaling::Type::kLlama3: {
       const double low_freq_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
       const double high_freq_wavelen = s.original_max_position_embeddings / s.high_freq_factor;

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "pagedllm/sdk.hpp"
-#include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "plugins/llama_common/llama_config.h"
+#include "plugins/llama_common/weight_source.h"
 
 namespace pagedllm::llama {
 
@@ -72,7 +72,7 @@ std::vector<WeightSlot> decoder_layer_slots(const LlamaConfig& c, const std::str
 std::vector<WeightSlot> model_slots(const LlamaConfig& c);
 
 struct CheckedTensors {
-  std::vector<const pllm::safetensors::TensorView*> views;  // in the order of the parts
+  std::vector<const SourceTensor*> views;  // in the order of the parts
   uint64_t stored_bytes = 0;                                 // bytes the parts take in the checkpoint
   std::vector<std::string> unused;                           // checkpoint tensors no part named
 };
@@ -80,7 +80,7 @@ struct CheckedTensors {
 // Requires every part (anything with .name and .shape) in `checkpoint` with
 // exactly its shape: a pllm::Error naming the file and tensor otherwise.
 template <class Parts>
-CheckedTensors check_checkpoint(const pllm::safetensors::Checkpoint& checkpoint, const Parts& parts) {
+CheckedTensors check_checkpoint(const WeightSource& checkpoint, const Parts& parts) {
   CheckedTensors checked;
   std::set<std::string_view> used;
   for (const auto& part : parts) {

@@ -11,9 +11,8 @@ namespace pagedllm::llama_cpu {
 namespace {
 
 // Elements [first, first + count) of `view` into dst, in dst_dtype.
-void convert(const pllm::safetensors::TensorView& view, int64_t first, int64_t count, pllm_dtype dst_dtype,
-             void* dst) {
-  if (view.dtype == dst_dtype) {
+void convert(const llama::SourceTensor& view, int64_t first, int64_t count, pllm_dtype dst_dtype, void* dst) {
+  if (view.dtype == dst_dtype && view.data) {
     const std::size_t size = weight_dtype_size(dst_dtype);
     std::memcpy(dst, view.data + std::size_t(first) * size, std::size_t(count) * size);
     return;
@@ -36,10 +35,10 @@ void convert(const pllm::safetensors::TensorView& view, int64_t first, int64_t c
 
 }  // namespace
 
-LoadedWeights load_weight_parts(const pllm::safetensors::Checkpoint& checkpoint, const std::vector<WeightPart>& parts,
+LoadedWeights load_weight_parts(const llama::WeightSource& checkpoint, const std::vector<WeightPart>& parts,
                                 plugins::ThreadPool& pool) {
   const llama::CheckedTensors checked = llama::check_checkpoint(checkpoint, parts);
-  const std::vector<const pllm::safetensors::TensorView*>& views = checked.views;
+  const std::vector<const llama::SourceTensor*>& views = checked.views;
   const uint64_t total_bytes = checked.stored_bytes;
   LoadedWeights loaded;
   loaded.unused = checked.unused;
@@ -53,7 +52,7 @@ LoadedWeights load_weight_parts(const pllm::safetensors::Checkpoint& checkpoint,
 
   pllm::report_progress("loading weights", 0, total_bytes);
   for (std::size_t i = 0; i < parts.size(); ++i) {
-    const pllm::safetensors::TensorView& view = *views[i];
+    const llama::SourceTensor& view = *views[i];
     auto* dst = static_cast<std::byte*>(parts[i].data());
     const pllm_dtype dtype = parts[i].storage->dtype();
     const std::size_t size = weight_dtype_size(dtype);

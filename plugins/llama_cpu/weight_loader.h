@@ -3,14 +3,13 @@
 // tensor is a row range of a (possibly fused) matrix, so q/k/v or gate/up
 // land in one matrix and make one GEMM. Each matrix is held in the dtype its
 // WeightStorage was given (f32, bf16 or f16): a tensor stored in that dtype
-// is copied as is, any other is widened exactly to f32 and, for a 16-bit
-// target, rounded to nearest even.
+// (and in HF's order) is copied as is, any other is widened exactly (or
+// dequantized: GGUF) to f32 and, for a 16-bit target, rounded to nearest even.
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "plugins/common/thread_pool.h"
 #include "plugins/llama_common/weight_layout.h"
 #include "plugins/llama_cpu/weights.h"
@@ -42,7 +41,7 @@ struct LoadedWeights {
 // anything (llama::check_checkpoint), sizes each storage once (in its dtype)
 // to hold all its parts, and converts tensor by tensor in parallel chunks on
 // `pool`, reporting progress as "loading weights".
-LoadedWeights load_weight_parts(const pllm::safetensors::Checkpoint& checkpoint, const std::vector<WeightPart>& parts,
+LoadedWeights load_weight_parts(const llama::WeightSource& checkpoint, const std::vector<WeightPart>& parts,
                                 plugins::ThreadPool& pool);
 
 }  // namespace pagedllm::llama_cpu

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "pagedllm/sdk.hpp"
-#include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "plugins/common/dtype_name.h"
 #include "plugins/cuda_common/cuda_check.h"
 #include "plugins/llama_common/batch_check.h"
@@ -90,11 +89,11 @@ class CudaLlama final : public llama::LlamaForward {
 
 CudaLlama::CudaLlama(const std::filesystem::path& model_dir, int device, pllm_dtype dtype, int num_threads)
     : config_(LlamaConfig::load(model_dir, kWho)), context_(device, kWho) {
-  const pllm::safetensors::Checkpoint checkpoint(model_dir);
+  const std::unique_ptr<llama::WeightSource> checkpoint = llama::open_weight_source(model_dir, config_);
   const std::vector<llama::WeightSlot> slots = llama::model_slots(config_);
-  const llama::CheckedTensors checked = llama::check_checkpoint(checkpoint, slots);
-  // "auto": the dtype the checkpoint stores its embedding in.
-  dtype_ = dtype == PLLM_DTYPE_INVALID ? checked.views.front()->dtype : dtype;
+  const llama::CheckedTensors checked = llama::check_checkpoint(*checkpoint, slots);
+  // "auto": the dtype the checkpoint stores its embedding in (f16 for a quantized one).
+  dtype_ = dtype == PLLM_DTYPE_INVALID ? llama::auto_weight_dtype(*checked.views.front()) : dtype;
 
   const std::vector<double> inv_freq = llama::rope_inv_freq(config_);
   inv_freq_.allocate(inv_freq.size() * sizeof(double), device, kWho, "the RoPE frequencies");
@@ -105,7 +104,7 @@ CudaLlama::CudaLlama(const std::filesystem::path& model_dir, int device, pllm_dt
     pllm::log_info("models_llama: ignoring checkpoint tensors ", llama::join_names(checked.unused),
                    config_.tie_word_embeddings ? " (lm_head is tied to the embedding)" : "");
   }
-  pllm::log_info("models_llama: loaded ", slots.size(), " tensors from ", model_dir.string(), " (",
+  pllm::log_info("models_llama: loaded ", slots.size(), " tensors from ", checkpoint->describe(), " (",
                  mib(checked.stored_bytes), " stored) onto ", describe());
 }
 

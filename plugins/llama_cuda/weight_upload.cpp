@@ -43,7 +43,7 @@ void upload_tensors(const std::vector<TensorUpload>& uploads, pllm_dtype dtype, 
   uint64_t done = 0;
   if (progress_total > 0) pllm::report_progress("loading weights", 0, progress_total);
   for (const TensorUpload& upload : uploads) {
-    const pllm::safetensors::TensorView& view = *upload.view;
+    const llama::SourceTensor& view = *upload.view;
     for (int64_t first = 0; first < view.numel(); first += kChunk) {
       const int64_t count = std::min(kChunk, view.numel() - first);
       pool.parallel_for((count + kSubChunk - 1) / kSubChunk, [&](int64_t sub, int) {

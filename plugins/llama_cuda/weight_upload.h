@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "pagedllm/sdk.h"
-#include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "plugins/llama_common/weight_layout.h"
 #include "plugins/llama_cuda/cuda_context.h"
 #include "plugins/llama_cuda/device_memory.h"
@@ -34,7 +33,7 @@ std::byte* slot_address(const std::map<FusedMatrixKey, std::byte*>& bases, const
 
 // A checkpoint tensor and where it goes on the device.
 struct TensorUpload {
-  const pllm::safetensors::TensorView* view;
+  const llama::SourceTensor* view;
   std::byte* destination;
 };
 

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "pagedllm/sdk.hpp"
-#include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "plugins/common/dtype_name.h"
 #include "plugins/llama_common/batch_check.h"
 #include "plugins/llama_cpu/cpu_isa.h"
@@ -29,11 +28,12 @@ LlamaModel::LlamaModel(const std::filesystem::path& model_dir, int num_threads, 
 
 void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype weight_dtype) {
   const LlamaConfig& c = config_;
-  const pllm::safetensors::Checkpoint checkpoint(model_dir);
+  const std::unique_ptr<llama::WeightSource> source = llama::open_weight_source(model_dir, c);
+  const llama::WeightSource& checkpoint = *source;
   if (weight_dtype == PLLM_DTYPE_INVALID) {
     // auto: as the checkpoint stores the embedding (a missing one fails below).
-    const pllm::safetensors::TensorView* embed = checkpoint.find("model.embed_tokens.weight");
-    weight_dtype = embed && pllm::is_float_dtype(embed->dtype) ? embed->dtype : PLLM_DTYPE_F32;
+    const llama::SourceTensor* embed = checkpoint.find("model.embed_tokens.weight");
+    weight_dtype = embed ? llama::auto_weight_dtype(*embed) : PLLM_DTYPE_F32;
   }
   weight_dtype_ = weight_dtype;
   embed_.set_dtype(weight_dtype);
@@ -62,8 +62,7 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype
   if (c.tie_word_embeddings) {
     slots_.emplace("lm_head.weight", Slot{embed_.data(), embed_.dtype(), {c.vocab_size, c.hidden_size}});
   }
-  pllm::log_info("models_llama: loaded ", parts.size(), " tensors from ", model_dir.string(), " (",
-                 checkpoint.files().size(), " file", checkpoint.files().size() == 1 ? "" : "s", ", ",
+  pllm::log_info("models_llama: loaded ", parts.size(), " tensors from ", checkpoint.describe(), " (",
                  loaded.stored_bytes >> 20, " MiB stored, ", weight_bytes() >> 20, " MiB as ",
                  plugins::dtype_name(weight_dtype_), ")");
 }

@@ -1,6 +1,6 @@
 // models_llama: the Llama-family architecture (HF LlamaForCausalLM: Llama 2/3,
-// TinyLlama, GQA models) on the CPU or on a CUDA device. This file is the SDK
-// glue: options, create, info, forward and get_tensor; the CPU model is
+// TinyLlama, GQA models; an HF directory or a GGUF file) on the CPU or on a CUDA
+// device. This file is the SDK glue: options, create, info, forward and get_tensor; the CPU model is
 // llama_model.h, the CUDA one plugins/llama_cuda (built with CUDA only).
 
 #include <memory>
@@ -96,6 +96,6 @@ class LlamaPlugin : public pllm::ModelPlugin {
 }  // namespace
 }  // namespace pagedllm::models_llama
 
-PAGEDLLM_PLUGIN(pagedllm::models_llama::LlamaPlugin, "models_llama", "0.3.0",
-                "Llama-family models (HF LlamaForCausalLM): CPU (f32/bf16/f16 weights, f32 activations) or CUDA (f32/f16/bf16, cuBLAS), "
-                "paged attention via the backend")
+PAGEDLLM_PLUGIN(pagedllm::models_llama::LlamaPlugin, "models_llama", "0.4.0",
+                "Llama-family models (HF LlamaForCausalLM directories or GGUF files): CPU (f32/bf16/f16 "
+                "weights, f32 activations) or CUDA (f32/f16/bf16, cuBLAS), paged attention via the backend")

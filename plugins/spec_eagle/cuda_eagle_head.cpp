@@ -11,7 +11,6 @@
 #include <utility>
 
 #include "pagedllm/sdk.hpp"
-#include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "plugins/common/dtype_name.h"
 #include "plugins/cuda_common/cuda_check.h"
 #include "plugins/llama_common/rope_freq.h"
@@ -128,7 +127,8 @@ CudaEagleHead::CudaEagleHead(const std::filesystem::path& draft_dir, const pllm_
 void CudaEagleHead::load_weights(const std::filesystem::path& draft_dir, int num_threads) {
   const LlamaConfig& c = config_;
   const int64_t h = c.hidden_size, element = pllm_dtype_size(dtype_);
-  const pllm::safetensors::Checkpoint checkpoint(draft_dir);
+  const std::unique_ptr<llama::WeightSource> source = llama::open_weight_source(draft_dir, c);
+  const llama::WeightSource& checkpoint = *source;
   const bool has_bias = checkpoint.find("fc.bias") != nullptr;
   const std::vector<llama::WeightSlot> layer_slots = llama::decoder_layer_slots(c, "layers.0.", 0, false);
   struct Part {

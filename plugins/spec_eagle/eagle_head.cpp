@@ -5,7 +5,6 @@
 
 #include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
-#include "pagedllm/sdk/cpp/safetensors.hpp"
 #include "plugins/llama_cpu/cpu_kernels.h"
 #include "plugins/llama_cpu/rope.h"
 #include "plugins/llama_cpu/weight_loader.h"
@@ -59,7 +58,8 @@ void EagleHead::bind_target(const pllm_speculator_target& target) {
 
 void EagleHead::load_weights(const std::filesystem::path& draft_dir) {
   const int64_t h = config_.hidden_size;
-  const pllm::safetensors::Checkpoint checkpoint(draft_dir);
+  const std::unique_ptr<llama::WeightSource> source = llama::open_weight_source(draft_dir, config_);
+  const llama::WeightSource& checkpoint = *source;
   std::vector<llama_cpu::WeightPart> parts;
   parts.push_back({"fc.weight", {h, 2 * h}, &fc_, 0});
   if (checkpoint.find("fc.bias")) parts.push_back({"fc.bias", {h}, &fc_bias_, 0});

@@ -266,8 +266,12 @@ TEST_CASE("byte sizes accept decimal and binary units", "[config]") {
 }
 
 TEST_CASE("the shipped configs are valid", "[config]") {
-  const HostConfig c = load_config(PAGEDLLM_SOURCE_DIR "/configs/serve.yaml");
+  const HostConfig serve = load_config(PAGEDLLM_SOURCE_DIR "/configs/serve.yaml");
+  CHECK(serve.model.plugin.plugin == "models_llama");
+  CHECK(serve.model.path.filename() == "SmolLM2-135M-Instruct.Q4_1.gguf");
+  const HostConfig c = load_config(PAGEDLLM_SOURCE_DIR "/configs/tiny.yaml");
   CHECK(c.model.plugin.plugin == "models_llama");
+  CHECK(c.model.path.filename() == "pagedllm-tiny");
   CHECK(c.attention.plugin == "attention_cpu");
   CHECK(c.model.path.is_absolute());
   const HostConfig cuda = load_config(PAGEDLLM_SOURCE_DIR "/configs/serve-cuda.yaml");

@@ -18,6 +18,7 @@ namespace {
 
 const std::string kHost = PAGEDLLM_BINARY_DIR "/bin/pagedllm-host";
 const std::string kServe = PAGEDLLM_SOURCE_DIR "/configs/serve.yaml";
+const std::string kTiny = PAGEDLLM_SOURCE_DIR "/configs/tiny.yaml";
 const std::string kFixtures = PAGEDLLM_FIXTURE_PLUGIN_DIR;
 const std::string kSdk = std::to_string(PLLM_SDK_VERSION_MAJOR) + "." + std::to_string(PLLM_SDK_VERSION_MINOR);
 
@@ -278,8 +279,8 @@ TEST_CASE("serve mode: a model that cannot be loaded, or a port in use, exits 1 
   CHECK_THAT(r.err, Contains("cannot bind 127.0.0.1:" + std::to_string(taken.local_endpoint().port())));
 }
 
-TEST_CASE("configs/serve.yaml: greedy output of the embedded model is deterministic and the same with both attention variants", "[host_cli]") {
-  const std::string generate = "--config '" + kServe + "' --prompt 'def fibonacci(n):' --max-tokens 48 --temperature 0";
+TEST_CASE("configs/tiny.yaml: greedy output of the embedded model is deterministic and the same with both attention variants", "[host_cli]") {
+  const std::string generate = "--config '" + kTiny + "' --prompt 'def fibonacci(n):' --max-tokens 48 --temperature 0";
   const auto first = run_command(host(generate));
   INFO(first.err);
   REQUIRE(first.exit_code == 0);

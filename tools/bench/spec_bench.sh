@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Speculative decoding benchmark on the CPU: the embedded model with its EAGLE-1
-# head (configs/eagle.yaml) and without (configs/serve.yaml), in one run:
+# head (configs/eagle.yaml) and without (configs/tiny.yaml), in one run:
 #   1. batch 1 through the one-shot CLI: 'def fibonacci(n):', 256 greedy tokens;
 #   2. pagedllm-bench against a server of each, at concurrency 1, 8 and 64 (64 prompt
 #      + 128 greedy output tokens), with two kinds of prompts: "random", tokens of
@@ -25,7 +25,7 @@ rm -f "$out"/cli-*.txt "$out"/plain-*-c*-r*.* "$out"/eagle-*-c*-r*.*
 order() {  # order REPEAT: the two configurations, their order alternating
   if ((${1} % 2 == 0)); then echo "eagle plain"; else echo "plain eagle"; fi
 }
-config_of() { if [[ $1 == eagle ]]; then echo configs/eagle.yaml; else echo configs/serve.yaml; fi; }
+config_of() { if [[ $1 == eagle ]]; then echo configs/eagle.yaml; else echo configs/tiny.yaml; fi; }
 eagle_set=()
 for setting in ${EAGLE_SET:-}; do eagle_set+=(--set "$setting"); done
 overrides_of() { if [[ $1 == eagle ]]; then echo "${eagle_set[@]}"; fi; }

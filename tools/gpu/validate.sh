@@ -23,7 +23,7 @@
 #   - pagedllm-attn-bench runs side B on a GPU with `--device-b cuda:0`. The stage
 #     reads `pagedllm-attn-bench --help` first; without that flag it is marked FAIL
 #     ("no --device-b") and nothing is run.
-#   - configs/serve-cuda.yaml is configs/serve.yaml on cuda:0 with attention_cuda and
+#   - configs/serve-cuda.yaml is configs/tiny.yaml on cuda:0 with attention_cuda and
 #     dtype f32, so greedy outputs must be equal.
 #   - configs/eagle-cuda.yaml is serve-cuda.yaml plus a speculative: section
 #     (spec_eagle), so its greedy output must equal serve-cuda.yaml's (test_speculative_greedy_cuda
@@ -234,7 +234,7 @@ e2e_stage() {
   [[ -x $BUILD/bin/pagedllm-host ]] || { echo "$BUILD/bin/pagedllm-host not built"; return 1; }
   : >"$OUT/e2e.log"
   local equal
-  equal=$(compare_greedy cpu configs/serve.yaml gpu configs/serve-cuda.yaml)
+  equal=$(compare_greedy cpu configs/tiny.yaml gpu configs/serve-cuda.yaml)
   echo "$equal of ${#PROMPTS[@]} prompts: GPU greedy text equals the CPU's (64 tokens each; e2e.log)"
   ((equal == ${#PROMPTS[@]}))
 }

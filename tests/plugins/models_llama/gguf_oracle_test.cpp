@@ -1,0 +1,201 @@
+// GGUF files through pagedllm against llama.cpp (llama-cpp-python, tools/testing/gguf_oracle.py):
+// the tokenizer built from the file's metadata (core/tokenizer/gguf_vocabulary.h) gives
+// llama.cpp's token ids, and models_llama (loading the file: renamed tensors, q/k
+// un-permuted, dequantized to f16 by model.dtype auto) over a paged attention_cpu cache
+// gives llama.cpp's logits at every position of a prompt and its greedy continuation,
+// decoded step by step here. Files: SmolLM2-135M-Instruct Q4_1 (the default model,
+// scripts/setup.sh) and three random models gguf_oracle.py writes with the gguf package
+// as llama.cpp's converter would (F16 with its own output.weight and llama3 rope_freqs,
+// pre-tokenizer gpt-2; Q8_0 with tied embeddings, pre-tokenizer llama-bpe; a
+// SentencePiece vocabulary with BF16 embeddings and Q4_0 matrices); and files the
+// loader must refuse.
+//
+// Tolerance per tensor type. Both sides start from the same stored weights, and the
+// dequantization is bit-equal to gguf-py's (tests/sdk/gguf_test.cpp). The differences are
+// llama.cpp's: its CPU dot products round the activations to the weight type's vec_dot
+// type first, while pagedllm keeps activations in f32 over weights dequantized exactly
+// and rounded to f16 (model.dtype auto; a relative 2^-12 per weight, below the rest):
+//   F16 weights: activations rounded to f16 (relative 2^-11 per element);
+//   BF16 weights: activations rounded to bf16 (2^-8);
+//   Q8_0 / Q4_0 weights: activations quantized to Q8_0 (32-element blocks, step
+//     max|x| / 127: for the tied lm_head of the Q8_0 file, rows of norm ~8 and
+//     normed activations up to ~3.5, an rms error of 3.5/127/sqrt(12) * 8 = 0.064
+//     per logit, ~0.3 at the extremes of 12,000 logits);
+//   Q4_1 weights: activations quantized to Q8_1 (the same step), over 30 layers.
+// Worst |logit difference| measured over every position of prompt and greedy tokens
+// (printed by each case), and the bounds, about twice that:
+//   F16 random model          0.0062  (|logits| <= 14)   atol 0.02
+//   Q8_0 random model         0.33    (|logits| <= 63)   atol 0.6
+//   BF16 + Q4_0 random model  0.12    (|logits| <= 15)   atol 0.25
+//   SmolLM2-135M Q4_1         1.22    (|logits| <= 33)   atol 2.5
+// The loader's errors are far larger: without the q/k un-permutation the Q8_0 file's
+// logits move by 17 and SmolLM2's by 13 with its first greedy token wrong, and the F16
+// file's greedy tokens diverge (checked while writing this). Greedy tokens must be
+// equal; a failure prints llama.cpp's gap between its best two logits at that step.
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/tokenizer/tokenizer.h"
+#include "tests/plugins/models_llama/llama_harness.h"
+
+using namespace llama_test;
+
+namespace {
+
+const std::vector<std::string> kTexts = {
+    "",
+    "Hello, world!",
+    "  leading spaces, and trailing  ",
+    "don't won't I'm they're we've you'll he'd DON'T",
+    "numbers 1 12 123 1234 12345 3.14159 2026-11-25",
+    "tabs\tand\nnewlines\n\n  indented\r\nwindows line",
+    "Ünïcödé: café, naïve, 中文字符, emoji 🙂👍, Ελληνικά",
+    "def fibonacci(n):\n    return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "<|im_start|>special tokens written as text<|im_end|>",
+};
+const std::string kPrompt = "The paged KV cache holds the keys and values of";
+constexpr int kGreedyTokens = 12;
+
+std::filesystem::path smollm2_file() {
+  const std::filesystem::path path = PAGEDLLM_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(path)) FAIL(path.string() << " is missing: run scripts/setup.sh");
+  return path;
+}
+
+const std::string kScript = PAGEDLLM_SOURCE_DIR "/tools/testing/gguf_oracle.py";
+
+// The random models gguf_oracle.py writes, once per process.
+const TempDir& tiny_files() {
+  static const TempDir dir;
+  static bool made = false;
+  if (!made) {
+    pagedllm::testing::require_python_modules("llama_cpp, gguf, tokenizers, sentencepiece, numpy");
+    const auto r = run_command(std::string(kPython) + " " + kScript + " make " + quote(dir.path().string()));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    made = true;
+  }
+  return dir;
+}
+
+// llama.cpp's answers for `file`.
+nlohmann::json oracle_for(const std::filesystem::path& file) {
+  pagedllm::testing::require_python_modules("llama_cpp, gguf, tokenizers, sentencepiece, numpy");
+  const TempDir io;
+  const nlohmann::json request = {
+      {"files",
+       {{{"path", file.string()}, {"texts", kTexts}, {"prompt", kPrompt}, {"greedy_tokens", kGreedyTokens}}}}};
+  const auto in = io.path() / "request.json", out = io.path() / "answer.json";
+  std::ofstream(in) << request.dump();
+  const auto r =
+      run_command(std::string(kPython) + " " + kScript + " run " + quote(in.string()) + " " + quote(out.string()));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::ifstream answer(out);
+  return nlohmann::json::parse(answer)["files"][0];
+}
+
+void check_tokenizer(const nlohmann::json& expected) {
+  const std::string path = expected["path"];
+  const auto tokenizer = pagedllm::tokenizer::Tokenizer::from_gguf(path);
+  CHECK(tokenizer.config().chat_template.has_value());
+  for (std::size_t i = 0; i < kTexts.size(); ++i) {
+    INFO("text " << i << ": " << kTexts[i]);
+    const std::vector<int32_t> want = expected["text_ids"][i];
+    const std::vector<int32_t> got = tokenizer.encode(kTexts[i], true, false);
+    CHECK(got == want);
+    CHECK(tokenizer.decode(got, true) == kTexts[i]);
+  }
+}
+
+void check_model(const nlohmann::json& expected, Tolerance tolerance) {
+  const std::vector<int32_t> prompt = expected["prompt_ids"];
+  const std::vector<int32_t> greedy = expected["greedy"];
+  const std::vector<double> gaps = expected["greedy_gaps"];
+  const std::vector<std::vector<double>> logits = expected["logits"];
+  PagedRunner runner(expected["path"].get<std::string>(), R"({"num_threads": 2})", R"({"variant": "optimized"})", 4,
+                     96);
+  runner.add_sequence(prompt);
+  Mismatch mismatch;
+  PagedRunner::Step step = runner.step({{0, int32_t(prompt.size())}});
+  for (std::size_t p = 0; p < prompt.size(); ++p) mismatch.add(step.logits[p], logits[p], tolerance);
+  int compared = 0;
+  for (std::size_t i = 0; i < greedy.size(); ++i) {
+    const std::vector<float>& last = step.logits.back();
+    const int32_t token = int32_t(std::max_element(last.begin(), last.end()) - last.begin());
+    INFO("greedy step " << i << ": llama.cpp's best two logits are " << gaps[i] << " apart");
+    REQUIRE(token == greedy[i]);
+    ++compared;
+    runner.append_token(0, token);
+    step = runner.step({{0, 1}});
+    mismatch.add(step.logits[0], logits[prompt.size() + i], tolerance);
+  }
+  double largest = 0.0;
+  for (const std::vector<double>& row : logits) {
+    for (double v : row) largest = std::max(largest, std::abs(v));
+  }
+  WARN(expected["path"].get<std::string>() << ": " << compared << " greedy tokens equal; worst logits |err| "
+                                           << mismatch.worst_abs << " (ratio to tolerance " << mismatch.worst_ratio
+                                           << "), largest |logit| " << largest);
+  CHECK(compared == kGreedyTokens);
+  CHECK(mismatch.worst_ratio <= 1.0);
+}
+
+}  // namespace
+
+TEST_CASE("gguf: F16 random model (gpt-2 pre-tokenizer, llama3 rope_freqs) equals llama.cpp", "[gguf][llama_cpp]") {
+  const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-f16.gguf");
+  check_tokenizer(expected);
+  check_model(expected, {0.02, 0.0});
+}
+
+TEST_CASE("gguf: Q8_0 random model (llama-bpe pre-tokenizer, tied embeddings) equals llama.cpp",
+          "[gguf][llama_cpp]") {
+  const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-q8_0.gguf");
+  check_tokenizer(expected);
+  check_model(expected, {0.6, 0.0});
+}
+
+TEST_CASE("gguf: SmolLM2-135M-Instruct Q4_1 (the default model) equals llama.cpp", "[gguf][llama_cpp]") {
+  const nlohmann::json expected = oracle_for(smollm2_file());
+  check_tokenizer(expected);
+  check_model(expected, {2.5, 0.0});
+}
+
+TEST_CASE("gguf: SentencePiece random model (llama vocabulary, BF16 embedding, Q4_0) equals llama.cpp",
+          "[gguf][llama_cpp]") {
+  const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-spm.gguf");
+  check_tokenizer(expected);
+  check_model(expected, {0.25, 0.0});
+}
+
+TEST_CASE("gguf: files the loader refuses, each error naming the file and what is wrong", "[gguf]") {
+  const std::filesystem::path dir = tiny_files().path();
+  const auto create_error = [](const std::filesystem::path& file) -> std::string {
+    try {
+      Model model(file);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "(created)";
+  };
+  using Catch::Matchers::Contains;
+  CHECK_THAT(create_error(dir / "bad-arch.gguf"),
+             Contains("bad-arch.gguf: metadata 'general.architecture' is \"qwen2\"; models_llama loads llama only"));
+  CHECK_THAT(create_error(dir / "bad-missing.gguf"),
+             Contains("bad-missing.gguf: tensor 'blk.1.ffn_up.weight' (model.layers.1.mlp.up_proj.weight) is missing"));
+  CHECK_THAT(create_error(dir / "bad-q5_0.gguf"),
+             Contains("bad-q5_0.gguf: tensor 'token_embd.weight' (model.embed_tokens.weight) is Q5_0, which is not "
+                      "dequantized"));
+  CHECK_THROWS_WITH(pagedllm::tokenizer::Tokenizer::from_gguf((dir / "bad-pre.gguf").string()),
+                    Contains("bad-pre.gguf: metadata 'tokenizer.ggml.pre' is \"no-such-pre\"; supported: gpt-2"));
+}
