@@ -4,6 +4,7 @@
 // llama_model.h, the CUDA one plugins/llama_cuda (built with CUDA only).
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "pagedllm/sdk.hpp"
@@ -23,10 +24,18 @@ class LlamaPlugin : public pllm::ModelPlugin {
  public:
   struct Options {
     int32_t num_threads = 0;  // 0 = one per hardware thread
+    std::string quantization = "none";
     static Options parse(pllm::OptionReader& reader) {
       Options o;
       o.num_threads = reader.get_in_range<int32_t>("num_threads", 0, 0, 1024);
+      o.quantization =
+          reader.get_choice("quantization", "none", {"none", "int8", "int8_w8a8", "int8_weight_only"});
       return o;
+    }
+    // int8 is the faster of the two int8 modes here (docs/benchmarks.md).
+    std::optional<llama_cpu::Int8Compute> int8_compute() const {
+      if (quantization == "none") return std::nullopt;
+      return quantization == "int8_weight_only" ? llama_cpu::Int8Compute::kWeightOnly : llama_cpu::Int8Compute::kW8A8;
     }
   };
 
@@ -67,6 +76,11 @@ class LlamaPlugin : public pllm::ModelPlugin {
  private:
   static std::unique_ptr<llama::LlamaForward> load(const Options& options, const pllm_model_create_args& args) {
     const int num_threads = plugins::resolve_num_threads(options.num_threads);
+    if (options.int8_compute() && args.device.type != PLLM_DEVICE_CPU) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: quantization " + options.quantization +
+                                                    " runs on the CPU only (device type " +
+                                                    std::to_string(int(args.device.type)) + ")");
+    }
     if (args.device.type == PLLM_DEVICE_CUDA) {
 #ifdef PAGEDLLM_HAVE_CUDA
       return llama_cuda::load_cuda_llama(args.model_path, args.device.index, args.dtype, num_threads);
@@ -86,7 +100,7 @@ class LlamaPlugin : public pllm::ModelPlugin {
                                                             "f16 (activations in f32); model dtype ") +
                                                     dtype_name(args.dtype) + " is not supported");
     }
-    return std::make_unique<LlamaModel>(args.model_path, num_threads, args.dtype);
+    return std::make_unique<LlamaModel>(args.model_path, num_threads, args.dtype, options.int8_compute());
   }
 
   std::unique_ptr<llama::LlamaForward> model_;
@@ -97,5 +111,5 @@ class LlamaPlugin : public pllm::ModelPlugin {
 }  // namespace pagedllm::models_llama
 
 PAGEDLLM_PLUGIN(pagedllm::models_llama::LlamaPlugin, "models_llama", "0.3.0",
-                "Llama-family models (HF LlamaForCausalLM): CPU (f32/bf16/f16 weights, f32 activations) or CUDA (f32/f16/bf16, cuBLAS), "
-                "paged attention via the backend")
+                "Llama-family models (HF LlamaForCausalLM): CPU (f32/bf16/f16 or int8 weights, f32 activations) or "
+                "CUDA (f32/f16/bf16, cuBLAS), paged attention via the backend")
