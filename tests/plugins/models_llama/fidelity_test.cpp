@@ -102,25 +102,36 @@ void run_mixed(const std::filesystem::path& model, uint32_t seed) {
 constexpr Tolerance kW8A8LogitsTolerance{1.0, 0.0};
 constexpr Tolerance kW8A8HiddenTolerance{0.45, 0.0};
 
-// The int8 model of `model` (quantization `mode`) against the oracle on the
-// numpy quantization of the checkpoint, over the mixed steps.
-void run_int8(const std::filesystem::path& model, const char* mode, Tolerance logits_tol, Tolerance hidden_tol) {
+// The int8 models of `model` (weight-only, then W8A8) against one oracle run
+// on the numpy quantization of the checkpoint, over the mixed steps.
+void run_int8(const std::filesystem::path& model) {
   TempDir quantized;
   const auto r = run_command(std::string(kPython) + " " PAGEDLLM_SOURCE_DIR
                              "/tools/testing/quantize_int8_checkpoint.py " + quote(model.string()) + " " +
                              quote(quantized.path().string()));
   REQUIRE(r.exit_code == 0);
   std::vector<std::vector<int32_t>> sequences;
-  for (std::size_t i = 0; i < kMixedLengths.size(); ++i) sequences.push_back(random_tokens(kMixedLengths[i], 40 + i));
+  for (std::size_t i = 0; i < kMixedLengths.size(); ++i) {
+    sequences.push_back(random_tokens(kMixedLengths[i], uint32_t(40 + i)));
+  }
   const OracleOutput oracle = oracle_logits(quantized.path(), sequences);
-  for (const char* threads : {"1", "3"}) {
-    INFO(mode << ", " << threads << " model threads");
-    PagedRunner runner(model, std::string(R"({"quantization": ")") + mode + R"(", "num_threads": )" + threads + "}",
-                       R"({"variant": "optimized"})");
-    for (const auto& s : sequences) runner.add_sequence(s);
-    Checker checker{oracle, logits_tol, hidden_tol};
-    for (const auto& step : kMixedSteps) checker.check_all(runner.step(step));
-    checker.require_within_tolerance();
+  struct Mode {
+    const char* quantization;
+    Tolerance logits, hidden;
+  };
+  for (const Mode& mode : {Mode{"int8_weight_only", kLogitsTolerance, kHiddenTolerance},
+                           Mode{"int8", kW8A8LogitsTolerance, kW8A8HiddenTolerance}}) {
+    for (const char* threads : {"1", "3"}) {
+      INFO(mode.quantization << ", " << threads << " model threads");
+      PagedRunner runner(model,
+                         std::string(R"({"quantization": ")") + mode.quantization + R"(", "num_threads": )" +
+                             threads + "}",
+                         R"({"variant": "optimized"})");
+      for (const auto& s : sequences) runner.add_sequence(s);
+      Checker checker{oracle, mode.logits, mode.hidden};
+      for (const auto& step : kMixedSteps) checker.check_all(runner.step(step));
+      checker.require_within_tolerance();
+    }
   }
 }
 
@@ -133,8 +144,7 @@ TEST_CASE("models_llama: int8 quantization matches the oracle on the numpy-quant
     INFO(args);
     TempDir dir;
     make_model(dir.path(), args);
-    run_int8(dir.path(), "int8_weight_only", kLogitsTolerance, kHiddenTolerance);
-    run_int8(dir.path(), "int8", kW8A8LogitsTolerance, kW8A8HiddenTolerance);
+    run_int8(dir.path());
   }
 }
 
