@@ -10,6 +10,7 @@
 #include "pagedllm/sdk.hpp"
 #include "plugins/common/thread_pool.h"
 #include "plugins/common/dtype_name.h"
+#include "plugins/llama_cpu/cpu_isa.h"
 #include "plugins/models_llama/llama_model.h"
 #ifdef PAGEDLLM_HAVE_CUDA
 #include "plugins/llama_cuda/cuda_llama_model.h"
@@ -32,10 +33,15 @@ class LlamaPlugin : public pllm::ModelPlugin {
           reader.get_choice("quantization", "none", {"none", "int8", "int8_w8a8", "int8_weight_only"});
       return o;
     }
-    // int8 is the faster of the two int8 modes here (docs/benchmarks.md).
+    // int8: W8A8 where the CPU has VNNI (1.8-4x bf16 at decode, 4-9x at 64+
+    // rows), else weight-only (W8A8's portable integer loop is 5-30x slower
+    // than bf16; docs/benchmarks.md).
     std::optional<llama_cpu::Int8Compute> int8_compute() const {
       if (quantization == "none") return std::nullopt;
-      return quantization == "int8_weight_only" ? llama_cpu::Int8Compute::kWeightOnly : llama_cpu::Int8Compute::kW8A8;
+      if (quantization == "int8_weight_only") return llama_cpu::Int8Compute::kWeightOnly;
+      if (quantization == "int8_w8a8") return llama_cpu::Int8Compute::kW8A8;
+      return llama_cpu::active_isa() >= llama_cpu::Isa::kAvx512Vnni ? llama_cpu::Int8Compute::kW8A8
+                                                                     : llama_cpu::Int8Compute::kWeightOnly;
     }
   };
 

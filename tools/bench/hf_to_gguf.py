@@ -5,7 +5,8 @@ file for llama.cpp, through the gguf package: what tools/bench/peers.sh feeds ll
 
 q_proj / k_proj rows are permuted as llama.cpp's convert_hf_to_gguf.py does (each head's rotate-half pairs
 interleaved, its RoPE being the GPT-J style one); norms stay f32; f16 / q8_0 apply to the 2-D matrices
-(q8_0 through gguf.quants; rows not a multiple of 32 wide stay f16, as llama.cpp's converter does). The vocabulary is the tokenizer's, padded with unused tokens to vocab_size.
+(q8_0 through gguf.quants; rows not a multiple of 32 wide stay f16, as llama.cpp's converter does). The
+vocabulary is the tokenizer's, padded with unused tokens to vocab_size.
 """
 import argparse
 import json
@@ -111,7 +112,7 @@ def main():
             value = permute(value, heads, kv_heads)
         if value.ndim == 1 or args.type == "f32":
             writer.add_tensor(name, np.ascontiguousarray(value, dtype=np.float32))
-        elif args.type == "f16" or value.shape[-1] % 32:  # q8_0 blocks are 32 wide (llama.cpp: f16 fallback too)
+        elif args.type == "f16" or value.shape[-1] % 32:  # q8_0 blocks are 32 wide (llama.cpp falls back too)
             writer.add_tensor(name, np.ascontiguousarray(value, dtype=np.float16))
         else:
             qtype = gguf.GGMLQuantizationType.Q8_0
