@@ -132,7 +132,8 @@ run_llamacpp() {
   for type in f16 q8_0; do
     echo "llamacpp-$type one-stream load $(load)"
     nice -n 10 "$PEERS_DIR/venv-llamacpp/bin/python" "$ROOT/tools/bench/peers_llamacpp.py" \
-      "$PEERS_DIR/model-$type.gguf" --threads "$THREADS" --prefill 512 --decode 128 --output "$RESULTS/llamacpp-$type-1.json"
+      "$PEERS_DIR/model-$type.gguf" --threads "$THREADS" --prefill 512 --decode 128 \
+      --output "$RESULTS/llamacpp-$type-1.json"
   done
 }
 
