@@ -23,7 +23,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
-    model = LlamaForCausalLM.from_pretrained(args.model, torch_dtype=dtype).eval()
+    model = LlamaForCausalLM.from_pretrained(args.model, dtype=dtype).eval()
     gen = torch.Generator().manual_seed(1)
     prompt = torch.randint(16, model.config.vocab_size, (1, args.prefill), generator=gen)
     load_start = os.getloadavg()
