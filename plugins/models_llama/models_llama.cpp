@@ -33,9 +33,9 @@ class LlamaPlugin : public pllm::ModelPlugin {
           reader.get_choice("quantization", "none", {"none", "int8", "int8_w8a8", "int8_weight_only"});
       return o;
     }
-    // int8: W8A8 where the CPU has VNNI (1.8-4x bf16 at decode, 4-9x at 64+
-    // rows), else weight-only (W8A8's portable integer loop is 5-30x slower
-    // than bf16; docs/benchmarks.md).
+    // int8: W8A8 where the CPU has VNNI (2.1-3.8x bf16 at decode, 3.7-4.5x
+    // at 64+ rows), else weight-only (W8A8's portable integer loop is no
+    // faster than it past one row; docs/benchmarks.md).
     std::optional<llama_cpu::Int8Compute> int8_compute() const {
       if (quantization == "none") return std::nullopt;
       if (quantization == "int8_weight_only") return llama_cpu::Int8Compute::kWeightOnly;
