@@ -10,7 +10,7 @@
 namespace pagedllm::llama_cpu {
 namespace {
 
-constexpr Isa kAll[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16};
+constexpr Isa kAll[] = {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16};
 
 Isa detect() {
   __builtin_cpu_init();
@@ -18,7 +18,9 @@ Isa detect() {
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-  if (avx512 && __builtin_cpu_supports("avx512bf16")) return Isa::kAvx512Bf16;
+  const bool vnni = avx512 && __builtin_cpu_supports("avx512vnni");
+  if (vnni && __builtin_cpu_supports("avx512bf16")) return Isa::kAvx512Bf16;
+  if (vnni) return Isa::kAvx512Vnni;
   if (avx512) return Isa::kAvx512;
   return avx2 ? Isa::kAvx2 : Isa::kScalar;
 }
@@ -28,7 +30,7 @@ Isa cap_from_env() {
   if (!value || !*value) return kDefaultCap;
   if (const std::optional<Isa> isa = parse_isa(value)) return *isa;
   throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string("PAGEDLLM_CPU_ISA='") + value +
-                                                     "' is not one of scalar, avx2, avx512, avx512bf16");
+                                                     "' is not one of scalar, avx2, avx512, avx512vnni, avx512bf16");
 }
 
 // -1: not decided yet (read PAGEDLLM_CPU_ISA at the first use).
@@ -41,6 +43,7 @@ const char* isa_name(Isa isa) {
     case Isa::kScalar: return "scalar";
     case Isa::kAvx2: return "avx2";
     case Isa::kAvx512: return "avx512";
+    case Isa::kAvx512Vnni: return "avx512vnni";
     case Isa::kAvx512Bf16: return "avx512bf16";
   }
   return "unknown";

@@ -6,11 +6,14 @@
 //   scalar      baseline x86-64 (SSE2); f16 widened one element at a time
 //   avx2        AVX2 + FMA + F16C (vcvtph2ps)
 //   avx512      AVX-512 F/BW/VL/DQ + FMA + F16C
-//   avx512bf16  avx512 + AVX512-BF16: bf16 weights through vdpbf16ps
+//   avx512vnni  avx512 + AVX512-VNNI: int8 weights with int8 activations
+//               (quantization: int8_w8a8) through vpdpbusd
+//   avx512bf16  avx512vnni + AVX512-BF16: bf16 weights through vdpbf16ps
+//               (every CPU with AVX512-BF16 also has VNNI)
 //
 // PAGEDLLM_CPU_ISA=<name> (read once, at the first use) caps the level: the
 // kernels used are those of min(cap, what the CPU has). An unknown name is an
-// error naming the variable and the choices. Without it the cap is avx512:
+// error naming the variable and the choices. Without it the cap is avx512vnni:
 // the exact vdpbf16ps kernel (three bf16 parts per activation) measured
 // slower than widening bf16 in registers (docs/benchmarks.md), so
 // avx512bf16 is opt-in.
@@ -20,8 +23,8 @@
 
 namespace pagedllm::llama_cpu {
 
-enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Bf16 = 3 };
-inline constexpr Isa kDefaultCap = Isa::kAvx512;
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAvx512Bf16 = 4 };
+inline constexpr Isa kDefaultCap = Isa::kAvx512Vnni;
 
 const char* isa_name(Isa isa);
 // The name's level, or nullopt for an unknown name.

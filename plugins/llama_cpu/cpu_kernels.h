@@ -45,8 +45,25 @@ constexpr int64_t kDotRowsMaxRows = 16;
 // threads. Up to kDotRowsMaxRows rows each slice runs the kernel above of the
 // instruction set active_isa() picks (cpu_isa.h); past that, single-threaded
 // OpenBLAS sgemm, on tiles of 16-bit weights widened to f32 first.
+//
+// int8 weights (weights.h), weight-only: the same, the int8 values widened to
+// f32 and each output multiplied by its column's scale (past kDotRowsMaxRows:
+// tiles dequantized to q * s in f32 for SGEMM). W8A8: the rows of a are
+// quantized first (quantize_activations_u8), then out = (f32(sum_i q_a q_w) *
+// s_a[row]) * s_w[col] with an exact integer dot product at any row count
+// (vpdpbusd on avx512vnni and above; plain integer loops below it, same
+// result); k at most kW8A8MaxK.
 void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k, float* out,
             int64_t ldc, bool accumulate);
+inline constexpr int64_t kW8A8MaxK = 133143;  // k 127^2 < 2^31
+
+// The W8A8 activation quantization, per row r of k floats: s[r] = max |a| / 127
+// and q[r, i] = rint(a[r, i] * (127 / max |a|)) + 128 in [1, 255] (f32
+// arithmetic, round half to even; an all-zero row: s = 0, q = 128), the row
+// padded with 128 (q = 0) from k to ldq bytes.
+void quantize_activations_u8(const float* a, int64_t lda, int64_t m, int64_t k, uint8_t* q, int64_t ldq,
+                             float* scales);
+
 // The same on f32 weights.
 void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, const float* w, int64_t n, int64_t k, float* out,
             int64_t ldc, bool accumulate);

@@ -35,6 +35,10 @@ struct DecoderLayerWeights {
   void set_matrix_dtype(pllm_dtype dtype) {
     for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_dtype(dtype);
   }
+  // Quantizes the matrices to int8 at load instead (quantization: int8_*).
+  void set_matrix_int8(Int8Compute compute) {
+    for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_int8(compute);
+  }
   std::size_t bytes() const {
     return input_norm.bytes() + qkv.bytes() + o.bytes() + post_norm.bytes() + gate_up.bytes() + down.bytes();
   }

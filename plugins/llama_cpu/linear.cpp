@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -36,14 +37,23 @@ struct Bf16 {
 struct F16 {
   uint16_t bits;
 };
+// int8 weights (weight-only: the scales are passed next to them).
+struct I8 {
+  int8_t q;
+};
 
 // One level's entry points.
 struct Kernels {
   void (*dot_rows_f32)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, bool);
   void (*dot_rows_bf16)(const float*, int64_t, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool);
   void (*dot_rows_f16)(const float*, int64_t, int64_t, const F16*, int64_t, int64_t, float*, int64_t, bool);
+  void (*dot_rows_i8)(const float*, int64_t, int64_t, const I8*, const float*, int64_t, int64_t, float*, int64_t,
+                      bool);
+  void (*dot_rows_w8a8)(const uint8_t*, int64_t, const float*, int64_t, const int8_t*, const float*, const int32_t*,
+                        int64_t, int64_t, float*, int64_t, bool);
   void (*widen_bf16)(const Bf16*, int64_t, float*);
   void (*widen_f16)(const F16*, int64_t, float*);
+  void (*widen_i8)(const I8*, const float*, int64_t, int64_t, float*);
 };
 
 namespace isa_scalar {
@@ -67,7 +77,15 @@ namespace isa_avx512 {
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx512bf16,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#pragma GCC target("avx512vnni,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#define LINEAR_ISA_VNNI
+namespace isa_avx512vnni {
+#include "plugins/llama_cpu/linear_kernels.inc"
+}  // namespace isa_avx512vnni
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512bf16,avx512vnni,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
 #define LINEAR_ISA_BF16
 namespace isa_avx512bf16 {
 #include "plugins/llama_cpu/linear_kernels.inc"
@@ -75,6 +93,7 @@ namespace isa_avx512bf16 {
 #pragma GCC pop_options
 #undef LINEAR_ISA_F16C
 #undef LINEAR_ISA_AVX512
+#undef LINEAR_ISA_VNNI
 #undef LINEAR_ISA_BF16
 
 const Kernels& kernels(Isa isa) {
@@ -82,6 +101,7 @@ const Kernels& kernels(Isa isa) {
     case Isa::kScalar: return isa_scalar::kKernels;
     case Isa::kAvx2: return isa_avx2::kKernels;
     case Isa::kAvx512: return isa_avx512::kKernels;
+    case Isa::kAvx512Vnni: return isa_avx512vnni::kKernels;
     case Isa::kAvx512Bf16: return isa_avx512bf16::kKernels;
   }
   return isa_scalar::kKernels;
@@ -105,10 +125,34 @@ void gemm_widened(void (*widen)(const W*, int64_t, float*), const float* a, int6
   }
 }
 
+// More than kDotRowsMaxRows rows of int8 weights (weight-only): SGEMM over
+// tiles dequantized to f32 as gemm_widened does.
+void gemm_dequantized(const Kernels& kern, const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k,
+                      float* out, int64_t ldc, bool accumulate) {
+  thread_local Buffer tile_buf;
+  const int64_t tile = std::max<int64_t>(64, ((int64_t(1) << 18) / k + 15) / 16 * 16);
+  float* tile_f32 = tile_buf.reserve(std::size_t(std::min(tile, n) * k));
+  const auto* q = static_cast<const I8*>(w.data);
+  for (int64_t j = 0; j < n; j += tile) {
+    const int64_t cols = std::min(tile, n - j);
+    kern.widen_i8(q + j * k, w.scales + j, cols, k, tile_f32);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(cols), int(k), 1.0f, a, int(lda), tile_f32,
+                int(k), accumulate ? 1.0f : 0.0f, out + j, int(ldc));
+  }
+}
+
+// The activations of a W8A8 product, quantized once per linear() call.
+struct QuantizedRows {
+  const uint8_t* data;
+  int64_t ldq;
+  const float* scales;
+};
+
 // One column slice [n0, n0 + cols) of linear().
-void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n0, int64_t cols,
-                  int64_t k, float* out, int64_t ldc, bool accumulate) {
-  const void* ws = w.rows_from(n0, k).data;
+void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, const QuantizedRows& qa, WeightsRef w,
+                  int64_t n0, int64_t cols, int64_t k, float* out, int64_t ldc, bool accumulate) {
+  const WeightsRef slice = w.rows_from(n0, k);
+  const void* ws = slice.data;
   float* o = out + n0;
   const bool few = m <= kDotRowsMaxRows;
   switch (w.dtype) {
@@ -134,11 +178,20 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, W
         gemm_widened(kern.widen_f16, a, lda, m, static_cast<const F16*>(ws), cols, k, o, ldc, accumulate);
       }
       return;
+    case PLLM_DTYPE_I8:
+      if (w.int8_compute == Int8Compute::kW8A8) {
+        kern.dot_rows_w8a8(qa.data, qa.ldq, qa.scales, m, static_cast<const int8_t*>(ws), slice.scales,
+                           slice.row_sums, cols, k, o, ldc, accumulate);
+      } else if (few) {
+        kern.dot_rows_i8(a, lda, m, static_cast<const I8*>(ws), slice.scales, cols, k, o, ldc, accumulate);
+      } else {
+        gemm_dequantized(kern, a, lda, m, slice, cols, k, o, ldc, accumulate);
+      }
+      return;
     case PLLM_DTYPE_INVALID:
     case PLLM_DTYPE_I32:
     case PLLM_DTYPE_I64:
     case PLLM_DTYPE_U8:
-    case PLLM_DTYPE_I8:
       break;
   }
   throw pllm::Error(PLLM_ERROR_INTERNAL, "llama_cpu: linear() on weights of dtype " + std::to_string(int(w.dtype)));
@@ -146,10 +199,42 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, W
 
 }  // namespace
 
+void quantize_activations_u8(const float* a, int64_t lda, int64_t m, int64_t k, uint8_t* q, int64_t ldq,
+                             float* scales) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* ar = a + r * lda;
+    uint8_t* qr = q + r * ldq;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::abs(ar[i]));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int64_t i = 0; i < k; ++i) {
+      const float v = std::clamp(std::nearbyint(ar[i] * inv), -127.0f, 127.0f);
+      qr[i] = uint8_t(int(v) + 128);
+    }
+    std::memset(qr + k, 128, std::size_t(ldq - k));
+    scales[r] = amax / 127.0f;
+  }
+}
+
 void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k, float* out,
             int64_t ldc, bool accumulate) {
   if (m <= 0 || n <= 0) return;
   const Kernels& kern = kernels(active_isa());
+  const bool w8a8 = w.dtype == PLLM_DTYPE_I8 && w.int8_compute == Int8Compute::kW8A8;
+  QuantizedRows qa{nullptr, 0, nullptr};
+  if (w8a8) {
+    if (k > kW8A8MaxK) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "llama_cpu: W8A8 product of width " + std::to_string(k) +
+                                                    " (at most " + std::to_string(kW8A8MaxK) + ")");
+    }
+    thread_local std::vector<uint8_t> q;
+    thread_local std::vector<float> scales;
+    const int64_t ldq = (k + 63) / 64 * 64;
+    q.resize(std::size_t(m * ldq));
+    scales.resize(std::size_t(m));
+    quantize_activations_u8(a, lda, m, k, q.data(), ldq, scales.data());
+    qa = {q.data(), ldq, scales.data()};
+  }
   // Column slices, 16-column multiples. Few rows (decode): the GEMM streams w
   // and each slice costs the same wherever it is cut, so two slices per thread
   // balance a thread slowed by a neighbour. Many rows (prefill): every slice
@@ -157,13 +242,15 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
   // the calling thread: waking the pool costs more than they do.
   constexpr int64_t kInlineMacs = int64_t(1) << 17;
   const int64_t threads = pool.size();
-  const int64_t target = threads == 1 || m * n * k < kInlineMacs ? 1 : (m <= kDotRowsMaxRows ? 2 * threads : threads);
+  // W8A8 never re-packs the activations: two slices per thread at any m.
+  const int64_t target =
+      threads == 1 || m * n * k < kInlineMacs ? 1 : (m <= kDotRowsMaxRows || w8a8 ? 2 * threads : threads);
   int64_t slice = (n + target - 1) / target;
   slice = std::max<int64_t>(64, (slice + 15) / 16 * 16);
   const int64_t slices = (n + slice - 1) / slice;
   pool.parallel_for(slices, [&](int64_t s, int) {
     const int64_t n0 = s * slice;
-    linear_slice(kern, a, lda, m, w, n0, std::min(slice, n - n0), k, out, ldc, accumulate);
+    linear_slice(kern, a, lda, m, qa, w, n0, std::min(slice, n - n0), k, out, ldc, accumulate);
   });
 }
 

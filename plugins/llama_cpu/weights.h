@@ -1,33 +1,63 @@
 #pragma once
 // Weight matrices of the CPU forward in their compute dtype: f32, bf16 or f16
-// (16-bit patterns). linear() reads bf16/f16 weights directly, widening them
-// exactly to f32 in registers, so a 16-bit model streams half the bytes of
-// its f32 widening per token. Norm weights are always f32.
+// (16-bit patterns), or int8 (quantization: int8*). linear() reads bf16/f16
+// weights directly, widening them exactly to f32 in registers, so a 16-bit
+// model streams half the bytes of its f32 widening per token. Norm weights are
+// always f32.
+//
+// int8 (PLLM_DTYPE_I8): symmetric, per output channel (row): row j holds
+// q[j, i] = rint(w[j, i] / s[j]) in [-127, 127] with s[j] = max_i |w[j, i]| / 127
+// (computed in double, stored as f32; an all-zero row has s = 0, q = 0), next to
+// s[j] and sum_i q[j, i] (the correction term of the W8A8 kernel's unsigned
+// activations, cpu_kernels.h). Its Int8Compute says how linear() multiplies it.
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <vector>
 
 #include "pagedllm/sdk.h"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
 
 namespace pagedllm::llama_cpu {
 
-inline std::size_t weight_dtype_size(pllm_dtype dtype) { return dtype == PLLM_DTYPE_F32 ? 4 : 2; }
+inline std::size_t weight_dtype_size(pllm_dtype dtype) {
+  return dtype == PLLM_DTYPE_F32 ? 4 : dtype == PLLM_DTYPE_I8 ? 1 : 2;
+}
+
+// How linear() multiplies int8 weights:
+//   kW8A8       activations quantized too (per row, dynamically: symmetric,
+//               max |a| / 127), integer dot products (vpdpbusd on
+//               avx512vnni), one f32 rescale per output
+//   kWeightOnly the int8 weights widened to f32 in registers, f32
+//               activations and accumulation, one rescale per output
+enum class Int8Compute { kW8A8, kWeightOnly };
 
 // A row-major [n, k] weight matrix (or any run of rows of one): its first
-// element and dtype (F32, BF16 or F16).
+// element and dtype (F32, BF16, F16 or I8; I8 with its per-row scales and sums).
 struct WeightsRef {
   const void* data = nullptr;
   pllm_dtype dtype = PLLM_DTYPE_F32;
+  const float* scales = nullptr;    // I8: s[row]
+  const int32_t* row_sums = nullptr;  // I8: sum of the row's q
+  Int8Compute int8_compute = Int8Compute::kW8A8;
 
   // The matrix from row `row` of width `k` on.
   WeightsRef rows_from(int64_t row, int64_t k) const {
-    return {static_cast<const std::byte*>(data) + std::size_t(row * k) * weight_dtype_size(dtype), dtype};
+    WeightsRef r = *this;
+    r.data = static_cast<const std::byte*>(data) + std::size_t(row * k) * weight_dtype_size(dtype);
+    if (scales) r.scales = scales + row;
+    if (row_sums) r.row_sums = row_sums + row;
+    return r;
   }
-  // Row `row` (width k) widened to f32 into dst (exact).
+  // Row `row` (width k) as f32 into dst (exact, except int8: q * s rounded to f32).
   void row_to_f32(int64_t row, int64_t k, float* dst) const {
+    if (dtype == PLLM_DTYPE_I8) {
+      const auto* q = static_cast<const int8_t*>(rows_from(row, k).data);
+      for (int64_t i = 0; i < k; ++i) dst[i] = float(q[i]) * scales[row];
+      return;
+    }
     pllm::to_f32(rows_from(row, k).data, dtype, dst, k);
   }
 };
@@ -41,17 +71,35 @@ class WeightStorage {
   pllm_dtype dtype() const { return dtype_; }
   // Only before resize(): the dtype the loader converts into.
   void set_dtype(pllm_dtype dtype) { dtype_ = dtype; }
-  void resize(std::size_t count) {
+  // Only before loading: int8 storage, multiplied the way `compute` says.
+  void set_int8(Int8Compute compute) {
+    dtype_ = PLLM_DTYPE_I8;
+    int8_compute_ = compute;
+  }
+  // `count` elements; int8: in rows of `width`, with a scale and sum per row.
+  void resize(std::size_t count, std::size_t width = 1) {
     data_.reset(static_cast<std::byte*>(::operator new[](count * weight_dtype_size(dtype_), std::align_val_t(64))));
     count_ = count;
+    if (dtype_ == PLLM_DTYPE_I8) {
+      scales_.assign(count / width, 0.0f);
+      row_sums_.assign(count / width, 0);
+    }
   }
   std::size_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
-  std::size_t bytes() const { return count_ * weight_dtype_size(dtype_); }
+  std::size_t bytes() const {
+    return count_ * weight_dtype_size(dtype_) + scales_.size() * (sizeof(float) + sizeof(int32_t));
+  }
 
   void* data() { return data_.get(); }
   const void* data() const { return data_.get(); }
-  WeightsRef ref() const { return {data_.get(), dtype_}; }
+  // int8: the per-row scales and sums (empty otherwise).
+  float* scales() { return scales_.data(); }
+  int32_t* row_sums() { return row_sums_.data(); }
+  WeightsRef ref() const {
+    if (dtype_ != PLLM_DTYPE_I8) return {data_.get(), dtype_};
+    return {data_.get(), dtype_, scales_.data(), row_sums_.data(), int8_compute_};
+  }
   // The f32 contents (norm weights); PLLM_DTYPE_F32 storage only.
   const float* f32() const { return reinterpret_cast<const float*>(data_.get()); }
 
@@ -60,8 +108,11 @@ class WeightStorage {
     void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(64)); }
   };
   pllm_dtype dtype_;
+  Int8Compute int8_compute_ = Int8Compute::kW8A8;
   std::unique_ptr<std::byte[], Free> data_;
   std::size_t count_ = 0;
+  std::vector<float> scales_;
+  std::vector<int32_t> row_sums_;
 };
 
 }  // namespace pagedllm::llama_cpu

@@ -18,10 +18,21 @@ namespace pagedllm::models_llama {
 using llama_cpu::host_tensor;
 using llama_cpu::WeightPart;
 
-LlamaModel::LlamaModel(const std::filesystem::path& model_dir, int num_threads, pllm_dtype weight_dtype)
+namespace {
+
+const char* quantization_name(const std::optional<llama_cpu::Int8Compute>& q) {
+  if (!q) return "none";
+  return *q == llama_cpu::Int8Compute::kW8A8 ? "int8_w8a8" : "int8_weight_only";
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const std::filesystem::path& model_dir, int num_threads, pllm_dtype weight_dtype,
+                       std::optional<llama_cpu::Int8Compute> quantization)
     : config_(LlamaConfig::load(model_dir, "models_llama")),
       pool_(num_threads),
-      inv_freq_(llama::rope_inv_freq(config_)) {
+      inv_freq_(llama::rope_inv_freq(config_)),
+      quantization_(quantization) {
   llama_cpu::use_single_threaded_blas();
   load_weights(model_dir, weight_dtype);
 }
@@ -39,7 +50,11 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype
   embed_.set_dtype(weight_dtype);
   lm_head_.set_dtype(weight_dtype);
   layers_.resize(std::size_t(c.num_layers));
-  for (llama_cpu::DecoderLayerWeights& layer : layers_) layer.set_matrix_dtype(weight_dtype);
+  for (llama_cpu::DecoderLayerWeights& layer : layers_) {
+    layer.set_matrix_dtype(weight_dtype);
+    if (quantization_) layer.set_matrix_int8(*quantization_);
+  }
+  if (quantization_) lm_head_.set_int8(*quantization_);
   const auto storage = [&](const llama::WeightSlot& slot) -> llama_cpu::WeightStorage& {
     if (slot.matrix == llama::Matrix::kEmbed) return embed_;
     if (slot.matrix == llama::Matrix::kNorm) return norm_;
@@ -50,25 +65,35 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype
   for (const llama::WeightSlot& slot : llama::model_slots(c)) {
     parts.push_back({slot.name, slot.shape, &storage(slot), slot.first_row});
   }
+  const std::size_t model_parts = parts.size();
+  if (quantization_ && c.tie_word_embeddings) {
+    // The int8 lm_head of a tied model: the embedding quantized, a copy of its own.
+    parts.push_back({"model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, &lm_head_, 0});
+  }
 
   const llama_cpu::LoadedWeights loaded = llama_cpu::load_weight_parts(checkpoint, parts, pool_);
   if (!loaded.unused.empty()) {
     pllm::log_info("models_llama: ignoring checkpoint tensors ", llama::join_names(loaded.unused),
                    c.tie_word_embeddings ? " (lm_head is tied to the embedding)" : "");
   }
-  for (const WeightPart& part : parts) {
+  for (std::size_t i = 0; i < model_parts; ++i) {
+    const WeightPart& part = parts[i];
     slots_.emplace(part.name, Slot{part.data(), part.storage->dtype(), part.shape});
   }
   if (c.tie_word_embeddings) {
     slots_.emplace("lm_head.weight", Slot{embed_.data(), embed_.dtype(), {c.vocab_size, c.hidden_size}});
   }
-  pllm::log_info("models_llama: loaded ", parts.size(), " tensors from ", checkpoint.describe(), " (",
-                 loaded.stored_bytes >> 20, " MiB stored, ", weight_bytes() >> 20, " MiB as ",
-                 plugins::dtype_name(weight_dtype_), ")");
+  pllm::log_info("models_llama: loaded ", model_parts, " tensors from ", checkpoint.describe(), " (",
+                 loaded.stored_bytes >> 20, " MiB read, ", weight_bytes() >> 20, " MiB as ",
+                 plugins::dtype_name(weight_dtype_), quantization_ ? " with int8 matrices (" : "",
+                 quantization_ ? quantization_name(quantization_) : "", quantization_ ? ")" : "", ")");
 }
 
 std::string LlamaModel::describe() const {
-  return std::string("the CPU, ") + plugins::dtype_name(weight_dtype_) + " weights, f32 activations, " +
+  const std::string weights =
+      quantization_ ? std::string("int8 weights (") + quantization_name(quantization_) + ")"
+                    : std::string(plugins::dtype_name(weight_dtype_)) + " weights";
+  return "the CPU, " + weights + ", f32 activations, " +
          llama_cpu::isa_name(llama_cpu::active_isa()) + " kernels, " + std::to_string(pool_.size()) + " threads";
 }
 
@@ -82,6 +107,12 @@ pllm_tensor LlamaModel::tensor(std::string_view name) const {
   auto it = slots_.find(name);
   if (it == slots_.end()) {
     throw pllm::Error(PLLM_ERROR_NOT_FOUND, "models_llama: no tensor '" + std::string(name) + "'");
+  }
+  if (it->second.dtype == PLLM_DTYPE_I8) {
+    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: '" + std::string(name) +
+                                                  "' is held as int8 (quantization: " +
+                                                  quantization_name(quantization_) +
+                                                  "); get_tensor serves unquantized weights only");
   }
   return llama::tensor_view(it->second.data, it->second.dtype, {PLLM_DEVICE_CPU, 0}, it->second.shape);
 }

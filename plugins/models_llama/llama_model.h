@@ -11,11 +11,17 @@
 // and the KV cache are f32. Every HF tensor is a contiguous row range of a
 // fused matrix, so get_tensor() serves any name (a tied lm_head is the
 // embedding itself), in the weight dtype.
+//
+// With quantization (int8_w8a8 / int8_weight_only), every decoder matrix and
+// lm_head are quantized to int8 at load instead (per output row, weights.h);
+// a tied lm_head gets an int8 copy of the embedding, which itself stays in
+// the weight dtype (the token gather, get_tensor for a speculator).
 
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,8 +41,9 @@ class LlamaModel final : public llama::LlamaForward {
  public:
   // Loads and validates config and weights; reports progress through the
   // host. `weight_dtype`: F32, BF16, F16, or INVALID for the embedding's
-  // stored dtype.
-  LlamaModel(const std::filesystem::path& model_dir, int num_threads, pllm_dtype weight_dtype);
+  // stored dtype. `quantization`: int8 matrices multiplied that way, or none.
+  LlamaModel(const std::filesystem::path& model_dir, int num_threads, pllm_dtype weight_dtype,
+             std::optional<llama_cpu::Int8Compute> quantization = std::nullopt);
 
   const LlamaConfig& config() const override { return config_; }
   pllm_dtype dtype() const override { return PLLM_DTYPE_F32; }
@@ -47,7 +54,8 @@ class LlamaModel final : public llama::LlamaForward {
   std::size_t weight_bytes() const;
 
   void forward(const pllm_batch& batch, pllm_attention_ref attention, pllm_forward_output& out) override;
-  // A host view in its stored dtype (the weight dtype; f32 for norms).
+  // A host view in its stored dtype (the weight dtype; f32 for norms); an
+  // int8 matrix is refused (PLLM_ERROR_UNSUPPORTED).
   pllm_tensor tensor(std::string_view name) const override;
 
  private:
@@ -59,12 +67,15 @@ class LlamaModel final : public llama::LlamaForward {
   };
 
   void load_weights(const std::filesystem::path& model_dir, pllm_dtype weight_dtype);
-  llama_cpu::WeightsRef lm_head() const { return config_.tie_word_embeddings ? embed_.ref() : lm_head_.ref(); }
+  llama_cpu::WeightsRef lm_head() const {
+    return config_.tie_word_embeddings && !quantization_ ? embed_.ref() : lm_head_.ref();
+  }
 
   LlamaConfig config_;
   plugins::ThreadPool pool_;
   std::vector<double> inv_freq_;
   pllm_dtype weight_dtype_ = PLLM_DTYPE_F32;
+  std::optional<llama_cpu::Int8Compute> quantization_;
   llama_cpu::WeightStorage embed_, norm_, lm_head_;
   std::vector<llama_cpu::DecoderLayerWeights> layers_;
   std::map<std::string, Slot, std::less<>> slots_;

@@ -4,11 +4,13 @@
 // llama_model.h, the CUDA one plugins/llama_cuda (built with CUDA only).
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "pagedllm/sdk.hpp"
 #include "plugins/common/thread_pool.h"
 #include "plugins/common/dtype_name.h"
+#include "plugins/llama_cpu/cpu_isa.h"
 #include "plugins/models_llama/llama_model.h"
 #ifdef PAGEDLLM_HAVE_CUDA
 #include "plugins/llama_cuda/cuda_llama_model.h"
@@ -23,10 +25,23 @@ class LlamaPlugin : public pllm::ModelPlugin {
  public:
   struct Options {
     int32_t num_threads = 0;  // 0 = one per hardware thread
+    std::string quantization = "none";
     static Options parse(pllm::OptionReader& reader) {
       Options o;
       o.num_threads = reader.get_in_range<int32_t>("num_threads", 0, 0, 1024);
+      o.quantization =
+          reader.get_choice("quantization", "none", {"none", "int8", "int8_w8a8", "int8_weight_only"});
       return o;
+    }
+    // int8: W8A8 where the CPU has VNNI (2.1-3.8x bf16 at decode, 3.7-4.5x
+    // at 64+ rows), else weight-only (W8A8's portable integer loop is no
+    // faster than it past one row; docs/benchmarks.md).
+    std::optional<llama_cpu::Int8Compute> int8_compute() const {
+      if (quantization == "none") return std::nullopt;
+      if (quantization == "int8_weight_only") return llama_cpu::Int8Compute::kWeightOnly;
+      if (quantization == "int8_w8a8") return llama_cpu::Int8Compute::kW8A8;
+      return llama_cpu::active_isa() >= llama_cpu::Isa::kAvx512Vnni ? llama_cpu::Int8Compute::kW8A8
+                                                                     : llama_cpu::Int8Compute::kWeightOnly;
     }
   };
 
@@ -67,6 +82,11 @@ class LlamaPlugin : public pllm::ModelPlugin {
  private:
   static std::unique_ptr<llama::LlamaForward> load(const Options& options, const pllm_model_create_args& args) {
     const int num_threads = plugins::resolve_num_threads(options.num_threads);
+    if (options.int8_compute() && args.device.type != PLLM_DEVICE_CPU) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: quantization " + options.quantization +
+                                                    " runs on the CPU only (device type " +
+                                                    std::to_string(int(args.device.type)) + ")");
+    }
     if (args.device.type == PLLM_DEVICE_CUDA) {
 #ifdef PAGEDLLM_HAVE_CUDA
       return llama_cuda::load_cuda_llama(args.model_path, args.device.index, args.dtype, num_threads);
@@ -86,7 +106,7 @@ class LlamaPlugin : public pllm::ModelPlugin {
                                                             "f16 (activations in f32); model dtype ") +
                                                     dtype_name(args.dtype) + " is not supported");
     }
-    return std::make_unique<LlamaModel>(args.model_path, num_threads, args.dtype);
+    return std::make_unique<LlamaModel>(args.model_path, num_threads, args.dtype, options.int8_compute());
   }
 
   std::unique_ptr<llama::LlamaForward> model_;
@@ -96,6 +116,6 @@ class LlamaPlugin : public pllm::ModelPlugin {
 }  // namespace
 }  // namespace pagedllm::models_llama
 
-PAGEDLLM_PLUGIN(pagedllm::models_llama::LlamaPlugin, "models_llama", "0.4.0",
-                "Llama-family models (HF LlamaForCausalLM directories or GGUF files): CPU (f32/bf16/f16 "
+PAGEDLLM_PLUGIN(pagedllm::models_llama::LlamaPlugin, "models_llama", "0.5.0",
+                "Llama-family models (HF LlamaForCausalLM directories or GGUF files): CPU (f32/bf16/f16 or int8 "
                 "weights, f32 activations) or CUDA (f32/f16/bf16, cuBLAS), paged attention via the backend")

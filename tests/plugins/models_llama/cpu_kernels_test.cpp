@@ -18,6 +18,19 @@
 // d <= 3 k / 16 + 19 (76 at k = 300), inside the same bound. A wrong index
 // (a lane, a tail element or a row skipped or read twice) is off by a whole
 // product, far outside it.
+//
+// int8 weights (quantization: int8_*): the quantization itself against a
+// naive float64 one (exact equality: both round w / s in double), the W8A8
+// activation quantization against float64 (equal except within 1e-4 of a
+// rounding tie, where f32 a * (127 / max) may round the other way), and
+// linear() against a float64 evaluation of the same quantized math:
+// weight-only sum_i a_i q_i * s_w (the f32 bound above, with |q_i s_w| for
+// |w_i|; past 16 rows the dequantized q s adds one rounding per product,
+// inside it); W8A8 (f64(sum_i q_a q_w)) * s_a * s_w from the kernel's own
+// quantized activations: the integer sum is exact, then at most three f32
+// roundings (the int32 -> f32 conversion and two products) and the
+// accumulate addition, so |got - ref| <= 4 * 2^-24 (|ref| + |before|).
+// W8A8 must also give the same bits on every level and in every batch.
 
 #include <catch2/catch.hpp>
 
@@ -35,7 +48,9 @@
 #include "pagedllm/sdk/cpp/float_convert.hpp"
 #include "plugins/llama_cpu/cpu_isa.h"
 #include "plugins/llama_cpu/cpu_kernels.h"
+#include "plugins/llama_cpu/weight_loader.h"
 
+using pagedllm::llama_cpu::Int8Compute;
 using pagedllm::llama_cpu::Isa;
 using pagedllm::llama_cpu::kDotRowsMaxRows;
 using pagedllm::llama_cpu::linear;
@@ -79,10 +94,29 @@ Weights random_weights(pllm_dtype dtype, std::size_t count, uint32_t seed) {
   return w;
 }
 
+// Random weights quantized to int8 per row (quantize_row_int8, itself checked below).
+struct Int8Weights {
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  std::vector<int32_t> sums;
+  Int8Compute compute;
+  WeightsRef ref() const { return {q.data(), PLLM_DTYPE_I8, scales.data(), sums.data(), compute}; }
+};
+Int8Weights random_int8_weights(int64_t n, int64_t k, Int8Compute compute, uint32_t seed) {
+  const std::vector<float> w = random_floats(std::size_t(n * k), seed);
+  Int8Weights q{std::vector<int8_t>(std::size_t(n * k)), std::vector<float>(std::size_t(n)),
+                std::vector<int32_t>(std::size_t(n)), compute};
+  for (int64_t j = 0; j < n; ++j) {
+    pagedllm::llama_cpu::quantize_row_int8(w.data() + j * k, k, q.q.data() + j * k, q.scales[std::size_t(j)],
+                                           q.sums[std::size_t(j)]);
+  }
+  return q;
+}
+
 // The levels this CPU has, each to be forced in turn.
 std::vector<Isa> available_isas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16}) {
     if (isa <= pagedllm::llama_cpu::detected_isa()) isas.push_back(isa);
   }
   return isas;
@@ -132,7 +166,148 @@ void check_against_float64(ThreadPool& pool, const Case& c, pllm_dtype dtype, ui
   CHECK(std::memcmp(out.data(), f32_out.data(), out.size() * sizeof(float)) == 0);
 }
 
+void check_int8_against_float64(ThreadPool& pool, const Case& c, Int8Compute compute, uint32_t seed) {
+  const bool w8a8 = compute == Int8Compute::kW8A8;
+  INFO("m " << c.m << " n " << c.n << " k " << c.k << " lda " << c.lda << " ldc " << c.ldc << " accumulate "
+            << c.accumulate << " threads " << pool.size() << (w8a8 ? " W8A8" : " weight-only") << " isa "
+            << pagedllm::llama_cpu::isa_name(pagedllm::llama_cpu::active_isa()));
+  const std::vector<float> a = random_floats(std::size_t(c.m * c.lda), seed);
+  const Int8Weights w = random_int8_weights(c.n, c.k, compute, seed + 1);
+  std::vector<float> out = random_floats(std::size_t(c.m * c.ldc), seed + 2);
+  const std::vector<float> before = out;
+  linear(pool, a.data(), c.lda, c.m, w.ref(), c.n, c.k, out.data(), c.ldc, c.accumulate);
+  std::vector<uint8_t> qa(std::size_t(c.m * c.k));
+  std::vector<float> sa(std::size_t(c.m));
+  pagedllm::llama_cpu::quantize_activations_u8(a.data(), c.lda, c.m, c.k, qa.data(), c.k, sa.data());
+  double worst = 0.0;
+  for (int64_t r = 0; r < c.m; ++r) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      double exact = 0.0, magnitude = 0.0;
+      const double sw = w.scales[std::size_t(j)];
+      for (int64_t i = 0; i < c.k; ++i) {
+        const double wq = w.q[std::size_t(j * c.k + i)];
+        const double product =
+            w8a8 ? (double(qa[std::size_t(r * c.k + i)]) - 128.0) * wq : double(a[std::size_t(r * c.lda + i)]) * wq;
+        exact += product;
+        magnitude += std::abs(product);
+      }
+      exact *= w8a8 ? double(sa[std::size_t(r)]) * sw : sw;
+      magnitude = w8a8 ? 4 * 0x1p-24 * std::abs(exact) : 2e-5 * magnitude * sw;
+      const double prior = before[std::size_t(r * c.ldc + j)];
+      if (c.accumulate) {
+        exact += prior;
+        magnitude += (w8a8 ? 4 * 0x1p-24 : 2e-5) * std::abs(prior);
+      }
+      const double err = std::abs(double(out[std::size_t(r * c.ldc + j)]) - exact);
+      worst = std::max(worst, err / (magnitude + 1e-30));
+    }
+    for (int64_t j = c.n; j < c.ldc; ++j) {
+      REQUIRE(std::memcmp(&out[std::size_t(r * c.ldc + j)], &before[std::size_t(r * c.ldc + j)], sizeof(float)) == 0);
+    }
+  }
+  CHECK(worst <= 1.0);
+}
+
 }  // namespace
+
+TEST_CASE("llama_cpu: int8 weight quantization matches a naive float64 one", "[llama_cpu]") {
+  // Row 0 has ties: max 127 gives s = 1 exactly, and 0.5, 1.5, -2.5 round to even.
+  std::vector<std::vector<float>> rows = {{127.0f, 0.5f, 1.5f, -2.5f, -127.0f, 3.49f},
+                                          std::vector<float>(37, 0.0f), random_floats(300, 11),
+                                          random_floats(1, 12)};
+  for (float& x : rows[2]) x *= 1e-3f;
+  for (const std::vector<float>& row : rows) {
+    const auto k = int64_t(row.size());
+    std::vector<int8_t> q(row.size());
+    float scale = -1.0f;
+    int32_t sum = -1;
+    pagedllm::llama_cpu::quantize_row_int8(row.data(), k, q.data(), scale, sum);
+    double amax = 0.0;
+    for (float x : row) amax = std::max(amax, std::abs(double(x)));
+    const double s = amax / 127.0;
+    CHECK(scale == float(s));
+    int32_t ref_sum = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      const double ref = s == 0.0 ? 0.0 : std::nearbyint(double(row[std::size_t(i)]) / s);
+      CHECK(double(q[std::size_t(i)]) == ref);
+      ref_sum += int32_t(ref);
+    }
+    CHECK(sum == ref_sum);
+  }
+  std::vector<int8_t> q(6);
+  float scale = 0.0f;
+  int32_t sum = 0;
+  pagedllm::llama_cpu::quantize_row_int8(rows[0].data(), 6, q.data(), scale, sum);
+  CHECK(q == std::vector<int8_t>{127, 0, 2, -2, -127, 3});
+}
+
+TEST_CASE("llama_cpu: W8A8 activation quantization matches float64", "[llama_cpu]") {
+  const int64_t m = 5, k = 300, lda = 311, ldq = 320;
+  std::vector<float> a = random_floats(std::size_t(m * lda), 21);
+  std::fill(a.begin() + 2 * lda, a.begin() + 2 * lda + k, 0.0f);  // an all-zero row
+  std::vector<uint8_t> q(std::size_t(m * ldq), 0);
+  std::vector<float> scales(std::size_t(m), -1.0f);
+  pagedllm::llama_cpu::quantize_activations_u8(a.data(), lda, m, k, q.data(), ldq, scales.data());
+  int ties = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    double amax = 0.0;
+    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::abs(double(a[std::size_t(r * lda + i)])));
+    CHECK(std::abs(double(scales[std::size_t(r)]) - amax / 127.0) <= 0x1p-24 * amax / 127.0);
+    for (int64_t i = 0; i < ldq; ++i) {
+      const double x = i < k && amax > 0.0 ? double(a[std::size_t(r * lda + i)]) * 127.0 / amax : 0.0;
+      const double ref = std::nearbyint(x) + 128.0;
+      const double got = q[std::size_t(r * ldq + i)];
+      if (got != ref && std::abs(std::abs(x - std::trunc(x)) - 0.5) < 1e-4) {
+        ++ties;
+        continue;
+      }
+      CHECK(got == ref);
+    }
+  }
+  CHECK(ties <= 2);
+}
+
+TEST_CASE("llama_cpu: int8 linear() (W8A8 and weight-only) matches float64 on every level", "[llama_cpu]") {
+  IsaCapGuard guard;
+  ThreadPool one(1), three(3);
+  uint32_t seed = 1000;
+  for (const Isa isa : available_isas()) {
+    pagedllm::llama_cpu::set_isa_cap(isa);
+    for (const Int8Compute compute : {Int8Compute::kW8A8, Int8Compute::kWeightOnly}) {
+      for (ThreadPool* pool : {&one, &three}) {
+        for (const int64_t m : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(7), kDotRowsMaxRows,
+                                kDotRowsMaxRows + 1, int64_t(33)}) {
+          for (const int64_t k : {1, 15, 64, 65, 300}) {
+            for (const int64_t n : {1, 5, 64, 1000}) {
+              check_int8_against_float64(*pool, {m, n, k, k, n, false}, compute, seed++);
+              check_int8_against_float64(*pool, {m, n, k, k + 3, n + 5, true}, compute, seed++);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("llama_cpu: W8A8 gives the same bits on every level, alone or in a batch", "[llama_cpu]") {
+  IsaCapGuard guard;
+  const int64_t n = 1000, k = 300, m = 40;
+  const std::vector<float> a = random_floats(std::size_t(m * k), 31);
+  const Int8Weights w = random_int8_weights(n, k, Int8Compute::kW8A8, 32);
+  ThreadPool one(1), two(2);
+  pagedllm::llama_cpu::set_isa_cap(Isa::kScalar);
+  std::vector<float> alone(std::size_t(m * n));
+  for (int64_t r = 0; r < m; ++r) linear(one, a.data() + r * k, k, 1, w.ref(), n, k, alone.data() + r * n, n, false);
+  for (const Isa isa : available_isas()) {
+    pagedllm::llama_cpu::set_isa_cap(isa);
+    for (const int64_t rows : {int64_t(1), int64_t(4), int64_t(7), int64_t(16), m}) {
+      INFO(rows << " rows, " << pagedllm::llama_cpu::isa_name(isa));
+      std::vector<float> batch(std::size_t(rows * n));
+      linear(two, a.data(), k, rows, w.ref(), n, k, batch.data(), n, false);
+      CHECK(std::memcmp(batch.data(), alone.data(), batch.size() * sizeof(float)) == 0);
+    }
+  }
+}
 
 TEST_CASE("llama_cpu: linear() matches a float64 dot product on every path, dtype and instruction set",
           "[llama_cpu]") {
@@ -196,6 +371,7 @@ TEST_CASE("llama_cpu: PAGEDLLM_CPU_ISA names", "[llama_cpu]") {
   CHECK(parse_isa("scalar") == Isa::kScalar);
   CHECK(parse_isa("avx2") == Isa::kAvx2);
   CHECK(parse_isa("avx512") == Isa::kAvx512);
+  CHECK(parse_isa("avx512vnni") == Isa::kAvx512Vnni);
   CHECK(parse_isa("avx512bf16") == Isa::kAvx512Bf16);
   CHECK_FALSE(parse_isa("avx512f").has_value());
   IsaCapGuard guard;

