@@ -1,7 +1,7 @@
 """llama.cpp (through llama-cpp-python) as the oracle for pagedllm's GGUF loading.
 
 Usage:
-  gguf_oracle.py make DIR            writes DIR/tiny-{f16,q8_0,spm}.gguf and DIR/bad-*.gguf
+  gguf_oracle.py make DIR            writes DIR/tiny-{f16,q8_0,spm,q4_k_m,q5_k_m}.gguf and DIR/bad-*.gguf
   gguf_oracle.py run IN.json OUT.json
 
 make: two small random Llama models written with the gguf package the way llama.cpp's
@@ -13,7 +13,9 @@ tiny-q8_0.gguf: Q8_0 matrices, tied embeddings (no output.weight), pre-tokenizer
 "llama-bpe" (llama3's regex, merges ignored for whole words, BOS added).
 tiny-spm.gguf: a SentencePiece ("llama") vocabulary trained here with the sentencepiece
 package (BPE, byte fallback, digits split, as Llama 2's), BF16 embedding and output,
-Q4_0 matrices. bad-*.gguf: files the loader must refuse (another architecture, a missing
+Q4_0 matrices. tiny-q4_k_m.gguf, tiny-q5_k_m.gguf: a random model with 256-wide rows
+(k-f16.gguf) quantized by llama.cpp's own quantizer (Q4_K or Q5_K matrices, Q6_K for
+output.weight, attn_v and some ffn_down). bad-*.gguf: files the loader must refuse (another architecture, a missing
 tensor, a tensor type it does not dequantize, an unknown pre-tokenizer).
 
 run: IN.json = {"files": [{"path", "texts": [...], "prompt", "greedy_tokens"}]}; for
@@ -109,9 +111,11 @@ def llama3_factors(base=10000.0, factor=8.0, low=1.0, high=4.0, original=64):
     return np.array(factors, dtype=np.float32)
 
 
-def write_model(path, qtype, tokenizer, tied, rope_factors, seed, embed_qtype=None, arch="llama", skip=()):
+def write_model(path, qtype, tokenizer, tied, rope_factors, seed, embed_qtype=None, arch="llama", skip=(),
+                hidden=HIDDEN, intermediate=INTERMEDIATE):
     import gguf
 
+    head_dim = hidden // HEADS
     rng = np.random.default_rng(seed)
     vocab = len(tokenizer["tokens"])
 
@@ -119,17 +123,17 @@ def write_model(path, qtype, tokenizer, tied, rope_factors, seed, embed_qtype=No
         return (rng.standard_normal((rows, cols)) * scale).astype(np.float32)
 
     def norm():
-        return (1.0 + 0.1 * rng.standard_normal(HIDDEN)).astype(np.float32)
+        return (1.0 + 0.1 * rng.standard_normal(hidden)).astype(np.float32)
 
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(path.stem)
     w.add_context_length(CONTEXT)
-    w.add_embedding_length(HIDDEN)
+    w.add_embedding_length(hidden)
     w.add_block_count(LAYERS)
-    w.add_feed_forward_length(INTERMEDIATE)
+    w.add_feed_forward_length(intermediate)
     w.add_head_count(HEADS)
     w.add_head_count_kv(KV_HEADS)
-    w.add_rope_dimension_count(HEAD_DIM)
+    w.add_rope_dimension_count(head_dim)
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(vocab)
@@ -160,23 +164,23 @@ def write_model(path, qtype, tokenizer, tied, rope_factors, seed, embed_qtype=No
             w.add_tensor(name, gguf.quants.quantize(data, dtype), raw_dtype=dtype)
 
     # Scales that give logits a spread of a few units, so greedy choices are clear.
-    add("token_embd.weight", matrix(vocab, HIDDEN, 1.0), embed_qtype or qtype)
+    add("token_embd.weight", matrix(vocab, hidden, 1.0), embed_qtype or qtype)
     if rope_factors:
         w.add_tensor("rope_freqs.weight", llama3_factors())
     for layer in range(LAYERS):
         p = f"blk.{layer}."
         add(p + "attn_norm.weight", norm())
-        add(p + "attn_q.weight", permute(matrix(HEADS * HEAD_DIM, HIDDEN, 1.5 / np.sqrt(HIDDEN)), HEADS))
-        add(p + "attn_k.weight", permute(matrix(KV_HEADS * HEAD_DIM, HIDDEN, 1.5 / np.sqrt(HIDDEN)), KV_HEADS))
-        add(p + "attn_v.weight", matrix(KV_HEADS * HEAD_DIM, HIDDEN, 1.0 / np.sqrt(HIDDEN)))
-        add(p + "attn_output.weight", matrix(HIDDEN, HEADS * HEAD_DIM, 0.5 / np.sqrt(HIDDEN)))
+        add(p + "attn_q.weight", permute(matrix(HEADS * head_dim, hidden, 1.5 / np.sqrt(hidden)), HEADS))
+        add(p + "attn_k.weight", permute(matrix(KV_HEADS * head_dim, hidden, 1.5 / np.sqrt(hidden)), KV_HEADS))
+        add(p + "attn_v.weight", matrix(KV_HEADS * head_dim, hidden, 1.0 / np.sqrt(hidden)))
+        add(p + "attn_output.weight", matrix(hidden, HEADS * head_dim, 0.5 / np.sqrt(hidden)))
         add(p + "ffn_norm.weight", norm())
-        add(p + "ffn_gate.weight", matrix(INTERMEDIATE, HIDDEN, 1.0 / np.sqrt(HIDDEN)))
-        add(p + "ffn_up.weight", matrix(INTERMEDIATE, HIDDEN, 1.0 / np.sqrt(HIDDEN)))
-        add(p + "ffn_down.weight", matrix(HIDDEN, INTERMEDIATE, 0.5 / np.sqrt(INTERMEDIATE)))
+        add(p + "ffn_gate.weight", matrix(intermediate, hidden, 1.0 / np.sqrt(hidden)))
+        add(p + "ffn_up.weight", matrix(intermediate, hidden, 1.0 / np.sqrt(hidden)))
+        add(p + "ffn_down.weight", matrix(hidden, intermediate, 0.5 / np.sqrt(intermediate)))
     add("output_norm.weight", norm())
     if not tied:
-        add("output.weight", matrix(vocab, HIDDEN, 0.4), embed_qtype or qtype)
+        add("output.weight", matrix(vocab, hidden, 0.4), embed_qtype or qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -207,6 +211,28 @@ def make(directory):
                 seed=4)
     write_model(directory / "bad-pre.gguf", f16, dict(bpe, pre="no-such-pre"), tied=True, rope_factors=False,
                 seed=4)
+    # K-quants: gguf-py cannot write them, so llama.cpp's own quantizer makes them from an
+    # F16 file whose rows are whole 256-element super-blocks; its _M mixes put attn_v,
+    # some ffn_down and output.weight in Q6_K.
+    write_model(directory / "k-f16.gguf", f16, gpt2, tied=False, rope_factors=False, seed=5, hidden=256,
+                intermediate=512)
+    for name, ftype in [("q4_k_m", "LLAMA_FTYPE_MOSTLY_Q4_K_M"), ("q5_k_m", "LLAMA_FTYPE_MOSTLY_Q5_K_M")]:
+        quantize_with_llama_cpp(directory / "k-f16.gguf", directory / f"tiny-{name}.gguf", ftype)
+
+
+def quantize_with_llama_cpp(source, target, ftype):
+    import ctypes
+    import os
+
+    import llama_cpp
+
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, ftype)
+    params.nthread = 1
+    # llama.cpp logs every tensor to stderr; the test prints stderr only on failure.
+    rc = llama_cpp.llama_model_quantize(os.fsencode(source), os.fsencode(target), ctypes.byref(params))
+    if rc != 0:
+        raise RuntimeError(f"llama_model_quantize({source} -> {target}, {ftype}) returned {rc}")
 
 
 def run(request_path, output_path):
