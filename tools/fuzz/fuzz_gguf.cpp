@@ -1,7 +1,11 @@
-// libFuzzer target over the GGUF reader: any input either parses (and every small
-// tensor of a supported type dequantizes) or is refused with a pllm::Error. Any
-// other exception, a crash or a sanitizer report is a finding. Run by
-// tools/fuzz/run.sh (seeds: GGUF files written by the gguf package, make_corpus.py).
+// libFuzzer target over a GGUF file as models_llama and the engine read it: the SDK's
+// reader (every small tensor of a supported type dequantized), the model config made
+// from its llama.* metadata (LlamaConfig::from_gguf), and the tokenizer and chat
+// template made from its tokenizer.ggml.* metadata (Tokenizer::from_gguf, then an
+// encode/decode). Each either succeeds or is refused with its documented error
+// (pllm::Error, TokenizerError); any other exception, a crash or a sanitizer report is
+// a finding. Run by tools/fuzz/run.sh (seeds: GGUF files written by the gguf package,
+// make_corpus.py).
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,7 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/tokenizer_error.h"
 #include "pagedllm/sdk/cpp/gguf.hpp"
+#include "plugins/llama_common/llama_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   // The reader maps a path; an anonymous in-memory file gives it one.
@@ -23,8 +30,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (n <= 0) break;
     written += static_cast<std::size_t>(n);
   }
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
   try {
-    const pllm::gguf::File file("/proc/self/fd/" + std::to_string(fd));
+    const pllm::gguf::File file(path);
     std::vector<float> values;
     for (const auto& t : file.tensors()) {
       if (t.numel() > (1 << 16)) continue;
@@ -37,6 +45,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   } catch (const pllm::Error&) {
     // refused: what hostile input should get
+  }
+  try {
+    (void)pagedllm::llama::LlamaConfig::from_gguf(path, "fuzz_gguf");
+  } catch (const pllm::Error&) {
+  }
+  try {
+    const auto tokenizer = pagedllm::tokenizer::Tokenizer::from_gguf(path);
+    (void)tokenizer.decode(tokenizer.encode("Hello, world! 123 \xc3\xa9\n", true, false), true);
+  } catch (const pagedllm::tokenizer::TokenizerError&) {
   }
   ::close(fd);
   return 0;

@@ -126,6 +126,58 @@ def gguf_files():
     return files
 
 
+def gguf_model_files():
+    """Llama GGUF files whose metadata models_llama and the tokenizer read in full (llama.*
+    hyper-parameters; a gpt2 byte-level BPE vocabulary with merges and pre-tokenizer, or a
+    llama SentencePiece one with scores; a chat template), with one tiny tensor: what
+    LlamaConfig::from_gguf and Tokenizer::from_gguf accept, for the fuzzer to mutate."""
+    import tempfile
+
+    import gguf
+    import numpy as np
+
+    gpt2 = {"model": "gpt2", "pre": "llama-bpe", "tokens": ["<|begin|>", "<|end|>", "a", "b", "\u0120", "ab", "\u0120a"],
+            "merges": ["a b", "\u0120 a"], "types": [3, 3, 1, 1, 1, 1, 1], "bos": 0, "eos": 1}
+    spm = {"model": "llama", "tokens": ["<unk>", "<s>", "</s>", "<0x0A>", "\u2581", "a", "\u2581a", "b"],
+           "scores": [0.0, 0.0, 0.0, 0.0, -1.0, -2.0, -0.5, -3.0], "types": [2, 3, 3, 6, 1, 1, 1, 1], "bos": 1, "eos": 2}
+    files = []
+    for vocab in (gpt2, spm):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = pathlib.Path(tmp) / "model.gguf"
+            writer = gguf.GGUFWriter(str(path), "llama")
+            writer.add_context_length(64)
+            writer.add_embedding_length(8)
+            writer.add_block_count(1)
+            writer.add_feed_forward_length(16)
+            writer.add_head_count(2)
+            writer.add_head_count_kv(1)
+            writer.add_rope_dimension_count(4)
+            writer.add_rope_freq_base(10000.0)
+            writer.add_layer_norm_rms_eps(1e-5)
+            writer.add_vocab_size(len(vocab["tokens"]))
+            writer.add_tokenizer_model(vocab["model"])
+            if "pre" in vocab:
+                writer.add_tokenizer_pre(vocab["pre"])
+            writer.add_token_list(vocab["tokens"])
+            writer.add_token_types(vocab["types"])
+            if "merges" in vocab:
+                writer.add_token_merges(vocab["merges"])
+            if "scores" in vocab:
+                writer.add_token_scores(vocab["scores"])
+                writer.add_add_space_prefix(True)
+                writer.add_unk_token_id(0)
+            writer.add_bos_token_id(vocab["bos"])
+            writer.add_eos_token_id(vocab["eos"])
+            writer.add_chat_template("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
+            writer.add_tensor("output_norm.weight", np.ones(8, dtype=np.float32))
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+            writer.close()
+            files.append(path.read_bytes())
+    return files
+
+
 def main():
     out = pathlib.Path(sys.argv[1])
     seeds = {t: [] for t in ("config", "openai_request", "http", "safetensors", "gguf", "model_config", "tokenizer_load",
@@ -142,7 +194,7 @@ def main():
                                           ("embed", "F16", [2, 2])], {"format": "pt"}),
                              safetensors([("a", "F32", [0]), ("b", "F16", [1, 1, 1])]),
                              safetensors([("x", "I64", [2])]), safetensors([], {})]
-    seeds["gguf"] += gguf_files()
+    seeds["gguf"] += gguf_files() + gguf_model_files()
     # A real header whose data is cut to the first tensor's worth: what "truncated file?" reports.
     for model in ("models/pagedllm-tiny", "models/pagedllm-tiny-eagle"):
         config = read(model + "/config.json")
