@@ -4,7 +4,7 @@
 
     tools/soak/soak.py --host build/bin/pagedllm-host --requests 10000 --concurrency 64
 
-Starts the host (configs/serve.yaml unless --config, port 0), then `--concurrency`
+Starts the host (configs/tiny.yaml unless --config, port 0), then `--concurrency`
 clients, each on its own connection, send `--requests` requests in all (or stop at
 `--max-seconds`): completions and chat, streamed and not, n > 1, stop strings, seeds,
 logprobs, prompts over the context; 10 % of clients vanish mid-stream, 5 % send
@@ -580,7 +580,7 @@ class Soak:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--host", default=str(ROOT / "build" / "bin" / "pagedllm-host"), help="pagedllm-host binary")
-    parser.add_argument("--config", default=str(ROOT / "configs" / "serve.yaml"))
+    parser.add_argument("--config", default=str(ROOT / "configs" / "tiny.yaml"))
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a --set for the host, after the soak's own (cache.kv_cache_bytes=32MiB, "
                              "logging.level=warn, the grace period)")
