@@ -163,7 +163,8 @@ plugins: {{search_paths: [{plugins}]}}
     return collector.wait();
   }
 
-  // Submits every request before waiting for any, so they share batches;
+  // Submits every request before waiting for any, so they share batches, then starts the
+  // engine if the test has not (so a test can have them all queued before the first step);
   // their outputs, in the same order.
   std::vector<Collected> run_together(std::vector<GenerateRequest> requests) {
     std::vector<std::unique_ptr<Collector>> collectors;
@@ -171,6 +172,7 @@ plugins: {{search_paths: [{plugins}]}}
       collectors.push_back(std::make_unique<Collector>());
       engine_->submit(std::move(r), collectors.back()->callback());
     }
+    engine_->start();
     std::vector<Collected> outputs;
     for (auto& c : collectors) outputs.push_back(c->wait());
     return outputs;
@@ -573,7 +575,8 @@ TEST_CASE("a model call that fails or throws mid-run fails the engine, naming th
        {"throw_unknown", "unknown exception"}}));
   CAPTURE(fault);
   EngineFixture f({"model.options.fault=" + fault, fmt::format("model.options.fault_token={}", trigger)});
-  f.engine().start();
+  // Both queued before the engine starts: submitted after the fault, the second would be
+  // refused (the engine no longer serves), which ThreadSanitizer's slowness made happen.
   const std::vector<Collected> outputs = f.run_together({greedy_ids(prompt, 8), greedy_ids({40, 41, 42}, 200)});
   for (const Collected& out : outputs) {
     REQUIRE(out.error);
