@@ -6,7 +6,7 @@ Usage:
 
 make: two small random Llama models written with the gguf package the way llama.cpp's
 convert_hf_to_gguf.py writes a LlamaForCausalLM: q/k rows permuted per head, dims
-reversed, a byte-level BPE ("gpt2") tokenizer, here trained on the project's docs with
+reversed, a byte-level BPE ("gpt2") tokenizer, here trained on the tokenizer fixtures' fixed corpus with
 HF tokenizers. tiny-f16.gguf: F16 matrices, F32 norms, its own output.weight,
 pre-tokenizer "gpt-2", llama3 RoPE scaling as a rope_freqs.weight tensor.
 tiny-q8_0.gguf: Q8_0 matrices, tied embeddings (no output.weight), pre-tokenizer
@@ -38,6 +38,16 @@ HEAD_DIM = HIDDEN // HEADS
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
+def training_corpus():
+    """The tokenizer fixtures' fixed corpus (tools/tokenizer_fixtures/corpus.py: pinned stdlib
+    code and prose of many scripts), so the files, and the test's greedy margins, are the same
+    in every run; the project's docs, which change with every commit, are not."""
+    sys.path.insert(0, str(REPO / "tools" / "tokenizer_fixtures"))
+    import corpus
+
+    return corpus.training_corpus()
+
+
 def train_tokenizer(vocab_size=640):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -46,8 +56,7 @@ def train_tokenizer(vocab_size=640):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    corpus = [p.read_text(encoding="utf-8") for p in sorted((REPO / "docs").glob("*.md"))]
-    tok.train_from_iterator(corpus, trainer)
+    tok.train_from_iterator(training_corpus(), trainer)
     model = json.loads(tok.to_str())["model"]
     vocab = sorted(model["vocab"].items(), key=lambda kv: kv[1])
     assert [i for _, i in vocab] == list(range(len(vocab)))
@@ -55,7 +64,7 @@ def train_tokenizer(vocab_size=640):
     return [t for t, _ in vocab], merges
 
 
-def train_sentencepiece(vocab_size=600):
+def train_sentencepiece(vocab_size=1500):
     """tokens, scores and llama.cpp token types, as convert_hf_to_gguf.py's
     _create_vocab_sentencepiece reads them from a tokenizer.model."""
     import io
@@ -63,8 +72,7 @@ def train_sentencepiece(vocab_size=600):
     import gguf
     import sentencepiece as spm
 
-    lines = [line for p in sorted((REPO / "docs").glob("*.md"))
-             for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = [line for text in training_corpus() for line in text.splitlines() if line.strip()]
     model = io.BytesIO()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
                                    model_type="bpe", byte_fallback=True, split_digits=True,
