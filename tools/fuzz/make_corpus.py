@@ -127,53 +127,28 @@ def gguf_files():
 
 
 def gguf_model_files():
-    """Llama GGUF files whose metadata models_llama and the tokenizer read in full (llama.*
-    hyper-parameters; a gpt2 byte-level BPE vocabulary with merges and pre-tokenizer, or a
-    llama SentencePiece one with scores; a chat template), with one tiny tensor: what
-    LlamaConfig::from_gguf and Tokenizer::from_gguf accept, for the fuzzer to mutate."""
+    """Whole Llama GGUF files as tools/testing/gguf_oracle.py writes them for the llama.cpp
+    comparison (llama.* hyper-parameters, every tensor, a chat template), shrunk to an
+    8-wide model, with a gpt2 byte-level BPE vocabulary (merges, pre-tokenizer) or a llama
+    SentencePiece one (scores): what LlamaConfig::from_gguf and Tokenizer::from_gguf
+    accept, for the fuzzer to mutate."""
     import tempfile
 
     import gguf
-    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "tools" / "testing"))
+    import gguf_oracle
 
     gpt2 = {"model": "gpt2", "pre": "llama-bpe", "tokens": ["<|begin|>", "<|end|>", "a", "b", "\u0120", "ab", "\u0120a"],
             "merges": ["a b", "\u0120 a"], "types": [3, 3, 1, 1, 1, 1, 1], "bos": 0, "eos": 1}
     spm = {"model": "llama", "tokens": ["<unk>", "<s>", "</s>", "<0x0A>", "\u2581", "a", "\u2581a", "b"],
            "scores": [0.0, 0.0, 0.0, 0.0, -1.0, -2.0, -0.5, -3.0], "types": [2, 3, 3, 6, 1, 1, 1, 1], "bos": 1, "eos": 2}
     files = []
-    for vocab in (gpt2, spm):
+    for seed, vocab in enumerate((gpt2, spm)):
         with tempfile.TemporaryDirectory() as tmp:
             path = pathlib.Path(tmp) / "model.gguf"
-            writer = gguf.GGUFWriter(str(path), "llama")
-            writer.add_context_length(64)
-            writer.add_embedding_length(8)
-            writer.add_block_count(1)
-            writer.add_feed_forward_length(16)
-            writer.add_head_count(2)
-            writer.add_head_count_kv(1)
-            writer.add_rope_dimension_count(4)
-            writer.add_rope_freq_base(10000.0)
-            writer.add_layer_norm_rms_eps(1e-5)
-            writer.add_vocab_size(len(vocab["tokens"]))
-            writer.add_tokenizer_model(vocab["model"])
-            if "pre" in vocab:
-                writer.add_tokenizer_pre(vocab["pre"])
-            writer.add_token_list(vocab["tokens"])
-            writer.add_token_types(vocab["types"])
-            if "merges" in vocab:
-                writer.add_token_merges(vocab["merges"])
-            if "scores" in vocab:
-                writer.add_token_scores(vocab["scores"])
-                writer.add_add_space_prefix(True)
-                writer.add_unk_token_id(0)
-            writer.add_bos_token_id(vocab["bos"])
-            writer.add_eos_token_id(vocab["eos"])
-            writer.add_chat_template("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
-            writer.add_tensor("output_norm.weight", np.ones(8, dtype=np.float32))
-            writer.write_header_to_file()
-            writer.write_kv_data_to_file()
-            writer.write_tensors_to_file()
-            writer.close()
+            gguf_oracle.write_model(path, gguf.GGMLQuantizationType.F16, vocab, tied=True, rope_factors=False,
+                                    seed=seed, hidden=8, intermediate=16)
             files.append(path.read_bytes())
     return files
 
