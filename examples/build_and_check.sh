@@ -19,6 +19,9 @@
 #        logprobs (the same documented pipeline and random stream);
 #      - example_prompt_lookup: greedy output equal to the plain engine's
 #        (lossless), with its acceptance printed;
+#      - example_llama as spec_eagle's target (its hidden rows and get_tensor
+#        feed the EAGLE head): greedy output equal, acceptance printed;
+#      - all four C++ examples in one engine: greedy output equal;
 #      - example_c_sampler vs sampler: the same greedy completion; a sampled
 #        request is refused with its message.
 # Usage: examples/build_and_check.sh <source dir> <build dir>   (the build needs
@@ -126,5 +129,18 @@ generate "$work/spec.txt" --temperature 0 --set "speculative.plugin=$speculator"
   --set "speculative.draft=$source_dir/models/pagedllm-tiny" --set "speculative.num_speculative_tokens=3"
 same "greedy, example_prompt_lookup" "$work/plain.txt" "$work/spec.txt"
 grep "speculative:" "$work/spec.txt.log"
+
+step "example_llama under spec_eagle: its hidden rows and shared tensors (get_tensor) feed EAGLE's draft"
+generate "$work/eagle.txt" --temperature 0 --set "model.plugin=$model" \
+  --set "speculative.plugin=spec_eagle" --set "speculative.draft=$source_dir/models/pagedllm-tiny-eagle" \
+  --set "speculative.num_speculative_tokens=3"
+same "greedy, example_llama + spec_eagle" "$work/plain.txt" "$work/eagle.txt"
+grep "speculative:" "$work/eagle.txt.log"
+
+step "every slot third-party: example_llama, example_attention, example_sampler, example_prompt_lookup"
+generate "$work/all.txt" --temperature 0 --set "model.plugin=$model" --set "attention.plugin=$attention" \
+  --set "attention.options={}" --set "sampler.plugin=$sampler" --set "speculative.plugin=$speculator" \
+  --set "speculative.draft=$source_dir/models/pagedllm-tiny"
+same "greedy, all examples" "$work/plain.txt" "$work/all.txt"
 
 step "all examples built and checked"
