@@ -50,15 +50,22 @@ configure() {
     -DCMAKE_CXX_FLAGS="-Wall -Wextra -Wpedantic -Wshadow" -DCMAKE_C_FLAGS="-Wall -Wextra -Wpedantic" "$@"
 }
 
+# build_example <example dir> <build dir> <cmake args...>: configure and build, the log shown on failure.
+build_example() {
+  local src=$1 out=$2; shift 2
+  if ! { configure "$src" "$out" "$@" && cmake --build "$out"; } >"$out.log" 2>&1; then
+    cat "$out.log"
+    fail "building $src"
+  fi
+}
+
 for example in paged_attention llama_model sampler prompt_lookup_speculator; do
   step "build examples/$example"
-  configure "$source_dir/examples/$example" "$work/$example" >"$work/$example.log" 2>&1 &&
-    cmake --build "$work/$example" >>"$work/$example.log" 2>&1 || { cat "$work/$example.log"; fail "examples/$example"; }
+  build_example "$source_dir/examples/$example" "$work/$example"
 done
 step "build examples/c_sampler with a C compiler only, without nlohmann_json"
-configure "$source_dir/examples/c_sampler" "$work/c_sampler" -DCMAKE_CXX_COMPILER=/nonexistent/c++ \
-  -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON >"$work/c_sampler.log" 2>&1 &&
-  cmake --build "$work/c_sampler" >>"$work/c_sampler.log" 2>&1 || { cat "$work/c_sampler.log"; fail "examples/c_sampler"; }
+build_example "$source_dir/examples/c_sampler" "$work/c_sampler" -DCMAKE_CXX_COMPILER=/nonexistent/c++ \
+  -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON
 
 step "a C++ plugin without nlohmann_json is refused, naming the package"
 if configure "$source_dir/examples/sampler" "$work/no_json" -DCMAKE_DISABLE_FIND_PACKAGE_nlohmann_json=ON \
@@ -73,7 +80,8 @@ sampler="$work/sampler/example_sampler.so"
 speculator="$work/prompt_lookup_speculator/example_prompt_lookup.so"
 c_sampler="$work/c_sampler/example_c_sampler.so"
 tiny="$source_dir/configs/tiny.yaml"
-prompt=$'class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, item):\n        self.items.append(item)\n\n    def pop(self):\n'
+prompt=$'class Stack:\n    def __init__(self):\n        self.items = []\n\n'
+prompt+=$'    def push(self, item):\n        self.items.append(item)\n\n    def pop(self):\n'
 
 step "every example loads (pagedllm-host --check)"
 "$host" --config "$tiny" --check --set "attention.plugin=$attention" --set "attention.options={}" \

@@ -10,11 +10,10 @@
  * silently sampled greedily. Options: none ({}). */
 
 #include <math.h>
+#include <pagedllm/sdk.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-
-#include <pagedllm/sdk.h>
 
 /* The sampler keeps no state; the handle exists because the ABI hands one back. */
 struct pllm_sampler {
@@ -83,8 +82,8 @@ static pllm_status c_sample(pllm_sampler* self, const pllm_sample_batch* batch, 
       /* The n best by (logit desc, id asc): n passes, each taking the best not yet taken. */
       int32_t* top_ids = out->top_token_ids + (int64_t)r * out->max_top_logprobs;
       float* top_logprobs = out->top_logprobs + (int64_t)r * out->max_top_logprobs;
-      int32_t n = row->params->num_top_logprobs < out->max_top_logprobs ? row->params->num_top_logprobs
-                                                                         : out->max_top_logprobs;
+      int32_t n =
+          row->params->num_top_logprobs < out->max_top_logprobs ? row->params->num_top_logprobs : out->max_top_logprobs;
       int32_t j;
       if (n > vocab) n = (int32_t)vocab;
       for (j = 0; j < out->max_top_logprobs; ++j) {

@@ -18,13 +18,12 @@
 #include <cmath>
 #include <cstdint>
 #include <fstream>
-#include <string>
-#include <vector>
-
 #include <nlohmann/json.hpp>
 #include <pagedllm/sdk.hpp>
 #include <pagedllm/sdk/cpp/model_batch_check.hpp>
 #include <pagedllm/sdk/cpp/safetensors.hpp>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -75,9 +74,9 @@ struct Config {
     std::ifstream file(path);
     if (!file) throw pllm::Error(PLLM_ERROR_NOT_FOUND, path + ": cannot be read");
     const nlohmann::json j = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object()) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, path + ": not a JSON object");
+    if (!j.is_object()) throw pllm::Error(PLLM_ERROR_INVALID_CONFIG, path + ": not a JSON object");
     const auto require = [&](const char* key) -> const nlohmann::json& {
-      if (!j.contains(key)) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, path + ": missing '" + key + "'");
+      if (!j.contains(key)) throw pllm::Error(PLLM_ERROR_INVALID_CONFIG, path + ": missing '" + key + "'");
       return j.at(key);
     };
     if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null()) {
@@ -99,16 +98,17 @@ struct Config {
       c.rms_norm_eps = j.value("rms_norm_eps", 1e-6f);
       c.rope_theta = j.value("rope_theta", 10000.0f);
       c.tie_word_embeddings = j.value("tie_word_embeddings", false);
-      c.bos_token_id = j.contains("bos_token_id") && j.at("bos_token_id").is_number() ? j.at("bos_token_id").get<int32_t>() : -1;
+      c.bos_token_id =
+          j.contains("bos_token_id") && j.at("bos_token_id").is_number() ? j.at("bos_token_id").get<int32_t>() : -1;
       const nlohmann::json eos = j.value("eos_token_id", nlohmann::json());
       if (eos.is_number()) c.eos_token_ids = {eos.get<int32_t>()};
       if (eos.is_array()) c.eos_token_ids = eos.get<std::vector<int32_t>>();
     } catch (const nlohmann::json::exception& e) {
-      throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, path + ": " + e.what());
+      throw pllm::Error(PLLM_ERROR_INVALID_CONFIG, path + ": " + e.what());
     }
     if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
         c.head_dim <= 0 || c.head_dim % 2 != 0 || c.num_heads % c.num_kv_heads != 0) {
-      throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, path + ": inconsistent sizes (heads, kv heads, head_dim)");
+      throw pllm::Error(PLLM_ERROR_INVALID_CONFIG, path + ": inconsistent sizes (heads, kv heads, head_dim)");
     }
     return c;
   }
@@ -125,7 +125,8 @@ class ExampleLlama : public pllm::ModelPlugin {
   };
 
   ExampleLlama(const Options&, const pllm_model_create_args& args) : config_(Config::load(args.model_path)) {
-    if (args.device.type != PLLM_DEVICE_CPU) throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "example_llama runs on the CPU only");
+    if (args.device.type != PLLM_DEVICE_CPU)
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "example_llama runs on the CPU only");
     if (args.dtype != PLLM_DTYPE_INVALID && args.dtype != PLLM_DTYPE_F32) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "example_llama computes in f32: set model.dtype to auto or f32");
     }
@@ -195,8 +196,8 @@ class ExampleLlama : public pllm::ModelPlugin {
       layer.stream = nullptr;
       pllm_error error{};
       if (attention.api->run(attention.backend, l, &layer, &error) != PLLM_OK) {
-        throw pllm::Error(PLLM_ERROR_INTERNAL, "example_llama: attention of layer " + std::to_string(l) +
-                                                   " failed: " + error.message);
+        throw pllm::Error(PLLM_ERROR_INTERNAL,
+                          "example_llama: attention of layer " + std::to_string(l) + " failed: " + error.message);
       }
       for (int64_t t = 0; t < tokens; ++t) {
         float* row = &x[std::size_t(t * hidden)];
@@ -233,7 +234,8 @@ class ExampleLlama : public pllm::ModelPlugin {
   // Lets a speculator share the embeddings and lm_head instead of loading its own copy.
   pllm_tensor get_tensor(const char* name) {
     const std::string n = name ? name : "";
-    if (n == "model.embed_tokens.weight") return cpu_f32_tensor(embed_.data(), {config_.vocab_size, config_.hidden_size});
+    if (n == "model.embed_tokens.weight")
+      return cpu_f32_tensor(embed_.data(), {config_.vocab_size, config_.hidden_size});
     if (n == "lm_head.weight") {
       return cpu_f32_tensor(const_cast<float*>(lm_head().data()), {config_.vocab_size, config_.hidden_size});
     }
@@ -270,15 +272,13 @@ class ExampleLlama : public pllm::ModelPlugin {
     embed_ = read("model.embed_tokens.weight", {c.vocab_size, hidden});
     for (int32_t l = 0; l < c.num_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
-      layers_.push_back({read(p + "input_layernorm.weight", {hidden}),
-                         read(p + "self_attn.q_proj.weight", {q_width, hidden}),
-                         read(p + "self_attn.k_proj.weight", {kv_width, hidden}),
-                         read(p + "self_attn.v_proj.weight", {kv_width, hidden}),
-                         read(p + "self_attn.o_proj.weight", {hidden, q_width}),
-                         read(p + "post_attention_layernorm.weight", {hidden}),
-                         read(p + "mlp.gate_proj.weight", {ff, hidden}),
-                         read(p + "mlp.up_proj.weight", {ff, hidden}),
-                         read(p + "mlp.down_proj.weight", {hidden, ff})});
+      layers_.push_back(
+          {read(p + "input_layernorm.weight", {hidden}), read(p + "self_attn.q_proj.weight", {q_width, hidden}),
+           read(p + "self_attn.k_proj.weight", {kv_width, hidden}),
+           read(p + "self_attn.v_proj.weight", {kv_width, hidden}),
+           read(p + "self_attn.o_proj.weight", {hidden, q_width}),
+           read(p + "post_attention_layernorm.weight", {hidden}), read(p + "mlp.gate_proj.weight", {ff, hidden}),
+           read(p + "mlp.up_proj.weight", {ff, hidden}), read(p + "mlp.down_proj.weight", {hidden, ff})});
       pllm::report_progress("example_llama: loading layers", l + 1, c.num_layers);
     }
     final_norm_ = read("model.norm.weight", {hidden});

@@ -19,12 +19,11 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <pagedllm/sdk.hpp>
+#include <pagedllm/sdk/cpp/paged_batch_check.hpp>  // the checks both in-tree backends make
 #include <span>
 #include <string>
 #include <vector>
-
-#include <pagedllm/sdk.hpp>
-#include <pagedllm/sdk/cpp/paged_batch_check.hpp>  // the checks both in-tree backends make
 
 namespace {
 
@@ -75,8 +74,8 @@ class ExampleAttention : public pllm::AttentionPlugin {
     if (!batch_) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "example_attention: run() before plan()");
     if (layer < 0 || layer >= spec_.num_layers) {
       throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "example_attention: layer " + std::to_string(layer) +
-                                                         " is outside the cache's " +
-                                                         std::to_string(spec_.num_layers) + " layers");
+                                                         " is outside the cache's " + std::to_string(spec_.num_layers) +
+                                                         " layers");
     }
     const pllm_batch& b = *batch_;
     const int32_t kv_heads = spec_.num_kv_heads;
@@ -175,8 +174,8 @@ class ExampleAttention : public pllm::AttentionPlugin {
 
   // Bytes of one layer's K (or V) array in a pool of `blocks` blocks.
   uint64_t layer_array_bytes(int64_t blocks) const {
-    return uint64_t(blocks) * uint64_t(spec_.block_size) * uint64_t(spec_.num_kv_heads) *
-           uint64_t(spec_.head_dim) * uint64_t(element_size(spec_.dtype));
+    return uint64_t(blocks) * uint64_t(spec_.block_size) * uint64_t(spec_.num_kv_heads) * uint64_t(spec_.head_dim) *
+           uint64_t(element_size(spec_.dtype));
   }
 
   // The head_dim vector of kv head g at `slot` (= block * block_size + offset) of a layer's K or V.

@@ -34,12 +34,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <string>
-#include <vector>
-
 #include <pagedllm/sdk.hpp>
 #include <pagedllm/sdk/cpp/model_batch_check.hpp>
 #include <pagedllm/sdk/cpp/rejection_sampler.hpp>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -68,8 +67,8 @@ class PromptLookup : public pllm::SpeculatorPlugin {
       o.min_ngram = reader.get_in_range<int>("min_ngram", 1, 1, 64);
       if (o.min_ngram > o.max_ngram) {
         throw pllm::Error(PLLM_ERROR_INVALID_CONFIG, "min_ngram (" + std::to_string(o.min_ngram) +
-                                                         ") is larger than max_ngram (" +
-                                                         std::to_string(o.max_ngram) + ")");
+                                                         ") is larger than max_ngram (" + std::to_string(o.max_ngram) +
+                                                         ")");
       }
       return o;
     }
@@ -98,12 +97,14 @@ class PromptLookup : public pllm::SpeculatorPlugin {
     // Token ids, positions and logits rows (the checks every model makes), then what this draft reads besides.
     pllm::check_batch("example_prompt_lookup", b, args.attention, target_.vocab_size);
     if (b.num_tokens > 0 && (!b.slot_mapping || !b.query_start_loc || !b.block_tables || b.num_seqs <= 0)) {
-      throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "example_prompt_lookup: null slot_mapping, query_start_loc or block_tables");
+      throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT,
+                        "example_prompt_lookup: null slot_mapping, query_start_loc or block_tables");
     }
     for (int32_t t = 0; t < b.num_tokens; ++t) {
       if (b.slot_mapping[t] >= kMaxSlots) {
         throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "example_prompt_lookup: slot_mapping[" + std::to_string(t) +
-                                                           "] = " + std::to_string(b.slot_mapping[t]) + " is implausible");
+                                                           "] = " + std::to_string(b.slot_mapping[t]) +
+                                                           " is implausible");
       }
     }
 

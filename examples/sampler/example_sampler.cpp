@@ -24,11 +24,10 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <string>
-#include <vector>
-
 #include <pagedllm/sdk.hpp>
 #include <pagedllm/sdk/cpp/counter_rng.hpp>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -58,7 +57,8 @@ class ExampleSampler : public pllm::SamplerPlugin {
   };
 
   ExampleSampler(const Options&, const pllm_sampler_create_args& args) {
-    if (args.device.type != PLLM_DEVICE_CPU) throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "example_sampler runs on the CPU only");
+    if (args.device.type != PLLM_DEVICE_CPU)
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "example_sampler runs on the CPU only");
   }
 
   void sample(const pllm_sample_batch& batch, pllm_sample_output& out) {
@@ -101,8 +101,8 @@ class ExampleSampler : public pllm::SamplerPlugin {
                           [raw](int32_t a, int32_t b) { return raw[a] > raw[b] || (raw[a] == raw[b] && a < b); });
         for (int32_t j = 0; j < out.max_top_logprobs; ++j) {
           top_ids[j] = j < n ? order[std::size_t(j)] : -1;
-          top_logprobs[j] = j < n ? float(double(raw[order[std::size_t(j)]]) - lse)
-                                  : -std::numeric_limits<float>::infinity();
+          top_logprobs[j] =
+              j < n ? float(double(raw[order[std::size_t(j)]]) - lse) : -std::numeric_limits<float>::infinity();
         }
       }
     }
@@ -148,7 +148,8 @@ class ExampleSampler : public pllm::SamplerPlugin {
       const std::string where = "row " + std::to_string(r) + ": ";
       if (!row.params) invalid(where + "null params");
       const pllm_sampling_params& p = *row.params;
-      if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) invalid(where + "temperature must be finite and >= 0");
+      if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature))
+        invalid(where + "temperature must be finite and >= 0");
       if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) invalid(where + "top_p must be in (0, 1]");
       if (p.top_k < 0) invalid(where + "top_k must be >= 0 (0 = off)");
       if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) invalid(where + "min_p must be in [0, 1]");
@@ -162,7 +163,8 @@ class ExampleSampler : public pllm::SamplerPlugin {
                                    std::pair{row.output_token_ids, row.num_output_tokens}}) {
         if (n < 0 || (n > 0 && !ids)) invalid(where + "bad token history");
         for (int32_t i = 0; i < n; ++i) {
-          if (ids[i] < 0 || ids[i] >= vocab) invalid(where + "history token " + std::to_string(ids[i]) + " is outside the vocabulary");
+          if (ids[i] < 0 || ids[i] >= vocab)
+            invalid(where + "history token " + std::to_string(ids[i]) + " is outside the vocabulary");
         }
       }
       const float* raw = static_cast<const float*>(l.data) + r * l.strides[0];
@@ -192,7 +194,8 @@ class ExampleSampler : public pllm::SamplerPlugin {
     }
     for (int64_t id = 0; id < vocab; ++id) {
       float& l = logits[std::size_t(id)];
-      if (seen[std::size_t(id)] && p.repetition_penalty != 1.0f) l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+      if (seen[std::size_t(id)] && p.repetition_penalty != 1.0f)
+        l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
       const int32_t count = output_count[std::size_t(id)];
       if (count > 0) l -= p.frequency_penalty * float(count) + p.presence_penalty;
     }
@@ -212,7 +215,8 @@ class ExampleSampler : public pllm::SamplerPlugin {
       if (w > 0.0 && w >= double(p.min_p)) c.ids.push_back(id);
     }
     const auto best_first = [&](int32_t a, int32_t b) {
-      return logits[std::size_t(a)] > logits[std::size_t(b)] || (logits[std::size_t(a)] == logits[std::size_t(b)] && a < b);
+      return logits[std::size_t(a)] > logits[std::size_t(b)] ||
+             (logits[std::size_t(a)] == logits[std::size_t(b)] && a < b);
     };
     const bool top_k = p.top_k > 0 && std::size_t(p.top_k) < c.ids.size();
     const bool top_p = p.top_p < 1.0f;
@@ -239,5 +243,6 @@ class ExampleSampler : public pllm::SamplerPlugin {
 
 }  // namespace
 
-PAGEDLLM_PLUGIN(ExampleSampler, "example_sampler", "1.0.0",
-                "Example: a CPU sampler with every request parameter (penalties, temperature, min-p, top-k, top-p, seed, logprobs)")
+PAGEDLLM_PLUGIN(
+    ExampleSampler, "example_sampler", "1.0.0",
+    "Example: a CPU sampler with every request parameter (penalties, temperature, min-p, top-k, top-p, seed, logprobs)")
