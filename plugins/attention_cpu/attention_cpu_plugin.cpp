@@ -13,7 +13,7 @@
 #include "plugins/attention_cpu/dtype_convert.h"
 #include "plugins/attention_cpu/kv_cache.h"
 #include "plugins/attention_cpu/paged_attention.h"
-#include "plugins/common/paged_batch_check.h"
+#include "pagedllm/sdk/cpp/paged_batch_check.hpp"
 #include "plugins/common/thread_pool.h"
 
 namespace pagedllm::attention_cpu {
@@ -166,7 +166,7 @@ class AttentionCpu : public pllm::AttentionPlugin {
   }
 
   Options options_;
-  plugins::PagedInputCheck check_{"attention_cpu"};
+  pllm::PagedInputCheck check_{"attention_cpu"};
   std::unique_ptr<OptimizedAttention> optimized_;  // null for the reference variant
   std::optional<KvCache> cache_;
   pllm_batch batch_{};

@@ -5,14 +5,14 @@
 #include <string>
 
 #include "pagedllm/sdk/cpp/error.hpp"
-#include "plugins/common/paged_batch_check.h"
+#include "pagedllm/sdk/cpp/paged_batch_check.hpp"
 
 namespace pagedllm::attention_cpu {
 namespace {
 
 [[noreturn]] void invalid(const std::string& message) { throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, message); }
 
-const plugins::PagedInputCheck kCheck("attention_cpu");
+const pllm::PagedInputCheck kCheck("attention_cpu");
 
 std::unique_ptr<std::byte[]> allocate(int64_t blocks, const CacheGeometry& g, const char* pool) {
   if (blocks == 0) return nullptr;

@@ -26,13 +26,13 @@
 #include "plugins/attention_cuda/kernels.h"
 #include "plugins/attention_cuda/step_metadata.h"
 #include "plugins/common/dtype_name.h"
-#include "plugins/common/paged_batch_check.h"
+#include "pagedllm/sdk/cpp/paged_batch_check.hpp"
 #include "plugins/cuda_common/cuda_check.h"
 
 namespace pagedllm::attention_cuda {
 namespace {
 
-const plugins::PagedInputCheck kCheck("attention_cuda");
+const pllm::PagedInputCheck kCheck("attention_cuda");
 
 std::string str(int64_t v) { return std::to_string(v); }
 

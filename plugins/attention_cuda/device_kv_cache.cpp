@@ -3,13 +3,13 @@
 #include <limits>
 #include <string>
 
-#include "plugins/common/paged_batch_check.h"
+#include "pagedllm/sdk/cpp/paged_batch_check.hpp"
 #include "plugins/cuda_common/cuda_check.h"
 
 namespace pagedllm::attention_cuda {
 namespace {
 
-const plugins::PagedInputCheck kCheck("attention_cuda");
+const pllm::PagedInputCheck kCheck("attention_cuda");
 
 // Bytes of a pool of `blocks` blocks, or an OUT_OF_MEMORY error when it overflows.
 uint64_t pool_bytes(int64_t blocks, const CacheGeometry& g, const char* pool) {

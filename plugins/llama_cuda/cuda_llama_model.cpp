@@ -12,7 +12,7 @@
 #include "pagedllm/sdk.hpp"
 #include "plugins/common/dtype_name.h"
 #include "plugins/cuda_common/cuda_check.h"
-#include "plugins/llama_common/batch_check.h"
+#include "pagedllm/sdk/cpp/model_batch_check.hpp"
 #include "plugins/llama_common/rope_freq.h"
 #include "plugins/llama_common/tensor_view.h"
 #include "plugins/llama_common/weight_layout.h"
@@ -201,8 +201,8 @@ void CudaLlama::forward(const pllm_batch& b, pllm_attention_ref attention, pllm_
 }
 
 void CudaLlama::run_step(const pllm_batch& b, pllm_attention_ref attention, pllm_forward_output& out) {
-  llama::check_batch("models_llama", b, attention, config_.vocab_size);
-  const bool has_hidden = llama::check_forward_output("models_llama", b, out);
+  pllm::check_batch("models_llama", b, attention, config_.vocab_size);
+  const bool has_hidden = pllm::check_forward_output("models_llama", b, out);
   const LlamaConfig& c = config_;
   const int64_t tokens = b.num_tokens, h = c.hidden_size, d = c.head_dim, vocab = c.vocab_size;
   const int32_t num_logits = b.num_logits;

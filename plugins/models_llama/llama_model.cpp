@@ -7,7 +7,7 @@
 
 #include "pagedllm/sdk.hpp"
 #include "plugins/common/dtype_name.h"
-#include "plugins/llama_common/batch_check.h"
+#include "pagedllm/sdk/cpp/model_batch_check.hpp"
 #include "plugins/llama_cpu/cpu_isa.h"
 #include "plugins/llama_cpu/cpu_kernels.h"
 #include "plugins/llama_cpu/rope.h"
@@ -118,8 +118,8 @@ pllm_tensor LlamaModel::tensor(std::string_view name) const {
 }
 
 void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm_forward_output& out) {
-  llama::check_batch("models_llama", b, attention, config_.vocab_size);
-  const bool has_hidden = llama::check_forward_output("models_llama", b, out);
+  pllm::check_batch("models_llama", b, attention, config_.vocab_size);
+  const bool has_hidden = pllm::check_forward_output("models_llama", b, out);
   const LlamaConfig& c = config_;
   const int64_t tokens = b.num_tokens, h = c.hidden_size;
   const auto eps = static_cast<float>(c.rms_norm_eps);

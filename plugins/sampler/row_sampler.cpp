@@ -6,10 +6,10 @@
 #include <string>
 
 #include "pagedllm/sdk/cpp/error.hpp"
-#include "plugins/common/counter_rng.h"
+#include "pagedllm/sdk/cpp/counter_rng.hpp"
 
 namespace pagedllm::sampler {
-using plugins::uniform01;
+using pllm::uniform01;
 namespace {
 
 [[noreturn]] void invalid(int32_t row, const std::string& message) {

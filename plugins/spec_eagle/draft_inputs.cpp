@@ -4,7 +4,7 @@
 #include <string>
 
 #include "pagedllm/sdk.hpp"
-#include "plugins/llama_common/batch_check.h"
+#include "pagedllm/sdk/cpp/model_batch_check.hpp"
 
 namespace pagedllm::spec_eagle {
 namespace {
@@ -27,7 +27,7 @@ DraftInputs check_draft_inputs(const pllm_draft_args& args, const pllm_draft_out
   }
   if (!args.batch) invalid("draft args: null batch");
   const pllm_batch& b = *args.batch;
-  llama::check_batch("spec_eagle", b, args.attention, c.vocab_size);
+  pllm::check_batch("spec_eagle", b, args.attention, c.vocab_size);
   const bool has_feature_rows =
       args.struct_size >= offsetof(pllm_draft_args, feature_rows) + sizeof(args.feature_rows);
   const int32_t* feature_rows = has_feature_rows ? args.feature_rows : nullptr;

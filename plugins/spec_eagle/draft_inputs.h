@@ -23,7 +23,7 @@ struct DraftInputs {
 };
 
 // Throws pllm::Error(PLLM_ERROR_INVALID_ARGUMENT) naming what is wrong: a
-// struct too small, a bad batch (llama::check_batch), features that are not
+// struct too small, a bad batch (pllm::check_batch), features that are not
 // host f32 [num_tokens, hidden] rows, or a chain (features of ndim 0) when the
 // previous call kept `kept_chain_rows` rows (-1: none) that the batch's rows
 // cannot continue.

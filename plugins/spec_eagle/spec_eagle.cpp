@@ -1,14 +1,14 @@
 // spec_eagle: EAGLE-1 speculative decoding on the CPU or on CUDA. This file
 // is the SDK glue: options, create, info, draft and verify; the draft model is
 // eagle_head.h on the CPU and cuda_eagle_head.h on CUDA (built with CUDA
-// only), the rejection sampler plugins/common/rejection_sampler.h.
+// only), the rejection sampler pagedllm/sdk/cpp/rejection_sampler.hpp.
 
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "pagedllm/sdk.hpp"
-#include "plugins/common/rejection_sampler.h"
+#include "pagedllm/sdk/cpp/rejection_sampler.hpp"
 #include "plugins/common/thread_pool.h"
 #include "plugins/spec_eagle/eagle_config.h"
 #include "plugins/spec_eagle/draft_vocab.h"
@@ -81,7 +81,7 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
 
   void draft(const pllm_draft_args& args, pllm_draft_output& out) { head_->draft(args, out); }
 
-  void verify(const pllm_verify_args& args, pllm_verify_output& out) { plugins::verify_drafts(args, out); }
+  void verify(const pllm_verify_args& args, pllm_verify_output& out) { pllm::verify_drafts(args, out); }
 
  private:
   std::unique_ptr<DraftHead> head_;

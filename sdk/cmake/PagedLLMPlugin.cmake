@@ -1,14 +1,21 @@
 # pagedllm_add_plugin(<name> <sources...>)
 #
 # Builds a pagedllm plugin: a MODULE library named <name>.so (no "lib" prefix,
-# so the file name is the name configs use), linked to PagedLLM::sdk. It
-# exports exactly one symbol, the entry point: hidden visibility plus a linker
-# version script, so two plugins never share a symbol by accident (not even
-# the C++ library's template instances, which could otherwise pin a plugin in
-# memory after it is unloaded).
+# so the file name is the name configs use), linked to PagedLLM::sdk (the C ABI
+# and the C++ helpers), or to PagedLLM::sdk_c (the C ABI alone) when every
+# source is C. It exports exactly one symbol, the entry point: hidden
+# visibility plus a linker version script, so two plugins never share a symbol
+# by accident (not even the C++ library's template instances, which could
+# otherwise pin a plugin in memory after it is unloaded).
 function(pagedllm_add_plugin name)
   add_library(${name} MODULE ${ARGN})
-  target_link_libraries(${name} PRIVATE PagedLLM::sdk)
+  set(_sdk PagedLLM::sdk_c)
+  foreach(_source IN LISTS ARGN)
+    if(NOT _source MATCHES "\\.c$")
+      set(_sdk PagedLLM::sdk)
+    endif()
+  endforeach()
+  target_link_libraries(${name} PRIVATE ${_sdk})
   set_target_properties(${name} PROPERTIES
     PREFIX ""
     CXX_VISIBILITY_PRESET hidden

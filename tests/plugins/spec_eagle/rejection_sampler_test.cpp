@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "plugins/common/counter_rng.h"
+#include "pagedllm/sdk/cpp/counter_rng.hpp"
 #include "tests/plugins/spec_eagle/eagle_harness.h"
 
 using namespace eagle_test;
@@ -207,8 +207,8 @@ Speculator& speculator() {
 // A deliberately wrong verifier: on rejection it resamples from p instead of
 // max(0, p - q). Same streams as the plugin's.
 std::vector<int32_t> wrong_first_tokens(const Case& c, const Rows& r) {
-  using pagedllm::plugins::mix64;
-  using pagedllm::plugins::uniform01;
+  using pllm::mix64;
+  using pllm::uniform01;
   std::vector<int32_t> first(std::size_t(r.n));
   for (int64_t s = 0; s < r.n; ++s) {
     const uint64_t accept = mix64(r.seeds[std::size_t(s)] ^ 0x5350454341434350ull);

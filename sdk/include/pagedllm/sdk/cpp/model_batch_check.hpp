@@ -1,14 +1,24 @@
-#include "plugins/llama_common/batch_check.h"
+#pragma once
+// The checks a model (or a speculator's draft forward) makes of the batch core
+// hands it, before any row is read: shared by models_llama, llama_cuda,
+// spec_eagle and any out-of-tree model. Installed with the SDK; not part of sdk.hpp:
+//   #include <pagedllm/sdk/cpp/model_batch_check.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "pagedllm/sdk.hpp"
 
-namespace pagedllm::llama {
+namespace pllm {
 
-void check_batch(std::string_view who, const pllm_batch& b, const pllm_attention_ref& attention,
-                 int64_t vocab_size) {
+// Throws pllm::Error(PLLM_ERROR_INVALID_ARGUMENT), prefixed with `who`, for a
+// batch too small for the fields read, no attention backend, token ids outside
+// [0, vocab_size), negative positions, or logits / hidden rows (the latter when
+// the batch has the field) that are not token rows.
+inline void check_batch(std::string_view who, const pllm_batch& b, const pllm_attention_ref& attention,
+                        int64_t vocab_size) {
   const auto invalid = [who](const std::string& message) {
     throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(who) + ": " + message);
   };
@@ -39,7 +49,10 @@ void check_batch(std::string_view who, const pllm_batch& b, const pllm_attention
   if (PLLM_HAS_FIELD(pllm_batch, &b, hidden_indices)) check_rows("hidden_indices", b.num_hidden, b.hidden_indices);
 }
 
-bool check_forward_output(std::string_view who, const pllm_batch& b, const pllm_forward_output& out) {
+// Throws pllm::Error(PLLM_ERROR_INVALID_ARGUMENT) for a forward output struct
+// too small for `logits`, or hidden rows asked for by `batch` when `out` has
+// no `hidden` field. Returns whether `out` has the field.
+inline bool check_forward_output(std::string_view who, const pllm_batch& b, const pllm_forward_output& out) {
   if (out.struct_size < offsetof(pllm_forward_output, logits) + sizeof(out.logits)) {
     throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(who) + ": forward output: struct_size " +
                                                        std::to_string(out.struct_size) + " is too small");
@@ -54,4 +67,4 @@ bool check_forward_output(std::string_view who, const pllm_batch& b, const pllm_
   return has_hidden;
 }
 
-}  // namespace pagedllm::llama
+}  // namespace pllm

@@ -1,6 +1,7 @@
 #pragma once
 // The checks an attention backend makes on what core hands it, shared by
-// attention_cpu and attention_cuda: a step batch against the cache (once per
+// attention_cpu, attention_cuda and any out-of-tree backend (installed with the
+// SDK; not part of sdk.hpp): a step batch against the cache (once per
 // step, so the kernels never index out of bounds), the shape of a layer's
 // activations, and block copy lists against their pools. Failures throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT)
 // with a message that starts with the plugin's name and carries the values.
@@ -12,7 +13,7 @@
 
 #include "pagedllm/sdk.hpp"
 
-namespace pagedllm::plugins {
+namespace pllm {
 
 class PagedInputCheck {
  public:
@@ -113,4 +114,4 @@ class PagedInputCheck {
   std::string plugin_;
 };
 
-}  // namespace pagedllm::plugins
+}  // namespace pllm

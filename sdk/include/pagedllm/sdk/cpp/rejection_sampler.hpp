@@ -11,14 +11,17 @@
 // Stream convention: with seed = seeds[s] and o = random_offsets[s],
 //   accept test of d_{i+1} (i = 0..n-1):  uniform01(mix64(seed ^ kAcceptStream), o + i)
 //   the emitted token, after j accepted:  uniform01(mix64(seed ^ kEmitStream), o + j)
-// (counter_rng.h). Both streams are keyed by the output index, like the
+// (counter_rng.hpp). Both streams are keyed by the output index, like the
 // sampler's own uniform01(seed, o), and are derived from the seed by a
 // bijective hash of a tagged seed, so they are independent of the sampler's
 // stream and of each other. Categorical draws are inverse CDFs over the ids in
 // increasing order, accumulated in double.
 //
-// Header-only: every speculator plugin that verifies (spec_eagle, the test
-// fixture) compiles its own copy, as plugins share no symbols at runtime.
+// Header-only and installed with the SDK: every speculator plugin that verifies
+// (spec_eagle, the test fixture, examples/prompt_lookup_speculator) compiles its
+// own copy, as plugins share no symbols at runtime. Not part of sdk.hpp:
+//   #include <pagedllm/sdk/cpp/rejection_sampler.hpp>
+//   void verify(const pllm_verify_args& a, pllm_verify_output& o) { pllm::verify_drafts(a, o); }
 
 #include <algorithm>
 #include <cmath>
@@ -27,9 +30,9 @@
 #include <string>
 
 #include "pagedllm/sdk.hpp"
-#include "plugins/common/counter_rng.h"
+#include "pagedllm/sdk/cpp/counter_rng.hpp"
 
-namespace pagedllm::plugins {
+namespace pllm {
 
 inline constexpr std::uint64_t kAcceptStream = 0x5350454341434350ull;  // "SPECACCP"
 inline constexpr std::uint64_t kEmitStream = 0x53504543454d4954ull;    // "SPECEMIT"
@@ -197,4 +200,4 @@ inline void verify_drafts(const pllm_verify_args& a, pllm_verify_output& out) {
   }
 }
 
-}  // namespace pagedllm::plugins
+}  // namespace pllm

@@ -11,10 +11,14 @@
 // mix64 is SplitMix64's finaliser (a bijection on 64 bits), so every (seed,
 // offset) is one Weyl-sequence step hashed; SplitMix64 passes BigCrush. The
 // top 53 bits become a double in [0, 1).
+//
+// The in-tree sampler draws token `offset` of a request from uniform01(seed,
+// offset); a plugin that wants the same stream (a sampler meant to reproduce
+// it, a speculator deriving its own streams) includes this header.
 
 #include <cstdint>
 
-namespace pagedllm::plugins {
+namespace pllm {
 
 inline std::uint64_t mix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -32,4 +36,4 @@ inline double uniform01(std::uint64_t seed, std::uint64_t offset) {
   return static_cast<double>(random_bits(seed, offset) >> 11) * 0x1p-53;
 }
 
-}  // namespace pagedllm::plugins
+}  // namespace pllm
