@@ -13,7 +13,7 @@ void check_batch(std::string_view who, const pllm_batch& b, const pllm_attention
     throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(who) + ": " + message);
   };
   const auto str = [](int64_t v) { return std::to_string(v); };
-  if (b.struct_size < offsetof(pllm_batch, logits_indices) + sizeof(b.logits_indices)) {
+  if (!PLLM_HAS_FIELD(pllm_batch, &b, logits_indices)) {
     invalid("batch: struct_size " + str(b.struct_size) + " is too small");
   }
   if (!attention.api || !attention.api->run || !attention.backend) invalid("no attention backend");
@@ -40,7 +40,7 @@ void check_batch(std::string_view who, const pllm_batch& b, const pllm_attention
 }
 
 bool check_forward_output(std::string_view who, const pllm_batch& b, const pllm_forward_output& out) {
-  if (out.struct_size < offsetof(pllm_forward_output, logits) + sizeof(out.logits)) {
+  if (!PLLM_HAS_FIELD(pllm_forward_output, &out, logits)) {
     throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(who) + ": forward output: struct_size " +
                                                        std::to_string(out.struct_size) + " is too small");
   }

@@ -48,9 +48,11 @@ class Speculator {
     args.options_json = options.c_str();
     args.draft_path = path.c_str();
     args.device = device;
-    args.target.model_api = model_api ? model_api : &target.api();
-    args.target.model = target.handle();
-    args.target.info = &target_info_;
+    target_.struct_size = sizeof target_;
+    target_.model_api = model_api ? model_api : &target.api();
+    target_.model = target.handle();
+    target_.info = &target_info_;
+    args.target = &target_;
     args.num_speculative_tokens = num_speculative_tokens;
     instance_ = pagedllm::create_plugin_instance<pllm_speculator_api, pllm_speculator>(speculator_library(), args);
   }
@@ -65,13 +67,13 @@ class Speculator {
 
   // Logits [batch.num_logits, vocab] of one draft forward; `feature_rows`
   // (with features of ndim 0) picks the chain rows, null: row t itself.
-  pllm_tensor draft(const pllm_batch& batch, const pllm_tensor& features, pllm_attention_ref attention,
+  pllm_tensor draft(const pllm_batch& batch, const pllm_tensor& features, const pllm_attention_ref& attention,
                     const int32_t* feature_rows = nullptr) {
     pllm_draft_args args{};
     args.struct_size = sizeof args;
     args.batch = &batch;
     args.features = features;
-    args.attention = attention;
+    args.attention = &attention;
     args.feature_rows = feature_rows;
     pllm_draft_output out{};
     out.struct_size = sizeof out;
@@ -90,6 +92,7 @@ class Speculator {
     pagedllm::check_plugin_call(status, error, instance_.library(), what);
   }
   pllm_model_info target_info_;
+  pllm_speculator_target target_{};
   pagedllm::SpeculatorInstance instance_;
 };
 
@@ -110,6 +113,7 @@ inline std::vector<int32_t> slice(const std::vector<int32_t>& v, std::size_t beg
 
 inline pllm_tensor f32_tensor(const float* data, std::vector<int64_t> shape) {
   pllm_tensor t{};
+  t.struct_size = sizeof t;
   t.data = const_cast<float*>(data);
   t.dtype = PLLM_DTYPE_F32;
   t.device = {PLLM_DEVICE_CPU, 0};
