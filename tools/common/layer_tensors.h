@@ -1,7 +1,8 @@
 #pragma once
 // One attention layer's four activations and the pllm_attention_layer_args a
 // backend's run() takes, which since SDK 2.0 holds them by pointer: args()
-// points into this object, so it must outlive every use of what args() returns.
+// points into the object it is called on, which must outlive every use of
+// what it returns (a copy's args() points into the copy).
 
 #include "pagedllm/sdk.h"
 
@@ -14,10 +15,6 @@ struct LayerTensors {
   pllm_tensor output{};
   float scale = 1.0f;
   void* stream = nullptr;
-
-  LayerTensors() = default;
-  LayerTensors(const LayerTensors&) = delete;
-  LayerTensors& operator=(const LayerTensors&) = delete;
 
   pllm_attention_layer_args args() const {
     pllm_attention_layer_args a{};

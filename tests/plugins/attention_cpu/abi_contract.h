@@ -58,7 +58,8 @@ inline pllm_status create_with(const std::string& plugin, pllm_device device, ui
   args.current.device = device;
   pllm_attention_create_args* p = args.get();
   p->struct_size = struct_size;
-  const pllm_attention_api& api = attention_library(plugin)->api<pllm_attention_api>();
+  const auto library = attention_library(plugin);  // keeps the plugin loaded through the calls
+  const pllm_attention_api& api = library->api<pllm_attention_api>();
   pllm_attention_backend* handle = nullptr;
   pllm_error error{};
   const pllm_status status = api.create(p, &handle, &error);
@@ -76,6 +77,20 @@ inline void check_create_args_sizes(const std::string& plugin, pllm_device devic
     CHECK_THAT(message, Contains(plugin + ": create args: struct_size " + std::to_string(too_small) +
                                  " is too small for the fields SDK 2.0 defines"));
   }
+}
+
+// One sequence of one new token at position 0, in block 0 (slot 0).
+inline HostBatch one_token_batch(const pllm_kv_cache_spec& spec) {
+  HostBatch hb;
+  hb.block_size = spec.block_size;
+  hb.max_blocks_per_seq = 1;
+  hb.token_ids = {0};
+  hb.positions = {0};
+  hb.query_start_loc = {0, 1};
+  hb.seq_lens = {1};
+  hb.block_tables = {0};
+  hb.slot_mapping = {0};
+  return hb;
 }
 
 template <class E = pagedllm::PluginCallError, class F>
@@ -99,15 +114,7 @@ void check_spec_and_batch_sizes(H& backend, const std::string& plugin) {
   spec.struct_size = sizeof spec;
   backend.allocate_cache(*newer.get(), 4, 0);
 
-  HostBatch hb;
-  hb.block_size = spec.block_size;
-  hb.max_blocks_per_seq = 1;
-  hb.token_ids = {0};
-  hb.positions = {0};
-  hb.query_start_loc = {0, 1};
-  hb.seq_lens = {1};
-  hb.block_tables = {0};
-  hb.slot_mapping = {0};
+  const HostBatch hb = one_token_batch(spec);
   NextMinor<pllm_batch> batch{hb.view()};
   backend.plan(batch.current);
   backend.plan(*batch.get());
@@ -115,13 +122,14 @@ void check_spec_and_batch_sizes(H& backend, const std::string& plugin) {
   const auto e = refusal([&] { backend.plan(batch.current); });
   CHECK(e.status() == PLLM_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(e.what(), Contains(plugin + ": batch: struct_size"));
-  backend.plan(hb.view());  // leave a valid plan behind
 }
 
 // Layer args and their tensors too small: refused, naming which. `backend`
-// has a cache and a plan (check_spec_and_batch_sizes).
+// has a cache (check_spec_and_batch_sizes).
 template <class H>
 void check_layer_args_refusals(H& backend, const std::string& plugin) {
+  const HostBatch hb = one_token_batch(contract_spec(PLLM_DTYPE_F32));
+  backend.plan(hb.view());
   TypedBuffer q(PLLM_DTYPE_F32, std::vector<float>(32, 0.5f));
   LayerTensors t;
   t.query = t.key = t.value = t.output = q.tensor3(1, 1, 32);
@@ -188,7 +196,7 @@ void check_slot_minus_one_rows(B& backend) {
   std::mt19937 rng(18);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   auto random_rows = [&](int rows) {
-    std::vector<std::vector<float>> r(std::size_t(rows), std::vector<float>(kHeadDim));
+    std::vector<std::vector<float>> r(static_cast<std::size_t>(rows), std::vector<float>(kHeadDim));
     for (auto& row : r) {
       for (float& x : row) x = uniform(rng);
     }

@@ -12,6 +12,8 @@ TEST_CASE("attention_cpu accepts 2.0-sized and newer structs and refuses too-sma
   check_layer_args_refusals(backend, "attention_cpu");
 
   // Layer args from a newer minor (a model plugin built against 2.1) run as usual.
+  const HostBatch hb = one_token_batch(contract_spec(PLLM_DTYPE_F32));
+  backend.plan(hb.view());
   TypedBuffer q(PLLM_DTYPE_F32, std::vector<float>(32, 0.5f)), out(PLLM_DTYPE_F32, std::vector<float>(32, 0.0f));
   LayerTensors t;
   t.query = t.key = t.value = q.tensor3(1, 1, 32);

@@ -237,7 +237,7 @@ class EagleRunner {
     std::vector<float> flat;
     for (const auto& row : features) flat.insert(flat.end(), row.begin(), row.end());
     const pllm_tensor f = features.empty()
-                              ? pllm_tensor{}
+                              ? f32_tensor(nullptr, {})  // ndim 0: continue the chain
                               : f32_tensor(flat.data(), {int64_t(features.size()), int64_t(info_.hidden_size)});
     const pllm_tensor logits =
         draft_.draft(b.view, f, attention_.ref(), feature_rows.empty() ? nullptr : feature_rows.data());
