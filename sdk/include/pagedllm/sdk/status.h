@@ -29,7 +29,8 @@ typedef enum pllm_status {
 /* Owned by the caller, filled by the callee on failure. `key` optionally names
  * the offending option as a dotted path inside the plugin's own options
  * ("variant", "kernel.tile"), so the host can point at the config line. Both
- * strings are NUL-terminated and truncated to fit. */
+ * strings are NUL-terminated and truncated to fit. Frozen for the whole major
+ * (no struct_size): its two fixed buffers are the whole of an error. */
 typedef struct pllm_error {
   char message[PLLM_ERROR_MESSAGE_CAPACITY];
   char key[PLLM_ERROR_KEY_CAPACITY];

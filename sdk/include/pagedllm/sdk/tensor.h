@@ -28,6 +28,8 @@ typedef enum pllm_device_type {
   PLLM_DEVICE_FORCE_32BIT = 0x7fffffff /* keeps the enum 32 bits wide; never a device */
 } pllm_device_type;
 
+/* Frozen for the whole major (no struct_size): embedded by value in tensors and
+ * create args, and a (type, ordinal) pair is all that names a device. */
 typedef struct pllm_device {
   pllm_device_type type;
   int32_t index; /* CUDA ordinal; 0 for the CPU */
