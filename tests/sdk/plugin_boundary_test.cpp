@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstddef>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "core/plugin/plugin_error.h"
 #include "core/plugin/plugin_instance.h"
 #include "core/plugin/plugin_registry.h"
+#include "pagedllm/sdk/cpp/struct_check.hpp"
 #include "tests/support/temp_dir.h"
 
 using namespace pagedllm;
@@ -178,4 +180,43 @@ TEST_CASE("host services may be called from several plugin threads at once", "[s
   int done = 0;
   for (const std::string& line : ring->last_formatted()) done += line.find("done task") != std::string::npos;
   CHECK(done == 4);
+}
+
+namespace {
+// pllm_attention_layer_args as a 2.1 might declare it: 2.0's fields, then one appended.
+struct LayerArgs_2_1 {
+  uint32_t struct_size;
+  const pllm_tensor* query;
+  const pllm_tensor* key;
+  const pllm_tensor* value;
+  const pllm_tensor* output;
+  float scale;
+  void* stream;
+  const pllm_tensor* key_scales;  // appended in the next minor
+};
+static_assert(offsetof(LayerArgs_2_1, stream) == offsetof(pllm_attention_layer_args, stream));
+}  // namespace
+
+TEST_CASE("PLLM_HAS_FIELD: a field appended after the filler's minor reads as absent", "[sdk][versioning]") {
+  // A 2.0 model plugin fills the struct (struct_size = its sizeof); a 2.1 backend reads it.
+  LayerArgs_2_1 seen_by_2_1{};
+  seen_by_2_1.struct_size = sizeof(pllm_attention_layer_args);
+  CHECK(PLLM_HAS_FIELD(LayerArgs_2_1, &seen_by_2_1, stream));
+  CHECK_FALSE(PLLM_HAS_FIELD(LayerArgs_2_1, &seen_by_2_1, key_scales));
+
+  // A 2.1 model plugin fills it; a 2.0 backend reads its 2.0 fields and nothing more.
+  struct {
+    pllm_attention_layer_args current;
+    const pllm_tensor* key_scales;
+  } from_2_1{};
+  from_2_1.current.struct_size = sizeof from_2_1;
+  CHECK(pllm::has_2_0_fields(from_2_1.current));
+
+  // One that lacks a 2.0 field is refused by name.
+  pllm_attention_layer_args too_small{};
+  too_small.struct_size = offsetof(pllm_attention_layer_args, stream);
+  CHECK_FALSE(pllm::has_2_0_fields(too_small));
+  CHECK_THROWS_WITH(pllm::require(&too_small, "backend: layer args"),
+                    Contains("backend: layer args: struct_size " +
+                             std::to_string(offsetof(pllm_attention_layer_args, stream)) + " is too small"));
 }

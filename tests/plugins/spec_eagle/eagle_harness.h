@@ -257,23 +257,27 @@ class EagleRunner {
     const pllm_batch v = b.view();
     const int64_t heads = info_.num_heads, kv_heads = info_.num_kv_heads, d = info_.head_dim;
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    pllm_attention_layer_args args{};
-    args.struct_size = sizeof args;
+    pllm_tensor query{}, key{}, output{};
     std::vector<float> q, kv, out;  // the host tensors' memory, on the CPU
     if (placement_.device.type == PLLM_DEVICE_CPU) {
       q.assign(std::size_t(slots * heads * d), 0.0f);
       out.resize(q.size());
       kv.assign(std::size_t(slots * kv_heads * d), nan);
-      args.query = f32_tensor(q.data(), {slots, heads, d});
-      args.key = f32_tensor(kv.data(), {slots, kv_heads, d});
-      args.output = f32_tensor(out.data(), {slots, heads, d});
+      query = f32_tensor(q.data(), {slots, heads, d});
+      key = f32_tensor(kv.data(), {slots, kv_heads, d});
+      output = f32_tensor(out.data(), {slots, heads, d});
     } else {
       expect(bool(placement_.device_tensor), "a device placement needs device_tensor");
-      args.query = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
-      args.key = placement_.device_tensor(slots, kv_heads, d, info_.dtype, nan);
-      args.output = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
+      query = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
+      key = placement_.device_tensor(slots, kv_heads, d, info_.dtype, nan);
+      output = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
     }
-    args.value = args.key;
+    pllm_attention_layer_args args{};
+    args.struct_size = sizeof args;
+    args.query = &query;
+    args.key = &key;
+    args.value = &key;
+    args.output = &output;
     args.scale = 1.0f;
     attention_.plan(v);
     for (int32_t layer = 0; layer < num_layers_; ++layer) attention_.run(layer, args);
