@@ -192,8 +192,8 @@ class Sizer {
                         in_.attention.library(), "plan");
       pllm_forward_output forward{};
       forward.struct_size = sizeof(pllm_forward_output);
-      check_plugin_call(in_.model.api().forward(in_.model.get(), &batch, {&in_.attention.api(), in_.attention.get()},
-                                                &forward, &error),
+      const pllm_attention_ref attention = attention_ref(in_.attention);
+      check_plugin_call(in_.model.api().forward(in_.model.get(), &batch, &attention, &forward, &error),
                         error, in_.model.library(), "forward");
     } catch (const PluginCallError& e) {
       if (e.status() != PLLM_ERROR_OUT_OF_MEMORY) throw;

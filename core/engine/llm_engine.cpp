@@ -238,9 +238,10 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
     const SpeculativeConfig& spec = *config.speculative;
     const std::string spec_options = spec.plugin.options.dump();
     const std::string draft_path = spec.draft.string();
-    pllm_speculator_create_args spec_args{
-        sizeof(pllm_speculator_create_args), spec_options.c_str(), draft_path.c_str(), device,
-        {&model_instance_.api(), model_instance_.get(), &model_info_}, spec.num_speculative_tokens};
+    const pllm_speculator_target target{sizeof(pllm_speculator_target), &model_instance_.api(),
+                                        model_instance_.get(), &model_info_};
+    pllm_speculator_create_args spec_args{sizeof(pllm_speculator_create_args), spec_options.c_str(),
+                                          draft_path.c_str(), device, &target, spec.num_speculative_tokens};
     log_->info("loading draft {} with {} (K={})", draft_path, spec.plugin.plugin, spec.num_speculative_tokens);
     speculative_ = std::make_unique<SpeculativeDecoder>(
         spec,
@@ -554,8 +555,8 @@ bool LlmEngine::step() {
                     "plan");
   pllm_forward_output forward{};
   forward.struct_size = sizeof(pllm_forward_output);
-  check_plugin_call(model_instance_.api().forward(model_instance_.get(), &batch,
-                                                  {&attention_.api(), attention_.get()}, &forward, &error),
+  const pllm_attention_ref attention = attention_ref(attention_);
+  check_plugin_call(model_instance_.api().forward(model_instance_.get(), &batch, &attention, &forward, &error),
                     error, model_instance_.library(), "forward");
 
   StepSamples sampled;

@@ -14,6 +14,7 @@ namespace {
 // A contiguous f32 CPU tensor of `shape` over `data`.
 pllm_tensor f32_tensor(const float* data, std::initializer_list<std::int64_t> shape) {
   pllm_tensor t{};
+  t.struct_size = sizeof t;
   t.data = const_cast<float*>(data);
   t.dtype = PLLM_DTYPE_F32;
   t.ndim = static_cast<std::int32_t>(shape.size());
@@ -318,7 +319,8 @@ pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const 
   pllm_error error{};
   check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),
                     "plan (draft)");
-  pllm_draft_args args{sizeof(pllm_draft_args), &batch, batch_features, {&attention_.api(), attention_.get()},
+  const pllm_attention_ref attention = attention_ref(attention_);
+  pllm_draft_args args{sizeof(pllm_draft_args), &batch, batch_features, &attention,
                        features.ndim == 2 ? nullptr : reordered_feature_rows.data()};
   pllm_draft_output out{};
   out.struct_size = sizeof(pllm_draft_output);
@@ -439,6 +441,7 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
                        std::span<const std::int32_t>(&chain_tokens[a], 1), true});
     }
     pllm_tensor none{};
+    none.struct_size = sizeof none;
     logits = run_draft(chain, none, feature_rows.data());
     active = std::move(next_active);
   }

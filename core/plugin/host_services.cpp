@@ -20,6 +20,7 @@ spdlog::level::level_enum to_spdlog(pllm_log_level level) {
     case PLLM_LOG_INFO: return spdlog::level::info;
     case PLLM_LOG_WARN: return spdlog::level::warn;
     case PLLM_LOG_ERROR: return spdlog::level::err;
+    case PLLM_LOG_FORCE_32BIT: break;
   }
   // A plugin passed a value outside the enum: log it rather than drop it.
   return spdlog::level::warn;
@@ -49,7 +50,9 @@ void HostServices::progress(void* context, const char* task, uint64_t done, uint
   auto* self = static_cast<HostServices*>(context);
   const std::string name = task ? task : "";
   const int percent = total ? static_cast<int>(100 * std::min(done, total) / total) : 100;
-  // Log each task in steps of 10%: its start, every tenth, its end.
+  // Log each task in steps of 10%: its start, every tenth, its end. Reports may
+  // come from several of the plugin's threads at once.
+  const std::lock_guard lock(self->progress_mutex_);
   if (name != self->last_task_ || percent / 10 != self->last_percent_ / 10) {
     self->logger_->info("{}: {}% ({}/{})", name, percent, done, total);
     self->last_task_ = name;

@@ -1,9 +1,12 @@
 #pragma once
 // The services table (pllm_host_api) the host gives one plugin: its log
 // messages go to a spdlog logger named after the plugin, its progress reports
-// to the host's progress display.
+// to the host's progress display. Every service may be called from any thread,
+// concurrently (sdk/README.md, "Threads and reentrancy"): the logger's sink is
+// a locking (_mt) one and the progress state has its own mutex.
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <spdlog/logger.h>
@@ -29,6 +32,7 @@ class HostServices {
   std::shared_ptr<spdlog::logger> logger_;
   pllm_host_api api_{};
   // Last progress percentage reported per task, so progress is logged in steps.
+  std::mutex progress_mutex_;
   std::string last_task_;
   int last_percent_ = -1;
 };

@@ -79,4 +79,13 @@ using ModelInstance = PluginInstance<pllm_model_api, pllm_model>;
 using SamplerInstance = PluginInstance<pllm_sampler_api, pllm_sampler>;
 using SpeculatorInstance = PluginInstance<pllm_speculator_api, pllm_speculator>;
 
+// The reference a model's forward() (or a draft) takes to `attention`.
+inline pllm_attention_ref attention_ref(const AttentionInstance& attention) {
+  pllm_attention_ref ref{};
+  ref.struct_size = sizeof ref;
+  ref.api = &attention.api();
+  ref.backend = attention.get();
+  return ref;
+}
+
 }  // namespace pagedllm

@@ -27,24 +27,22 @@ std::string_view plugin_kind_name(pllm_plugin_kind kind) {
     case PLLM_PLUGIN_KIND_SAMPLER: return "sampler";
     case PLLM_PLUGIN_KIND_SPECULATOR: return "speculator";
     case PLLM_PLUGIN_KIND_INVALID: return "invalid";
+    case PLLM_PLUGIN_KIND_FORCE_32BIT: break;
   }
   return "unknown";
 }
 
 namespace {
 
-// The size of each struct as SDK 1.0 defined it: the smallest a plugin of this
-// major may declare. Later minors append fields; these numbers never change.
-constexpr std::size_t end_of(std::size_t offset, std::size_t size) { return offset + size; }
-constexpr std::size_t kDescriptorSize_1_0 =
-    end_of(offsetof(pllm_plugin_descriptor, kind_api), sizeof(const void*));
-constexpr std::size_t kAttentionApiSize_1_0 =
-    end_of(offsetof(pllm_attention_api, copy_blocks), sizeof(void*));
-constexpr std::size_t kModelApiSize_1_0 = end_of(offsetof(pllm_model_api, get_tensor), sizeof(void*));
-constexpr std::size_t kSamplerApiSize_1_0 =
-    end_of(offsetof(pllm_sampler_api, probabilities), sizeof(void*));
-constexpr std::size_t kSpeculatorApiSize_1_0 =
-    end_of(offsetof(pllm_speculator_api, verify), sizeof(void*));
+// Whether a plugin's struct has every field SDK 2.0 defined: the smallest a
+// plugin of this major may declare. Later minors append fields after these,
+// which PLLM_HAS_FIELD finds absent in an older plugin's struct; the last 2.0
+// field named here never changes within the major.
+bool has_2_0_fields(const pllm_plugin_descriptor& d) { return PLLM_HAS_FIELD(pllm_plugin_descriptor, &d, kind_api); }
+bool has_2_0_fields(const pllm_attention_api& t) { return PLLM_HAS_FIELD(pllm_attention_api, &t, memory_info); }
+bool has_2_0_fields(const pllm_model_api& t) { return PLLM_HAS_FIELD(pllm_model_api, &t, get_tensor); }
+bool has_2_0_fields(const pllm_sampler_api& t) { return PLLM_HAS_FIELD(pllm_sampler_api, &t, probabilities); }
+bool has_2_0_fields(const pllm_speculator_api& t) { return PLLM_HAS_FIELD(pllm_speculator_api, &t, verify); }
 
 #if defined(__x86_64__)
 constexpr Elf64_Half kHostElfMachine = EM_X86_64;
@@ -88,20 +86,19 @@ void require_elf_shared_object(const fs::path& file) {
   }
 }
 
-// The plugin's table in the host's layout. Refuses a table smaller than SDK
-// 1.0's: no plugin of this major can have one.
+// The plugin's table in the host's layout. Refuses a table without SDK 2.0's
+// slots: no plugin of this major can have one.
 template <class Api>
-Api normalised_table(const fs::path& file, const std::string& name, const void* raw,
-                     std::size_t minimum_size) {
+Api normalised_table(const fs::path& file, const std::string& name, const void* raw) {
   if (!raw) refuse(file, fmt::format("plugin '{}' has no function table", name));
-  const auto declared = static_cast<const Api*>(raw)->struct_size;
-  if (declared < minimum_size) {
-    refuse(file, fmt::format("plugin '{}' declares a function table of {} bytes, smaller than "
-                             "SDK 1.0's {}: it is corrupt or was not built with the pagedllm SDK. "
+  const Api table = pad_table_to_host_layout<Api>(raw);
+  if (!has_2_0_fields(table)) {
+    refuse(file, fmt::format("plugin '{}' declares a function table of {} bytes, too small for the slots "
+                             "SDK {}.0 defines: it is corrupt or was not built with the pagedllm SDK. "
                              "Rebuild it against SDK {}",
-                             name, declared, minimum_size, kHostSdkVersion.str()));
+                             name, table.struct_size, kHostSdkVersion.major, kHostSdkVersion.str()));
   }
-  return pad_table_to_host_layout<Api>(raw);
+  return table;
 }
 
 void require_slots(const fs::path& file, const std::string& name,
@@ -141,10 +138,13 @@ std::shared_ptr<PluginLibrary> PluginLibrary::load(const fs::path& file, SdkVers
   std::shared_ptr<PluginLibrary> plugin(new PluginLibrary(file, std::move(library)));
   const pllm_plugin_descriptor* d = entry();
   if (!d) refuse(file, "'" PLLM_PLUGIN_ENTRY_SYMBOL "' returned no descriptor");
-  if (d->struct_size < kDescriptorSize_1_0) {
-    refuse(file, fmt::format("its descriptor is {} bytes, smaller than SDK 1.0's {}: it is corrupt "
-                             "or was not built with the pagedllm SDK",
-                             d->struct_size, kDescriptorSize_1_0));
+  // Every major so far starts its descriptor with struct_size, the SDK version,
+  // kind and name, so a plugin of another major (1.x) is named as such before
+  // the rest of its layout is judged.
+  if (!PLLM_HAS_FIELD(pllm_plugin_descriptor, d, name)) {
+    refuse(file, fmt::format("its descriptor is {} bytes, too small to hold its SDK version and name: it is "
+                             "corrupt or was not built with the pagedllm SDK",
+                             d->struct_size));
   }
   const std::string name = d->name ? d->name : "";
   if (name.empty()) refuse(file, "its descriptor has no name");
@@ -162,6 +162,11 @@ std::shared_ptr<PluginLibrary> PluginLibrary::load(const fs::path& file, SdkVers
                              name, plugin_sdk.str(), host_sdk.str(), host_sdk.major, host_sdk.str(),
                              plugin_sdk.str(), host_sdk.str()));
   }
+  if (!has_2_0_fields(*d)) {
+    refuse(file, fmt::format("plugin '{}': its descriptor is {} bytes, too small for the fields SDK {}.0 "
+                             "defines: it is corrupt or was not built with the pagedllm SDK",
+                             name, d->struct_size, host_sdk.major));
+  }
   if (!d->version) refuse(file, fmt::format("plugin '{}' has no version", name));
   if (!d->init || !d->validate_options) {
     refuse(file, fmt::format("plugin '{}' leaves init or validate_options unset", name));
@@ -169,7 +174,7 @@ std::shared_ptr<PluginLibrary> PluginLibrary::load(const fs::path& file, SdkVers
 
   switch (d->kind) {
     case PLLM_PLUGIN_KIND_ATTENTION: {
-      auto t = normalised_table<pllm_attention_api>(file, name, d->kind_api, kAttentionApiSize_1_0);
+      auto t = normalised_table<pllm_attention_api>(file, name, d->kind_api);
       require_slots(file, name, {{"create", t.create}, {"destroy", t.destroy},
                                  {"bytes_per_block", t.bytes_per_block}, {"allocate_cache", t.allocate_cache},
                                  {"plan", t.plan}, {"run", t.run}, {"swap_out", t.swap_out},
@@ -178,20 +183,20 @@ std::shared_ptr<PluginLibrary> PluginLibrary::load(const fs::path& file, SdkVers
       break;
     }
     case PLLM_PLUGIN_KIND_MODEL: {
-      auto t = normalised_table<pllm_model_api>(file, name, d->kind_api, kModelApiSize_1_0);
+      auto t = normalised_table<pllm_model_api>(file, name, d->kind_api);
       require_slots(file, name, {{"create", t.create}, {"destroy", t.destroy},
                                  {"get_info", t.get_info}, {"forward", t.forward}});
       plugin->table_ = t;
       break;
     }
     case PLLM_PLUGIN_KIND_SAMPLER: {
-      auto t = normalised_table<pllm_sampler_api>(file, name, d->kind_api, kSamplerApiSize_1_0);
+      auto t = normalised_table<pllm_sampler_api>(file, name, d->kind_api);
       require_slots(file, name, {{"create", t.create}, {"destroy", t.destroy}, {"sample", t.sample}});
       plugin->table_ = t;
       break;
     }
     case PLLM_PLUGIN_KIND_SPECULATOR: {
-      auto t = normalised_table<pllm_speculator_api>(file, name, d->kind_api, kSpeculatorApiSize_1_0);
+      auto t = normalised_table<pllm_speculator_api>(file, name, d->kind_api);
       require_slots(file, name, {{"create", t.create}, {"destroy", t.destroy}, {"get_info", t.get_info},
                                  {"draft", t.draft}, {"verify", t.verify}});
       plugin->table_ = t;
@@ -199,6 +204,8 @@ std::shared_ptr<PluginLibrary> PluginLibrary::load(const fs::path& file, SdkVers
     }
     case PLLM_PLUGIN_KIND_INVALID:
       refuse(file, fmt::format("plugin '{}' declares no kind", name));
+    case PLLM_PLUGIN_KIND_FORCE_32BIT:
+      break;  // never a kind: refused below like any value this host does not know
   }
   if (std::holds_alternative<std::monostate>(plugin->table_)) {
     refuse(file, fmt::format("plugin '{}' declares an unknown kind {}", name, static_cast<int>(d->kind)));

@@ -89,11 +89,16 @@ std::shared_ptr<PluginLibrary> PluginRegistry::load(std::string_view name_or_pat
                                       file.string(), plugin->name(), with_article(plugin->kind()), slot,
                                       with_article(expected), with_article(expected)));
   }
-  if (!is_path(name_or_path) && plugin->name() != name_or_path) {
+  // By name or by path alike, a plugin's file is <plugin name>.so: the name in
+  // configs, logs and --check output then always says which file runs.
+  const std::string file_name = file.filename().string();
+  const std::string named_for = file_name.ends_with(".so") ? file_name.substr(0, file_name.size() - 3) : file_name;
+  if (plugin->name() != named_for) {
     throw PluginLoadError(fmt::format(
-        "{}: the file is named for plugin '{}' but the plugin inside calls itself '{}'. Rename the "
-        "file to {}.so or name '{}' in the config",
-        file.string(), name_or_path, plugin->name(), plugin->name(), plugin->name()));
+        "{}: the file is named for plugin '{}' but the plugin inside calls itself '{}'; a plugin's file must "
+        "be <its name>.so. Rename the file to {}.so{}",
+        file.string(), named_for, plugin->name(), plugin->name(),
+        is_path(name_or_path) ? "" : fmt::format(" or name '{}' in the config", plugin->name())));
   }
   return plugin;
 }

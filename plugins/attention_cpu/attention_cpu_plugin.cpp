@@ -74,20 +74,24 @@ class AttentionCpu : public pllm::AttentionPlugin {
     if (layer < 0 || layer >= g.num_layers) {
       invalid("layer " + str(layer) + " is out of range [0, " + str(g.num_layers) + ")");
     }
-    if (args.struct_size < sizeof(pllm_attention_layer_args)) invalid("layer args: struct_size too small");
+    // The wrapper checked that args has its 2.0 fields; each tensor is checked here.
+    const pllm_tensor& query = pllm::require(args.query, "attention_cpu: layer args: query");
+    const pllm_tensor& key = pllm::require(args.key, "attention_cpu: layer args: key");
+    const pllm_tensor& value = pllm::require(args.value, "attention_cpu: layer args: value");
+    const pllm_tensor& output = pllm::require(args.output, "attention_cpu: layer args: output");
     const int64_t num_tokens = batch_.num_tokens;
-    check_tensor("query", args.query, num_tokens, -1, g.head_dim);
-    const int64_t num_heads = args.query.shape[1];
-    check_tensor("key", args.key, num_tokens, g.num_kv_heads, g.head_dim);
-    check_tensor("value", args.value, num_tokens, g.num_kv_heads, g.head_dim);
-    check_tensor("output", args.output, num_tokens, num_heads, g.head_dim);
+    check_tensor("query", query, num_tokens, -1, g.head_dim);
+    const int64_t num_heads = query.shape[1];
+    check_tensor("key", key, num_tokens, g.num_kv_heads, g.head_dim);
+    check_tensor("value", value, num_tokens, g.num_kv_heads, g.head_dim);
+    check_tensor("output", output, num_tokens, num_heads, g.head_dim);
     if (num_heads <= 0 || num_heads % g.num_kv_heads != 0) {
       invalid("query has " + str(num_heads) + " heads, not a positive multiple of the cache's " +
               str(g.num_kv_heads) + " kv heads");
     }
     if (num_tokens == 0) return;
 
-    write_new_kv(layer, args);
+    write_new_kv(layer, key, value);
 
     AttentionProblem problem;
     problem.batch = &batch_;
@@ -96,8 +100,8 @@ class AttentionCpu : public pllm::AttentionPlugin {
     problem.head_dim = g.head_dim;
     problem.block_size = g.block_size;
     problem.scale = args.scale;
-    problem.query = rows_of(args.query);
-    problem.output = rows_of(args.output);
+    problem.query = rows_of(query);
+    problem.output = rows_of(output);
     problem.key_cache = cache_->keys(layer);
     problem.value_cache = cache_->values(layer);
     problem.cache_dtype = g.dtype;
@@ -138,10 +142,10 @@ class AttentionCpu : public pllm::AttentionPlugin {
   }
 
   // Writes the new tokens' K/V into the cache at their slots (slot -1: skipped).
-  void write_new_kv(int32_t layer, const pllm_attention_layer_args& args) {
+  void write_new_kv(int32_t layer, const pllm_tensor& key_tensor, const pllm_tensor& value_tensor) {
     const CacheGeometry& g = cache_->geometry();
-    const Rows key = rows_of(args.key);
-    const Rows value = rows_of(args.value);
+    const Rows key = rows_of(key_tensor);
+    const Rows value = rows_of(value_tensor);
     std::byte* caches[2] = {cache_->keys(layer), cache_->values(layer)};
     const Rows* sources[2] = {&key, &value};
     row_buffer_.resize(std::size_t(g.head_dim));

@@ -51,6 +51,7 @@ inline void load_f32(const void* src, pllm_dtype dtype, float* dst, std::int64_t
     case PLLM_DTYPE_BF16:
       for (std::int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(static_cast<const std::uint16_t*>(src)[i]);
       return;
+    case PLLM_DTYPE_FORCE_32BIT:
     case PLLM_DTYPE_INVALID:
     case PLLM_DTYPE_I32:
     case PLLM_DTYPE_I64:
@@ -72,6 +73,7 @@ inline void store_f32(const float* src, pllm_dtype dtype, void* dst, std::int64_
     case PLLM_DTYPE_BF16:
       for (std::int64_t i = 0; i < n; ++i) static_cast<std::uint16_t*>(dst)[i] = f32_to_bf16(src[i]);
       return;
+    case PLLM_DTYPE_FORCE_32BIT:
     case PLLM_DTYPE_INVALID:
     case PLLM_DTYPE_I32:
     case PLLM_DTYPE_I64:

@@ -318,6 +318,7 @@ void OptimizedAttention::run(const AttentionProblem& p) {
       case PLLM_DTYPE_F32: return run_item<float>(p, item, sc);
       case PLLM_DTYPE_F16: return run_item<f16_t>(p, item, sc);
       case PLLM_DTYPE_BF16: return run_item<bf16_t>(p, item, sc);
+      case PLLM_DTYPE_FORCE_32BIT:
       case PLLM_DTYPE_INVALID:
       case PLLM_DTYPE_I32:
       case PLLM_DTYPE_I64:

@@ -74,6 +74,7 @@ void reference_attention(const AttentionProblem& problem) {
     case PLLM_DTYPE_F32: return reference_impl<float>(problem);
     case PLLM_DTYPE_F16: return reference_impl<f16_t>(problem);
     case PLLM_DTYPE_BF16: return reference_impl<bf16_t>(problem);
+    case PLLM_DTYPE_FORCE_32BIT:
     case PLLM_DTYPE_INVALID:
     case PLLM_DTYPE_I32:
     case PLLM_DTYPE_I64:

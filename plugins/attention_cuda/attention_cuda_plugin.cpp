@@ -40,6 +40,7 @@ std::string device_name(const pllm_device& device) {
   switch (device.type) {
     case PLLM_DEVICE_CPU: return "cpu";
     case PLLM_DEVICE_CUDA: return "cuda:" + str(device.index);
+    case PLLM_DEVICE_FORCE_32BIT:
     case PLLM_DEVICE_INVALID: break;
   }
   return "invalid";
@@ -141,14 +142,18 @@ class AttentionCuda : public pllm::AttentionPlugin {
     if (layer < 0 || layer >= g.num_layers) {
       kCheck.invalid("layer " + str(layer) + " is out of range [0, " + str(g.num_layers) + ")");
     }
-    if (args.struct_size < sizeof(pllm_attention_layer_args)) kCheck.invalid("layer args: struct_size too small");
+    // The wrapper checked that args has its 2.0 fields; each tensor is checked here.
+    const pllm_tensor& query = pllm::require(args.query, "attention_cuda: layer args: query");
+    const pllm_tensor& key = pllm::require(args.key, "attention_cuda: layer args: key");
+    const pllm_tensor& value = pllm::require(args.value, "attention_cuda: layer args: value");
+    const pllm_tensor& output = pllm::require(args.output, "attention_cuda: layer args: output");
     const DeviceStep& step = metadata_.device_step();
     const int64_t num_tokens = step.num_tokens;
-    check_tensor("query", args.query, num_tokens, -1, g);
-    const int64_t num_heads = args.query.shape[1];
-    check_tensor("key", args.key, num_tokens, g.num_kv_heads, g);
-    check_tensor("value", args.value, num_tokens, g.num_kv_heads, g);
-    check_tensor("output", args.output, num_tokens, num_heads, g);
+    check_tensor("query", query, num_tokens, -1, g);
+    const int64_t num_heads = query.shape[1];
+    check_tensor("key", key, num_tokens, g.num_kv_heads, g);
+    check_tensor("value", value, num_tokens, g.num_kv_heads, g);
+    check_tensor("output", output, num_tokens, num_heads, g);
     if (num_heads <= 0 || num_heads % g.num_kv_heads != 0) {
       kCheck.invalid("query has " + str(num_heads) + " heads, not a positive multiple of the cache's " +
                      str(g.num_kv_heads) + " kv heads");
@@ -173,8 +178,8 @@ class AttentionCuda : public pllm::AttentionPlugin {
     AttentionLaunch launch;
     launch.cache = layer_cache;
     launch.step = step;
-    launch.query = rows_of(args.query);
-    launch.output = rows_of(args.output);
+    launch.query = rows_of(query);
+    launch.output = rows_of(output);
     launch.num_heads = int32_t(num_heads);
     launch.scale = args.scale;
     // Everything that can refuse the layer (grid limits, the split-K scratch
@@ -183,7 +188,7 @@ class AttentionCuda : public pllm::AttentionPlugin {
     // plan() would overwrite the metadata it reads) or a half-done layer.
     (void)query_vector_chunks(launch);
     launch.partials = partials_for(metadata_.num_partials(), launch.num_heads, g.head_dim, stream);
-    launch_write_kv(layer_cache, step, rows_of(args.key), rows_of(args.value), stream);
+    launch_write_kv(layer_cache, step, rows_of(key), rows_of(value), stream);
     launch_paged_attention(launch, stream);
     PAGEDLLM_CUDA_CHECK(cudaEventRecord(last_compute_.get(), stream));
   }

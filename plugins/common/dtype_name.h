@@ -16,6 +16,7 @@ inline const char* dtype_name(pllm_dtype dtype) {
     case PLLM_DTYPE_U8: return "u8";
     case PLLM_DTYPE_I8: return "i8";
     case PLLM_DTYPE_INVALID: return "invalid";
+    case PLLM_DTYPE_FORCE_32BIT: break;  // never a dtype: unknown, like any value this code does not know
   }
   return "unknown";
 }

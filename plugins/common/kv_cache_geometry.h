@@ -25,10 +25,7 @@ struct CacheGeometry {
     auto invalid = [&](const std::string& message) {
       throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, plugin + ": kv cache spec: " + message);
     };
-    if (spec.struct_size < sizeof(pllm_kv_cache_spec)) {
-      invalid("struct_size " + std::to_string(spec.struct_size) + " is smaller than " +
-              std::to_string(sizeof(pllm_kv_cache_spec)));
-    }
+    pllm::require(&spec, plugin + ": kv cache spec");
     auto positive = [&](const char* name, int32_t v) {
       if (v <= 0) invalid(std::string(name) + " must be positive, got " + std::to_string(v));
     };

@@ -34,6 +34,7 @@ void visit_storage_type(pllm_dtype dtype, const char* what, Fn&& fn) {
     case PLLM_DTYPE_F32: fn(float{}); return;
     case PLLM_DTYPE_F16: fn(__half{}); return;
     case PLLM_DTYPE_BF16: fn(__nv_bfloat16{}); return;
+    case PLLM_DTYPE_FORCE_32BIT:
     case PLLM_DTYPE_INVALID:
     case PLLM_DTYPE_I32:
     case PLLM_DTYPE_I64:

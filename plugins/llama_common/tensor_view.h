@@ -11,6 +11,7 @@ namespace pagedllm::llama {
 // A row-major `dtype` tensor of `shape` over `data` on `device`.
 inline pllm_tensor tensor_view(void* data, pllm_dtype dtype, pllm_device device, const std::vector<int64_t>& shape) {
   pllm_tensor t{};
+  t.struct_size = sizeof t;
   t.data = data;
   t.dtype = dtype;
   t.device = device;

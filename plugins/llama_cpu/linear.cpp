@@ -188,6 +188,7 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, c
         gemm_dequantized(kern, a, lda, m, slice, cols, k, o, ldc, accumulate);
       }
       return;
+    case PLLM_DTYPE_FORCE_32BIT:
     case PLLM_DTYPE_INVALID:
     case PLLM_DTYPE_I32:
     case PLLM_DTYPE_I64:

@@ -266,7 +266,7 @@ void CudaLlama::run_step(const pllm_batch& b, pllm_attention_ref attention, pllm
   out.logits = llama::tensor_view(host_logits, PLLM_DTYPE_F32, host_device, {num_logits, vocab});
   if (has_hidden) {
     out.hidden = num_hidden > 0 ? llama::tensor_view(host_hidden, PLLM_DTYPE_F32, host_device, {num_hidden, h})
-                                : pllm_tensor{};
+                                : llama::tensor_view(nullptr, PLLM_DTYPE_F32, host_device, {});
   }
 }
 

@@ -149,7 +149,7 @@ void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm
   out.logits = host_tensor(logits, {b.num_logits, c.vocab_size});
 
   if (has_hidden) {
-    out.hidden = pllm_tensor{};
+    out.hidden = host_tensor(nullptr, {});  // ndim 0: none asked for
     if (num_hidden > 0) {
       float* hidden = hidden_.reserve(n(int64_t(num_hidden) * h));
       gather_normed(num_hidden, b.hidden_indices, hidden);

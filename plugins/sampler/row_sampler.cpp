@@ -46,10 +46,10 @@ bool has_finite_log_sum_exp(const float* raw, int64_t vocab) {
 }  // namespace
 
 void RowSampler::validate(const pllm_sample_row& row, int64_t vocab, int32_t index) {
-  if (row.struct_size < sizeof(pllm_sample_row)) invalid(index, "struct_size too small");
+  if (!PLLM_HAS_FIELD(pllm_sample_row, &row, random_offset)) invalid(index, "struct_size too small");
   if (!row.params) invalid(index, "null params");
   const pllm_sampling_params& p = *row.params;
-  if (p.struct_size < sizeof(pllm_sampling_params)) invalid(index, "params struct_size too small");
+  if (!PLLM_HAS_FIELD(pllm_sampling_params, &p, num_top_logprobs)) invalid(index, "params struct_size too small");
   if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
     invalid(index, "temperature must be finite and >= 0, got " + std::to_string(p.temperature));
   }

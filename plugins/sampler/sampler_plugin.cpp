@@ -36,7 +36,7 @@ class Sampler : public pllm::SamplerPlugin {
 
   void sample(const pllm_sample_batch& batch, pllm_sample_output& out) {
     const int64_t vocab = check_batch(batch);
-    if (out.struct_size < sizeof(pllm_sample_output)) invalid("output struct_size too small");
+    if (!PLLM_HAS_FIELD(pllm_sample_output, &out, top_logprobs)) invalid("output struct_size too small");
     if (batch.num_rows > 0 && !out.token_ids) invalid("null output token_ids");
     if (out.max_top_logprobs < 0) invalid("max_top_logprobs must be >= 0");
     if (out.max_top_logprobs > 0 && (!out.top_token_ids || !out.top_logprobs)) {
@@ -68,7 +68,7 @@ class Sampler : public pllm::SamplerPlugin {
  private:
   // Validates the batch and every row; returns the vocabulary size.
   int64_t check_batch(const pllm_sample_batch& batch) const {
-    if (batch.struct_size < sizeof(pllm_sample_batch)) invalid("batch struct_size too small");
+    if (!PLLM_HAS_FIELD(pllm_sample_batch, &batch, logits)) invalid("batch struct_size too small");
     if (batch.num_rows < 0) invalid("negative num_rows");
     const pllm_tensor& l = batch.logits;
     if (l.dtype != PLLM_DTYPE_F32) throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "sampler: logits must be f32");

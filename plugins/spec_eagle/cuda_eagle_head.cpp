@@ -319,7 +319,7 @@ void CudaEagleHead::run_draft(const pllm_draft_args& args, pllm_draft_output& ou
   context_.linear(dtype_, ws_.input, tokens, 2 * h, fc_, h, a.x, dtype_);
   if (fc_bias_) llama_cuda::add_rows(dtype_, a.x, fc_bias_, 0, nullptr, tokens, h, a.x, stream);
   llama_cuda::rope_tables(positions, inv_freq_, tokens, c.head_dim / 2, a.cos, a.sin, stream);
-  llama_cuda::decoder_layer_forward(context_, c, dtype_, layer_, a, false, args.attention, target_layers_, kWho);
+  llama_cuda::decoder_layer_forward(context_, c, dtype_, layer_, a, false, *args.attention, target_layers_, kWho);
   // The predicted features of the logits rows (x + the MLP's delta, no final
   // norm): lm_head's input, and the next chain step's features. The gather
   // above has read the old chain: the stream orders this write after it.

@@ -19,17 +19,17 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 DraftInputs check_draft_inputs(const pllm_draft_args& args, const pllm_draft_output& out,
                                const llama::LlamaConfig& c, int64_t kept_chain_rows) {
-  if (args.struct_size < offsetof(pllm_draft_args, attention) + sizeof(args.attention)) {
+  if (!PLLM_HAS_FIELD(pllm_draft_args, &args, attention)) {
     invalid("draft args: struct_size " + str(args.struct_size) + " is too small");
   }
-  if (out.struct_size < offsetof(pllm_draft_output, logits) + sizeof(out.logits)) {
+  if (!PLLM_HAS_FIELD(pllm_draft_output, &out, logits)) {
     invalid("draft output: struct_size " + str(out.struct_size) + " is too small");
   }
   if (!args.batch) invalid("draft args: null batch");
   const pllm_batch& b = *args.batch;
-  pllm::check_batch("spec_eagle", b, args.attention, c.vocab_size);
-  const bool has_feature_rows =
-      args.struct_size >= offsetof(pllm_draft_args, feature_rows) + sizeof(args.feature_rows);
+  pllm::check_batch("spec_eagle", b, pllm::require(args.attention, "spec_eagle: draft args: attention"),
+                     c.vocab_size);
+  const bool has_feature_rows = PLLM_HAS_FIELD(pllm_draft_args, &args, feature_rows);
   const int32_t* feature_rows = has_feature_rows ? args.feature_rows : nullptr;
   const pllm_tensor& f = args.features;
   const int64_t h = c.hidden_size;

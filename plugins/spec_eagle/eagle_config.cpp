@@ -51,6 +51,7 @@ std::string device_label(pllm_device device) {
   switch (device.type) {
     case PLLM_DEVICE_CPU: return "cpu";
     case PLLM_DEVICE_CUDA: return "cuda:" + str(device.index);
+    case PLLM_DEVICE_FORCE_32BIT:
     case PLLM_DEVICE_INVALID: break;
   }
   return "device type " + str(int(device.type));
@@ -86,6 +87,7 @@ SharedWeights shared_weights(const pllm_speculator_target& target, const llama::
   // Returns the tensor, or a null tensor for PLLM_ERROR_NOT_FOUND.
   auto get = [&](const char* name) {
     pllm_tensor out{};
+    out.struct_size = sizeof out;
     pllm_error error{};
     const pllm_status status = target.model_api->get_tensor(target.model, name, &out, &error);
     if (status == PLLM_ERROR_NOT_FOUND) return pllm_tensor{};

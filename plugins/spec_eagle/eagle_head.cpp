@@ -115,7 +115,7 @@ void EagleHead::draft(const pllm_draft_args& args, pllm_draft_output& out) {
     });
   }
   scratch_.prepare(pool_, config_, inv_freq_, b.positions, tokens);
-  llama_cpu::decoder_layer_forward(pool_, config_, layer_, x, scratch_, args.attention, target_layers_, "spec_eagle");
+  llama_cpu::decoder_layer_forward(pool_, config_, layer_, x, scratch_, *args.attention, target_layers_, "spec_eagle");
 
   // The predicted features of the logits rows: lm_head's input, and the next
   // chain step's features.

@@ -34,8 +34,7 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
   };
 
   EaglePlugin(const Options& options, const pllm_speculator_create_args& args) {
-    if (args.struct_size < offsetof(pllm_speculator_create_args, num_speculative_tokens) +
-                               sizeof(args.num_speculative_tokens)) {
+    if (!PLLM_HAS_FIELD(pllm_speculator_create_args, &args, num_speculative_tokens)) {
       throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: create args struct_size is too small");
     }
     if (!args.draft_path || !*args.draft_path) {
@@ -47,9 +46,10 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
                                                          " must be at least 1");
     }
     const int threads = plugins::resolve_num_threads(options.num_threads);
-    if (!args.target.info) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: no target model");
-    head_ = load_head(args, threads,
-                      load_draft_vocab(args.draft_path, options.draft_vocab_size, args.target.info->vocab_size));
+    const pllm_speculator_target& target = pllm::require(args.target, "spec_eagle: create args: target");
+    if (!target.info) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: no target model");
+    head_ = load_head(args, target, threads,
+                      load_draft_vocab(args.draft_path, options.draft_vocab_size, target.info->vocab_size));
     const auto& c = head_->config();
     info_.struct_size = sizeof info_;
     info_.num_draft_layers = c.num_layers;
@@ -61,18 +61,20 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
   pllm_speculator_info info() { return info_; }
 
   // The head for args.device: the CPU's, or (in a CUDA build) the CUDA one.
-  static std::unique_ptr<DraftHead> load_head(const pllm_speculator_create_args& args, int threads,
+  static std::unique_ptr<DraftHead> load_head(const pllm_speculator_create_args& args,
+                                              const pllm_speculator_target& target, int threads,
                                               std::vector<int32_t> draft_vocab) {
     switch (args.device.type) {
       case PLLM_DEVICE_CPU:
-        return std::make_unique<EagleHead>(args.draft_path, args.target, std::move(draft_vocab), threads);
+        return std::make_unique<EagleHead>(args.draft_path, target, std::move(draft_vocab), threads);
       case PLLM_DEVICE_CUDA:
 #ifdef PAGEDLLM_HAVE_CUDA
-        return load_cuda_eagle_head(args.draft_path, args.target, args.device.index, std::move(draft_vocab), threads);
+        return load_cuda_eagle_head(args.draft_path, target, args.device.index, std::move(draft_vocab), threads);
 #else
         throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle: " + device_label(args.device) +
                                                       " asked for, but this build has no CUDA (built without CUDA)");
 #endif
+      case PLLM_DEVICE_FORCE_32BIT:
       case PLLM_DEVICE_INVALID:
         break;
     }

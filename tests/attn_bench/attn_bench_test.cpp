@@ -190,7 +190,7 @@ TEST_CASE("attn-bench: unusable setups exit 2 with a message naming the problem"
            {" --a no_such_plugin" + ok_b, "no_such_plugin"},
            {R"( --a 'attention_cpu:{"variant":"fast"}')" + ok_b, "rejected its options"},
            {R"( --a 'attention_cpu:{"varaint":"reference"}')" + ok_b, "varaint"},
-           {" --a fixture_attention" + ok_b + " --dtype f16 --context 64", "does not support this case (dtype f16"},
+           {" --a fixture_attention" + ok_b + " --dtype f16 --context 64", "every case was refused as unsupported"},
            {" --a attention_cpu" + ok_b + " --context 32768 --batch 4096 --kv-heads 256 --head-dim 1024",
             "MemAvailable"},
            {" --a attention_cpu", "both --a and --b are required"},
@@ -200,6 +200,37 @@ TEST_CASE("attn-bench: unusable setups exit 2 with a message naming the problem"
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Contains(bad.message));
   }
+}
+
+TEST_CASE("attn-bench: a case one side refuses is reported unsupported and the rest run", "[attn_bench]") {
+  // fixture_attention is f32-only: it refuses the f16 cases (bytes_per_block), attention_cpu runs them all.
+  TempDir dir;
+  const std::string json_path = (dir.path() / "r.json").string();
+  const auto r = run_command(kBench + kPluginDirs + " --a fixture_attention --b attention_cpu --workload decode,mixed" +
+                             " --context 64 --gqa 2 --dtype f16,f32 --json " + json_path + kTiny);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("decode ctx=64 gqa=2 hd=64 bs=16 f16"));
+  CHECK_THAT(r.out, Contains("unsupported | a (fixture_attention): bytes_per_block refused [case decode ctx=64 gqa=2 "
+                             "hd=64 bs=16 f16]: the plugin does not support this case (dtype f16"));
+  CHECK_THAT(r.out, Contains("4 cases: 2 within tolerance, 0 FAIL, 2 unsupported"));
+  std::ifstream in(json_path);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  CHECK(j["passed"] == 2);
+  CHECK(j["unsupported"] == 2);
+  int refused = 0;
+  for (const auto& c : j["cases"]) {
+    if (c["dtype"] == "f16") {
+      CHECK(c["status"] == "unsupported");
+      CHECK_THAT(c["unsupported"].get<std::string>(), Contains("the KV cache must be f32"));
+      CHECK_FALSE(c.contains("a"));
+      ++refused;
+    } else {
+      CHECK(c["status"] == "pass");
+      CHECK(c["a"]["time_ms_median"].get<double>() > 0);
+    }
+  }
+  CHECK(refused == 2);
 }
 
 TEST_CASE("attn-bench devices: spelling, and a CUDA side without a device exits 2 naming it", "[attn_bench]") {

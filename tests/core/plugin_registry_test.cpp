@@ -65,7 +65,7 @@ TEST_CASE("an instance keeps its library loaded after the registry is gone", "[p
   pllm_sampling_params params{};
   pllm_sample_row row{sizeof(row), &params, nullptr, 0, nullptr, 0, 0};
   pllm_sample_batch batch{sizeof(batch), 1, sizeof(row), &row, {}};
-  batch.logits = {logits, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, 2, {1, 3}, {3, 1}};
+  batch.logits = {sizeof(pllm_tensor), logits, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, 2, {1, 3}, {3, 1}};
   int32_t token = -1;
   float logprob = 0;
   pllm_sample_output out{sizeof(out), &token, &logprob, 0, nullptr, nullptr};
@@ -93,7 +93,7 @@ TEST_CASE("a plugin built against an older minor loads", "[plugin_registry][vers
 }
 
 namespace {
-// The sampler table as a next minor might declare it: SDK 1.0's slots, then one more.
+// The sampler table as a next minor might declare it: SDK 2.0's slots, then one more.
 struct NextMinorSamplerApi {
   uint32_t struct_size;
   decltype(pllm_sampler_api::create) create;
@@ -135,6 +135,30 @@ TEST_CASE("a plugin built against a newer minor is refused with both versions", 
   CHECK_THAT(message, Contains("built against pagedllm SDK " + kNewerMinor));
   CHECK_THAT(message, Contains("this host's SDK " + kHost));
   CHECK_THAT(message, Contains("Upgrade the host"));
+}
+
+TEST_CASE("a plugin built against SDK 1.x is refused by this SDK 2 host", "[plugin_registry][versioning]") {
+  PluginRegistry registry({kFixtures});
+  const std::string message = load_error(registry, "fixture_sdk_1_1", PLLM_PLUGIN_KIND_SAMPLER);
+  CHECK_THAT(message, Contains((kFixtures / "fixture_sdk_1_1.so").string()));
+  CHECK_THAT(message, Contains("plugin 'fixture_sdk_1_1' was built against pagedllm SDK 1.1, but this host implements "
+                               "SDK " + kHost + "; a host loads only plugins of its own major version 2"));
+  CHECK_THAT(message, Contains("Rebuild the plugin against SDK 2.x"));
+}
+
+TEST_CASE("a descriptor without SDK 2.0's fields is refused", "[plugin_registry][versioning]") {
+  PluginRegistry registry({kFixtures});
+  const std::string message = load_error(registry, "fixture_short_descriptor", PLLM_PLUGIN_KIND_SAMPLER);
+  CHECK_THAT(message, Contains("plugin 'fixture_short_descriptor': its descriptor is"));
+  CHECK_THAT(message, Contains("too small for the fields SDK 2.0 defines"));
+}
+
+TEST_CASE("an unknown plugin kind is refused, not a crash", "[plugin_registry][versioning]") {
+  PluginRegistry registry({kFixtures});
+  CHECK_THAT(load_error(registry, "fixture_unknown_kind", PLLM_PLUGIN_KIND_SAMPLER),
+             Contains("plugin 'fixture_unknown_kind' declares an unknown kind 99"));
+  CHECK_THAT(load_error(registry, "fixture_sentinel_kind", PLLM_PLUGIN_KIND_SAMPLER),
+             Contains("plugin 'fixture_sentinel_kind' declares an unknown kind 2147483647"));
 }
 
 TEST_CASE("a plugin of another major is refused with both versions", "[plugin_registry][versioning]") {
@@ -199,4 +223,21 @@ TEST_CASE("a file named for one plugin holding another is refused", "[plugin_reg
   PluginRegistry registry({dir.path()});
   const std::string message = load_error(registry, "impostor", PLLM_PLUGIN_KIND_SAMPLER);
   CHECK_THAT(message, Contains("named for plugin 'impostor' but the plugin inside calls itself 'fixture_sampler'"));
+}
+
+TEST_CASE("a plugin loaded by path whose file is named for another plugin is refused naming both", "[plugin_registry]") {
+  testing::TempDir dir;
+  fs::copy_file(kFixtures / "fixture_sampler.so", dir.path() / "renamed.so");
+  PluginRegistry registry({});
+  const std::string path = (dir.path() / "renamed.so").string();
+  std::string message;
+  try {
+    registry.load(path, PLLM_PLUGIN_KIND_SAMPLER, "sampler.plugin");
+  } catch (const PluginLoadError& e) {
+    message = e.what();
+  }
+  CHECK_THAT(message, Contains(path + ": the file is named for plugin 'renamed' but the plugin inside calls itself "
+                               "'fixture_sampler'"));
+  CHECK_THAT(message, Contains("Rename the file to fixture_sampler.so"));
+  CHECK_THAT(message, !Contains("in the config"));  // by path, renaming the file is the fix
 }

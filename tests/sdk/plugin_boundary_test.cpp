@@ -4,12 +4,21 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
 #include <spdlog/sinks/ringbuffer_sink.h>
 
 #include "core/common/logging.h"
+#include "core/plugin/host_services.h"
 #include "core/plugin/plugin_error.h"
 #include "core/plugin/plugin_instance.h"
 #include "core/plugin/plugin_registry.h"
+#include "pagedllm/sdk/cpp/struct_check.hpp"
+#include "tests/support/temp_dir.h"
 
 using namespace pagedllm;
 using Catch::Matchers::Contains;
@@ -89,7 +98,7 @@ TEST_CASE("an exception inside a plugin becomes a status and a message", "[sdk][
   pllm_sampling_params params{};
   pllm_sample_row row{sizeof(row), &params, nullptr, 0, nullptr, 0, 0};
   pllm_sample_batch batch{sizeof(batch), 1, sizeof(row), &row, {}};
-  batch.logits = {logits, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, 2, {1, 2}, {2, 1}};
+  batch.logits = {sizeof(pllm_tensor), logits, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, 2, {1, 2}, {2, 1}};
   int32_t token = -1;
   float logprob = 0;
   pllm_sample_output out{sizeof(out), &token, &logprob, 0, nullptr, nullptr};
@@ -119,4 +128,95 @@ TEST_CASE("a plugin's log lines reach the host's log under its name", "[sdk][log
   REQUIRE(!lines.empty());
   CHECK_THAT(lines.back(), Contains("fixture sampler created (tie_break=highest)"));
   CHECK_THAT(lines.back(), Contains("fixture_sampler"));
+}
+
+namespace {
+void ignore_log(void*, pllm_log_level, const char*) {}
+int32_t log_nothing(void*, pllm_log_level) { return 0; }
+void ignore_progress(void*, const char*, uint64_t, uint64_t) {}
+}  // namespace
+
+TEST_CASE("a plugin accepts host services of a newer minor and refuses a table without 2.0's", "[sdk][boundary]") {
+  // A private copy of the fixture, so re-initialising it leaves the registry's copy alone.
+  testing::TempDir dir;
+  std::filesystem::copy_file(std::filesystem::path(PAGEDLLM_FIXTURE_PLUGIN_DIR) / "fixture_sampler.so",
+                             dir.path() / "fixture_sampler.so");
+  // Declared before the library: it must outlive the plugin's shutdown.
+  struct NextMinorHost {
+    pllm_host_api current;
+    void (*added_in_next_minor)(void*);
+  } newer{{sizeof(NextMinorHost), nullptr, "test", &ignore_log, &log_nothing, &ignore_progress}, nullptr};
+  const auto plugin = PluginLibrary::load(dir.path() / "fixture_sampler.so");
+  pllm_error error{};
+  CHECK(plugin->descriptor().init(&newer.current, &error) == PLLM_OK);
+
+  pllm_host_api old = newer.current;
+  old.struct_size = offsetof(pllm_host_api, progress);
+  const pllm_status status = plugin->descriptor().init(&old, &error);
+  CHECK(status == PLLM_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(error.message, Contains("fixture_sampler: init: host services: struct_size " +
+                                     std::to_string(offsetof(pllm_host_api, progress)) + " is too small"));
+}
+
+TEST_CASE("host services may be called from several plugin threads at once", "[sdk][threads]") {
+  // The contract (sdk/README.md, "Threads and reentrancy"); the TSan build checks the locking.
+  HostServices services("threaded_plugin");
+  const pllm_host_api* host = services.api();
+  auto ring = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(64);
+  logger("threaded_plugin")->sinks().push_back(ring);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([host, t] {
+      const std::string task = "task " + std::to_string(t);
+      for (uint64_t i = 0; i <= 100; ++i) {
+        host->progress(host->context, task.c_str(), i, 100);
+        if (host->log_enabled(host->context, PLLM_LOG_DEBUG)) host->log(host->context, PLLM_LOG_DEBUG, "step");
+      }
+      host->log(host->context, PLLM_LOG_INFO, ("done " + task).c_str());
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  logger("threaded_plugin")->sinks().pop_back();
+  int done = 0;
+  for (const std::string& line : ring->last_formatted()) done += line.find("done task") != std::string::npos;
+  CHECK(done == 4);
+}
+
+namespace {
+// pllm_attention_layer_args as a 2.1 might declare it: 2.0's fields, then one appended.
+struct LayerArgs_2_1 {
+  uint32_t struct_size;
+  const pllm_tensor* query;
+  const pllm_tensor* key;
+  const pllm_tensor* value;
+  const pllm_tensor* output;
+  float scale;
+  void* stream;
+  const pllm_tensor* key_scales;  // appended in the next minor
+};
+static_assert(offsetof(LayerArgs_2_1, stream) == offsetof(pllm_attention_layer_args, stream));
+}  // namespace
+
+TEST_CASE("PLLM_HAS_FIELD: a field appended after the filler's minor reads as absent", "[sdk][versioning]") {
+  // A 2.0 model plugin fills the struct (struct_size = its sizeof); a 2.1 backend reads it.
+  LayerArgs_2_1 seen_by_2_1{};
+  seen_by_2_1.struct_size = sizeof(pllm_attention_layer_args);
+  CHECK(PLLM_HAS_FIELD(LayerArgs_2_1, &seen_by_2_1, stream));
+  CHECK_FALSE(PLLM_HAS_FIELD(LayerArgs_2_1, &seen_by_2_1, key_scales));
+
+  // A 2.1 model plugin fills it; a 2.0 backend reads its 2.0 fields and nothing more.
+  struct {
+    pllm_attention_layer_args current;
+    const pllm_tensor* key_scales;
+  } from_2_1{};
+  from_2_1.current.struct_size = sizeof from_2_1;
+  CHECK(pllm::has_2_0_fields(from_2_1.current));
+
+  // One that lacks a 2.0 field is refused by name.
+  pllm_attention_layer_args too_small{};
+  too_small.struct_size = offsetof(pllm_attention_layer_args, stream);
+  CHECK_FALSE(pllm::has_2_0_fields(too_small));
+  CHECK_THROWS_WITH(pllm::require(&too_small, "backend: layer args"),
+                    Contains("backend: layer args: struct_size " +
+                             std::to_string(offsetof(pllm_attention_layer_args, stream)) + " is too small"));
 }

@@ -38,12 +38,15 @@ void AbBackend::call(F&& f, const char* what, const CaseSpec* c) {
   if (status == PLLM_OK) return;
   const std::string where = c ? fmt::format(" [case {}]", c->name()) : std::string();
   if (status == PLLM_ERROR_UNSUPPORTED) {
-    throw BenchError(fmt::format("{}: {} refused{}: the plugin does not support this case ({}): {}", label(), what,
-                                 where,
-                                 c ? fmt::format("dtype {}, head_dim {}, block_size {}, gqa {}",
-                                                 plugins::dtype_name(c->dtype), c->head_dim, c->block_size, c->gqa)
-                                   : "device " + device_label(device_),
-                                 error.message));
+    // A plugin may refuse a case and still run the others; refusing its device is fatal.
+    const std::string message =
+        fmt::format("{}: {} refused{}: the plugin does not support this case ({}): {}", label(), what, where,
+                    c ? fmt::format("dtype {}, head_dim {}, block_size {}, gqa {}", plugins::dtype_name(c->dtype),
+                                    c->head_dim, c->block_size, c->gqa)
+                      : "device " + device_label(device_),
+                    error.message);
+    if (c) throw CaseUnsupported(message);
+    throw BenchError(message);
   }
   if (status == PLLM_ERROR_OUT_OF_MEMORY) {
     throw BenchError(fmt::format("{}: {} ran out of memory{}: {}; lower --context, --batch or --kv-heads", label(),

@@ -15,10 +15,18 @@
 
 namespace pagedllm::attn_bench {
 
-// Could not run (exit 2): unknown plugin, bad options, unsupported dtype, memory.
+// Could not run (exit 2): unknown plugin, bad options, memory.
 class BenchError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+// A side refused one case with PLLM_ERROR_UNSUPPORTED (a dtype, head_dim or
+// block size it does not handle): that case is reported as unsupported and the
+// others run.
+class CaseUnsupported : public BenchError {
+ public:
+  using BenchError::BenchError;
 };
 
 class AbBackend {

@@ -2,7 +2,9 @@
 // runs identical randomized paged batches through both (the cache filled
 // through each backend's own write path), and reports per case the max
 // abs/rel difference of their outputs, the median time per run() call and
-// the effective KV bandwidth. docs/attention-ab.md.
+// the effective KV bandwidth. A case one side refuses (PLLM_ERROR_UNSUPPORTED:
+// an f16 case on an f32-only backend) is reported as unsupported and the rest
+// run. docs/attention-ab.md.
 
 #include <algorithm>
 #include <chrono>
@@ -82,7 +84,11 @@ struct CaseResult {
   SideTiming a, b;
   // Where step_diff.worst is: token row, its sequence, head, dim.
   int64_t worst_token = -1, worst_seq = -1, worst_head = -1, worst_dim = -1;
-  bool pass() const { return step_diff.max_abs <= tolerance && fill_diff.max_abs <= tolerance; }
+  // Why a side refused the case (PLLM_ERROR_UNSUPPORTED); empty when it ran.
+  std::string unsupported;
+  bool ran() const { return unsupported.empty(); }
+  bool pass() const { return ran() && step_diff.max_abs <= tolerance && fill_diff.max_abs <= tolerance; }
+  bool failed() const { return ran() && !pass(); }
 };
 
 // One side of the A/B: the plugin and where it runs.
@@ -227,6 +233,11 @@ std::string fraction_of_copy(double gbs, double copy_gbs) {
 }
 
 void print_case(const CaseResult& r, std::size_t index, std::size_t total, const double (&copy_gbs)[2]) {
+  if (!r.ran()) {
+    fmt::print("[{:>2}/{}] {:<40} unsupported | {}\n", index + 1, total, r.spec.name(), r.unsupported);
+    std::fflush(stdout);
+    return;
+  }
   const double ta = r.a.run_median(), tb = r.b.run_median();
   const double bw_a = bandwidth_gbs(r.kv_bytes, ta), bw_b = bandwidth_gbs(r.kv_bytes, tb);
   fmt::print("[{:>2}/{}] {:<40} {:>4} seqs {:>5} tok  KV {:>8.1f} MiB | a {:>9.3f} ms {:>7.2f} GB/s{} | b {:>9.3f} ms "
@@ -287,7 +298,12 @@ json case_json(const CaseResult& r, const double (&copy_gbs)[2]) {
          {"head_dim", c.head_dim},
          {"block_size", c.block_size},
          {"dtype", pagedllm::plugins::dtype_name(c.dtype)},
-         {"num_seqs", r.num_seqs},
+         {"status", !r.ran() ? "unsupported" : r.pass() ? "pass" : "fail"}};
+  if (!r.ran()) {
+    j["unsupported"] = r.unsupported;
+    return j;
+  }
+  j.update(json{{"num_seqs", r.num_seqs},
          {"num_decode_seqs", r.num_decode_seqs},
          {"num_tokens", r.num_tokens},
          {"cached_tokens", r.cached_tokens},
@@ -300,7 +316,7 @@ json case_json(const CaseResult& r, const double (&copy_gbs)[2]) {
          {"pass", r.pass()},
          {"a", timing_json(r.a, r.kv_bytes, copy_gbs[0])},
          {"b", timing_json(r.b, r.kv_bytes, copy_gbs[1])},
-         {"speedup_b_over_a", r.b.run_median() > 0 ? r.a.run_median() / r.b.run_median() : 0.0}};
+         {"speedup_b_over_a", r.b.run_median() > 0 ? r.a.run_median() / r.b.run_median() : 0.0}});
   if (r.worst_token >= 0) {
     j["worst"] = {{"token", r.worst_token}, {"seq", r.worst_seq}, {"head", r.worst_head}, {"dim", r.worst_dim},
                   {"a", r.step_diff.worst_a}, {"b", r.step_diff.worst_b}};
@@ -343,25 +359,47 @@ int run(const BenchOptions& o) {
              o.suite, cases.size(), o.warmup, o.repetitions(), o.seed, std::thread::hardware_concurrency());
   std::fflush(stdout);
 
-  // Before any work: every case must fit in memory and use what both plugins support.
+  // Before any work: every case must fit in memory. A case a side refuses
+  // (its sizing already says so) is set aside as unsupported.
   a.create();
   b.create();
-  for (const CaseSpec& c : cases) check_memory(c, a, b);
+  std::vector<std::string> refused(cases.size());
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    try {
+      check_memory(cases[i], a, b);
+    } catch (const CaseUnsupported& e) {
+      refused[i] = e.what();
+    }
+  }
 
   std::vector<CaseResult> results;
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    results.push_back(run_case(o, cases[i], i, cases.size(), sides));
+    CaseResult r;
+    r.spec = cases[i];
+    r.unsupported = refused[i];
+    if (r.ran()) {
+      try {
+        r = run_case(o, cases[i], i, cases.size(), sides);
+      } catch (const CaseUnsupported& e) {
+        a.destroy();
+        b.destroy();
+        r.unsupported = e.what();
+      }
+    }
+    results.push_back(std::move(r));
     print_case(results.back(), i, cases.size(), copy_gbs);
   }
 
-  int failed = 0;
+  int failed = 0, passed = 0;
   for (const CaseResult& r : results) {
-    if (!r.pass()) {
+    if (r.failed()) {
       ++failed;
       fmt::print("{}\n", failure_detail(r));
     }
+    if (r.pass()) ++passed;
   }
-  fmt::print("{} cases: {} within tolerance, {} FAIL\n", results.size(), int(results.size()) - failed, failed);
+  const int unsupported = int(results.size()) - failed - passed;
+  fmt::print("{} cases: {} within tolerance, {} FAIL, {} unsupported\n", results.size(), passed, failed, unsupported);
 
   if (!o.json_path.empty()) {
     json j{{"tool", "pagedllm-attn-bench"},
@@ -372,15 +410,22 @@ int run(const BenchOptions& o) {
            {"warmup", o.warmup},
            {"reps", o.repetitions()},
            {"hardware_threads", std::thread::hardware_concurrency()},
-           {"passed", int(results.size()) - failed},
+           {"passed", passed},
            {"failed", failed},
+           {"unsupported", unsupported},
            {"cases", json::array()}};
     for (const CaseResult& r : results) j["cases"].push_back(case_json(r, copy_gbs));
     std::ofstream out(o.json_path);
     out << j.dump(2) << "\n";
     if (!out) throw BenchError(fmt::format("--json {}: cannot write the file", o.json_path));
   }
-  return failed ? 1 : 0;
+  if (failed) return 1;
+  if (passed == 0) {
+    // Nothing was compared: a run that proves nothing must not look like a pass.
+    std::fprintf(stderr, "pagedllm-attn-bench: no case ran: every case was refused as unsupported (above)\n");
+    return 2;
+  }
+  return 0;
 }
 
 }  // namespace

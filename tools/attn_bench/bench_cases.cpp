@@ -148,7 +148,9 @@ reports max abs / rel difference of their outputs, time per run() call
   --json FILE          write machine-readable results
   -h, --help           this text
 
-Exit: 0 every case within tolerance, 1 some case differs, 2 usage, plugin or memory error.
+A case one side refuses (PLLM_ERROR_UNSUPPORTED) is reported as unsupported; the rest run.
+Exit: 0 every case that ran within tolerance, 1 some case differs, 2 usage, plugin or memory
+error, or every case unsupported.
 )";
 }
 

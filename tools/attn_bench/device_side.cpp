@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "tools/attn_bench/ab_backend.h"
+#include "tools/common/layer_tensors.h"
 
 namespace pagedllm::attn_bench {
 
@@ -28,6 +29,7 @@ std::string device_label(const pllm_device& device) {
   switch (device.type) {
     case PLLM_DEVICE_CPU: return "cpu";
     case PLLM_DEVICE_CUDA: return fmt::format("cuda:{}", device.index);
+    case PLLM_DEVICE_FORCE_32BIT:
     case PLLM_DEVICE_INVALID: break;
   }
   return "invalid";
@@ -44,15 +46,13 @@ class CpuSide : public DeviceSide {
     const int64_t tokens = in.batch.num_tokens();
     output_ = TypedBuffer(c.dtype, in.query.size());
     output_.fill(std::numeric_limits<float>::quiet_NaN());
-    pllm_attention_layer_args args{};
-    args.struct_size = sizeof args;
-    args.query = in.query.tensor3(tokens, c.num_heads(), c.head_dim);
-    args.key = in.key.tensor3(tokens, c.num_kv_heads, c.head_dim);
-    args.value = in.value.tensor3(tokens, c.num_kv_heads, c.head_dim);
-    args.output = output_.tensor3(tokens, c.num_heads(), c.head_dim);
-    args.scale = scale;
-    args.stream = nullptr;
-    return args;
+    tensors_.query = in.query.tensor3(tokens, c.num_heads(), c.head_dim);
+    tensors_.key = in.key.tensor3(tokens, c.num_kv_heads, c.head_dim);
+    tensors_.value = in.value.tensor3(tokens, c.num_kv_heads, c.head_dim);
+    tensors_.output = output_.tensor3(tokens, c.num_heads(), c.head_dim);
+    tensors_.scale = scale;
+    tensors_.stream = nullptr;
+    return tensors_.args();
   }
   std::vector<float> output() override { return output_.to_f32(); }
 
@@ -66,6 +66,7 @@ class CpuSide : public DeviceSide {
 
  private:
   TypedBuffer output_;
+  tools::LayerTensors tensors_;
 };
 
 }  // namespace
@@ -83,6 +84,7 @@ std::unique_ptr<DeviceSide> make_device_side(const pllm_device& device, const st
                                    "(configure with a CUDA toolkit, PAGEDLLM_ENABLE_CUDA=AUTO or ON)",
                                    side, device_label(device)));
 #endif
+    case PLLM_DEVICE_FORCE_32BIT:
     case PLLM_DEVICE_INVALID: break;
   }
   throw BenchError(fmt::format("--device-{}: invalid device", side));

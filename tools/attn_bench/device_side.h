@@ -31,7 +31,8 @@ class DeviceSide {
 
   // Makes `in`'s Q/K/V and an output buffer (every element NaN, so one a
   // backend leaves unwritten shows up) available where the plugin runs, and
-  // returns run()'s arguments for them. Valid until the next stage().
+  // returns run()'s arguments for them. They point at tensors this side holds:
+  // valid until the next stage().
   virtual pllm_attention_layer_args stage(StepInputs& in, const CaseSpec& c, float scale) = 0;
   // The staged output as f32, after everything queued so far completed.
   virtual std::vector<float> output() = 0;

@@ -8,6 +8,7 @@
 
 #include "tools/attn_bench/ab_backend.h"
 #include "tools/attn_bench/device_side.h"
+#include "tools/common/layer_tensors.h"
 
 namespace pagedllm::attn_bench {
 namespace {
@@ -53,21 +54,19 @@ class CudaSide : public DeviceSide {
     synchronize();  // the previous step's buffers are about to be freed
     release();
     const int64_t tokens = in.batch.num_tokens();
-    pllm_attention_layer_args args{};
-    args.struct_size = sizeof args;
-    args.query = upload(in.query, in.query.tensor3(tokens, c.num_heads(), c.head_dim));
-    args.key = upload(in.key, in.key.tensor3(tokens, c.num_kv_heads, c.head_dim));
-    args.value = upload(in.value, in.value.tensor3(tokens, c.num_kv_heads, c.head_dim));
+    tensors_.query = upload(in.query, in.query.tensor3(tokens, c.num_heads(), c.head_dim));
+    tensors_.key = upload(in.key, in.key.tensor3(tokens, c.num_kv_heads, c.head_dim));
+    tensors_.value = upload(in.value, in.value.tensor3(tokens, c.num_kv_heads, c.head_dim));
     output_host_ = TypedBuffer(c.dtype, in.query.size());
-    args.output = output_host_.tensor3(tokens, c.num_heads(), c.head_dim);
-    args.output.data = allocate(output_host_.byte_size());
-    args.output.device = device_;
+    tensors_.output = output_host_.tensor3(tokens, c.num_heads(), c.head_dim);
+    tensors_.output.data = allocate(output_host_.byte_size());
+    tensors_.output.device = device_;
     // All-ones bytes are a NaN in f32, f16 and bf16 alike.
-    check(cudaMemsetAsync(args.output.data, 0xff, output_host_.byte_size(), stream_), "cudaMemsetAsync");
-    output_device_ = args.output.data;
-    args.scale = scale;
-    args.stream = stream_;
-    return args;
+    check(cudaMemsetAsync(tensors_.output.data, 0xff, output_host_.byte_size(), stream_), "cudaMemsetAsync");
+    output_device_ = tensors_.output.data;
+    tensors_.scale = scale;
+    tensors_.stream = stream_;
+    return tensors_.args();
   }
 
   std::vector<float> output() override {
@@ -154,6 +153,7 @@ class CudaSide : public DeviceSide {
   std::vector<void*> buffers_;
   TypedBuffer output_host_;
   void* output_device_ = nullptr;
+  tools::LayerTensors tensors_;
   double copy_bandwidth_ = 0;
 };
 

@@ -36,6 +36,8 @@ def main(argv):
     workloads = []
     series = defaultdict(list)  # (workload, variant) -> [case]
     for case in results["cases"]:
+        if case.get("status") == "unsupported":  # refused by a side: nothing was timed
+            continue
         if case["workload"] not in workloads:
             workloads.append(case["workload"])
         variant = f"gqa={case['gqa']} hd={case['head_dim']} bs={case['block_size']} {case['dtype']}"

@@ -54,6 +54,7 @@ class TypedBuffer {
   // A contiguous [a, b, c] view in host memory.
   pllm_tensor tensor3(int64_t a, int64_t b, int64_t c) {
     pllm_tensor t{};
+    t.struct_size = sizeof t;
     t.data = bytes_.data();
     t.dtype = dtype_;
     t.device = {PLLM_DEVICE_CPU, 0};

@@ -9,4 +9,5 @@
 #include "pagedllm/sdk/cpp/host.hpp"
 #include "pagedllm/sdk/cpp/options.hpp"
 #include "pagedllm/sdk/cpp/plugin.hpp"
+#include "pagedllm/sdk/cpp/struct_check.hpp"
 #include "pagedllm/sdk/cpp/suggest.hpp"

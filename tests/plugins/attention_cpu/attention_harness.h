@@ -18,6 +18,7 @@
 #include "pagedllm/sdk.h"
 #include "plugins/attention_cpu/dtype_convert.h"
 #include "tools/common/host_batch.h"
+#include "tools/common/layer_tensors.h"
 #include "tools/common/typed_buffer.h"
 
 namespace attention_test {
@@ -26,6 +27,7 @@ using pagedllm::attention_cpu::bf16_to_f32;
 using pagedllm::attention_cpu::f16_to_f32;
 using pagedllm::attention_cpu::f32_to_bf16;
 using pagedllm::attention_cpu::f32_to_f16;
+using pagedllm::tools::LayerTensors;
 
 inline std::shared_ptr<pagedllm::PluginLibrary> attention_library(const std::string& name = "attention_cpu") {
   static pagedllm::PluginRegistry registry({PAGEDLLM_BINARY_DIR "/plugins"});

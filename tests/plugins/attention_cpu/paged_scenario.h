@@ -135,8 +135,8 @@ class Scenario {
     const pllm_batch b = sb.view();
     backend.plan(b);
     for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
-      pllm_attention_layer_args args = layer_args(q, kv, kv, out, slots);
-      backend.run(layer, args);
+      const LayerTensors tensors = layer_args(q, kv, kv, out, slots);
+      backend.run(layer, tensors.args());
     }
   }
 
@@ -162,8 +162,8 @@ class Scenario {
       TypedBuffer k(config_.dtype, gather(k_, layer, tokens, config_.num_kv_heads));
       TypedBuffer v(config_.dtype, gather(v_, layer, tokens, config_.num_kv_heads));
       TypedBuffer out(config_.dtype, std::vector<float>(q.size(), 0.0f));
-      pllm_attention_layer_args args = layer_args(q, k, v, out, b.num_tokens);
-      backend.run(layer, args);
+      const LayerTensors tensors = layer_args(q, k, v, out, b.num_tokens);
+      backend.run(layer, tensors.args());
     }
   }
 
@@ -246,8 +246,8 @@ class Scenario {
       }
       // A sentinel the kernels must overwrite everywhere.
       TypedBuffer out(config_.dtype, std::vector<float>(q.size(), 1234.0f));
-      pllm_attention_layer_args args = layer_args(q, k, v, out, b.num_tokens);
-      backend.run(layer, args);
+      const LayerTensors tensors = layer_args(q, k, v, out, b.num_tokens);
+      backend.run(layer, tensors.args());
       outputs.push_back(out.to_f32());
     }
     return outputs;
@@ -308,16 +308,14 @@ class Scenario {
     return rows;
   }
 
-  pllm_attention_layer_args layer_args(TypedBuffer& q, TypedBuffer& k, TypedBuffer& v, TypedBuffer& out,
-                                       int64_t tokens) const {
-    pllm_attention_layer_args args{};
-    args.struct_size = sizeof args;
-    args.query = q.tensor3(tokens, config_.num_heads(), config_.head_dim);
-    args.key = k.tensor3(tokens, config_.num_kv_heads, config_.head_dim);
-    args.value = v.tensor3(tokens, config_.num_kv_heads, config_.head_dim);
-    args.output = out.tensor3(tokens, config_.num_heads(), config_.head_dim);
-    args.scale = scale();
-    return args;
+  LayerTensors layer_args(TypedBuffer& q, TypedBuffer& k, TypedBuffer& v, TypedBuffer& out, int64_t tokens) const {
+    LayerTensors tensors;
+    tensors.query = q.tensor3(tokens, config_.num_heads(), config_.head_dim);
+    tensors.key = k.tensor3(tokens, config_.num_kv_heads, config_.head_dim);
+    tensors.value = v.tensor3(tokens, config_.num_kv_heads, config_.head_dim);
+    tensors.output = out.tensor3(tokens, config_.num_heads(), config_.head_dim);
+    tensors.scale = scale();
+    return tensors;
   }
 
   Config config_;

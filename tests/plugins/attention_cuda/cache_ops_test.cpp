@@ -157,14 +157,12 @@ TEST_CASE("attention_cuda: a layer refused for its launch grid has written nothi
   TypedBuffer q(config.dtype, std::vector<float>(std::size_t(heads * config.head_dim), 0.5f));
   TypedBuffer out(config.dtype, std::vector<float>(q.size(), 0.0f));
   TypedBuffer nan_kv(config.dtype, std::vector<float>(std::size_t(config.head_dim), std::nanf("")));
-  pllm_attention_layer_args args{};
-  args.struct_size = sizeof args;
-  args.query = q.tensor3(1, heads, config.head_dim);
-  args.key = nan_kv.tensor3(1, 1, config.head_dim);
-  args.value = nan_kv.tensor3(1, 1, config.head_dim);
-  args.output = out.tensor3(1, heads, config.head_dim);
-  args.scale = 1.0f;
-  const auto e = call_error([&] { backend.run(0, args); });
+  LayerTensors tensors;
+  tensors.query = q.tensor3(1, heads, config.head_dim);
+  tensors.key = nan_kv.tensor3(1, 1, config.head_dim);
+  tensors.value = nan_kv.tensor3(1, 1, config.head_dim);
+  tensors.output = out.tensor3(1, heads, config.head_dim);
+  const auto e = call_error([&] { backend.run(0, tensors.args()); });
   CHECK(e.status() == PLLM_ERROR_UNSUPPORTED);
   CHECK_THAT(e.what(), Contains("grid dimension"));
 

@@ -31,30 +31,29 @@ namespace attention_test {
 // A contiguous device copy of a host tensor.
 class DeviceTensor {
  public:
-  DeviceTensor(const pllm_tensor& host, cudaStream_t stream) : host_(host) {
+  DeviceTensor(const pllm_tensor& host, cudaStream_t stream) : host_(host), device_(host) {
     bytes_ = std::size_t(pllm_dtype_size(host.dtype));
     for (int32_t d = 0; d < host.ndim; ++d) bytes_ *= std::size_t(host.shape[d]);
     if (bytes_ > 0) {
       TEST_CUDA_CHECK(cudaMalloc(&data_, bytes_));
       TEST_CUDA_CHECK(cudaMemcpyAsync(data_, host.data, bytes_, cudaMemcpyHostToDevice, stream));
     }
+    device_.data = data_;
+    device_.device = {PLLM_DEVICE_CUDA, 0};
   }
   ~DeviceTensor() { (void)cudaFree(data_); }
   DeviceTensor(const DeviceTensor&) = delete;
   DeviceTensor& operator=(const DeviceTensor&) = delete;
 
-  pllm_tensor tensor() const {
-    pllm_tensor t = host_;
-    t.data = data_;
-    t.device = {PLLM_DEVICE_CUDA, 0};
-    return t;
-  }
+  // The device copy's descriptor, valid as long as this object.
+  const pllm_tensor* tensor() const { return &device_; }
   void copy_back(cudaStream_t stream) const {
     if (bytes_ > 0) TEST_CUDA_CHECK(cudaMemcpyAsync(host_.data, data_, bytes_, cudaMemcpyDeviceToHost, stream));
   }
 
  private:
   pllm_tensor host_;
+  pllm_tensor device_;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
 };
@@ -82,6 +81,9 @@ class CudaBackend {
   void swap_out(const std::vector<pllm_block_copy>& pairs) { backend_.swap_out(pairs); }
   void swap_in(const std::vector<pllm_block_copy>& pairs) { backend_.swap_in(pairs); }
   pllm_device_memory memory_info() { return backend_.memory_info(); }
+  // The C table's calls with host-side arguments as given (no staging): for
+  // checks the plugin makes before it touches the tensors' memory.
+  Backend& raw() { return backend_; }
 
   void defer_synchronisation(bool defer) {
     if (!defer) {
@@ -93,10 +95,10 @@ class CudaBackend {
 
   void run(int32_t layer, const pllm_attention_layer_args& host_args) {
     // cudaFree synchronises the device, so deferred runs keep their buffers until the end.
-    auto q = std::make_unique<DeviceTensor>(host_args.query, stream_);
-    auto k = std::make_unique<DeviceTensor>(host_args.key, stream_);
-    auto v = std::make_unique<DeviceTensor>(host_args.value, stream_);
-    auto out = std::make_unique<DeviceTensor>(host_args.output, stream_);
+    auto q = std::make_unique<DeviceTensor>(*host_args.query, stream_);
+    auto k = std::make_unique<DeviceTensor>(*host_args.key, stream_);
+    auto v = std::make_unique<DeviceTensor>(*host_args.value, stream_);
+    auto out = std::make_unique<DeviceTensor>(*host_args.output, stream_);
     pllm_attention_layer_args args = host_args;
     args.query = q->tensor();
     args.key = k->tensor();

@@ -77,9 +77,9 @@ class EmulatedBackend {
     ac::AttentionLaunch launch;
     launch.cache = cache;
     launch.step = step_;
-    launch.query = rows_of(args.query);
-    launch.output = rows_of(args.output);
-    launch.num_heads = int32_t(args.query.shape[1]);
+    launch.query = rows_of(*args.query);
+    launch.output = rows_of(*args.output);
+    launch.num_heads = int32_t(args.query->shape[1]);
     launch.scale = args.scale;
     partials_.assign(std::size_t(ac::partial_floats(work_.num_partials, launch.num_heads, cache.head_dim)), 0.0f);
     const int64_t vectors = int64_t(work_.num_partials) * ac::kTileRows * launch.num_heads;
@@ -103,7 +103,7 @@ class EmulatedBackend {
 
   template <class T, int HeadDim>
   void run_typed(const ac::AttentionLaunch& launch, const pllm_attention_layer_args& args) const {
-    const ac::DeviceRows key = rows_of(args.key), value = rows_of(args.value);
+    const ac::DeviceRows key = rows_of(*args.key), value = rows_of(*args.value);
     namespace cuda = pagedllm::cuda;
     cuda::launch<ac::device::write_kv_kernel<T>>(dim3(unsigned(step_.num_tokens), 2), ac::device::kWriteThreads, 0,
                                                  nullptr, launch.cache, step_.slot_mapping, key, value);

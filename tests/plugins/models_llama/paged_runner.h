@@ -171,7 +171,7 @@ class Attention {
     instance_ = pagedllm::create_plugin_instance<pllm_attention_api, pllm_attention_backend>(
         registry().load(placement.attention_plugin, PLLM_PLUGIN_KIND_ATTENTION, "attention.plugin"), args);
   }
-  pllm_attention_ref ref() const { return {&instance_.api(), instance_.get()}; }
+  pllm_attention_ref ref() const { return pagedllm::attention_ref(instance_); }
   void allocate(const pllm_kv_cache_spec& spec, int64_t blocks) {
     call([&](pllm_error* e) { return instance_.api().allocate_cache(instance_.get(), &spec, blocks, 0, e); }, "allocate");
   }
@@ -224,11 +224,11 @@ class Model {
                                 "get_info");
     return out;
   }
-  pllm_forward_output forward(const pllm_batch& batch, pllm_attention_ref attention) {
+  pllm_forward_output forward(const pllm_batch& batch, const pllm_attention_ref& attention) {
     pllm_forward_output out{};
     out.struct_size = sizeof out;
     pllm_error error{};
-    pagedllm::check_plugin_call(instance_.api().forward(instance_.get(), &batch, attention, &out, &error), error,
+    pagedllm::check_plugin_call(instance_.api().forward(instance_.get(), &batch, &attention, &out, &error), error,
                                 instance_.library(), "forward");
     return out;
   }
@@ -237,6 +237,7 @@ class Model {
   pllm_model* handle() const { return instance_.get(); }
   pllm_tensor tensor(const char* name) const {
     pllm_tensor out{};
+    out.struct_size = sizeof out;
     pllm_error error{};
     pagedllm::check_plugin_call(instance_.api().get_tensor(instance_.get(), name, &out, &error), error,
                                 instance_.library(), "get_tensor");
@@ -395,8 +396,7 @@ class PagedRunner {
     const pllm_batch batch = b.view();
     const int64_t heads = info_.num_heads, kv_heads = info_.num_kv_heads, d = info_.head_dim;
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    pllm_attention_layer_args args{};
-    args.struct_size = sizeof args;
+    pllm_tensor query{}, key{}, output{};
     std::vector<float> q, kv, out;  // the host tensors' memory, on the CPU
     if (placement_.device.type == PLLM_DEVICE_CPU) {
       q.assign(std::size_t(slots * heads * d), 0.0f);
@@ -405,17 +405,21 @@ class PagedRunner {
       auto view = [&](std::vector<float>& data, int64_t h) {
         return pagedllm::llama::tensor_view(data.data(), PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, {slots, h, d});
       };
-      args.query = view(q, heads);
-      args.key = view(kv, kv_heads);
-      args.value = view(kv, kv_heads);
-      args.output = view(out, heads);
+      query = view(q, heads);
+      key = view(kv, kv_heads);
+      output = view(out, heads);
     } else {
       expect(bool(placement_.device_tensor), "a device placement needs device_tensor");
-      args.query = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
-      args.key = placement_.device_tensor(slots, kv_heads, d, info_.dtype, nan);
-      args.value = args.key;
-      args.output = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
+      query = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
+      key = placement_.device_tensor(slots, kv_heads, d, info_.dtype, nan);
+      output = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
     }
+    pllm_attention_layer_args args{};
+    args.struct_size = sizeof args;
+    args.query = &query;
+    args.key = &key;
+    args.value = &key;
+    args.output = &output;
     args.scale = 1.0f;
     attention_.plan(batch);
     for (int32_t layer = 0; layer < info_.num_layers; ++layer) attention_.run(layer, args);

@@ -91,6 +91,7 @@ class Sampler {
     const int64_t vocab = int64_t(rows[0].logits.size());
     std::vector<float> flat(rows.size() * std::size_t(vocab), NAN);
     pllm_tensor t{};
+    t.struct_size = sizeof t;
     t.data = flat.data();
     t.dtype = PLLM_DTYPE_F32;
     t.device = {PLLM_DEVICE_CPU, 0};

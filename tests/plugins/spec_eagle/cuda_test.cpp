@@ -73,9 +73,8 @@ CreateError create_error(const Model& target, pllm_device device, const pllm_mod
   args.options_json = "{}";
   args.draft_path = path.c_str();
   args.device = device;
-  args.target.model_api = &api;
-  args.target.model = target.handle();
-  args.target.info = &info;
+  const pllm_speculator_target target_ref{sizeof(pllm_speculator_target), &api, target.handle(), &info};
+  args.target = &target_ref;
   args.num_speculative_tokens = 3;
   const auto e = pagedllm::testing::thrown<pagedllm::PluginCallError>(
       [&] { pagedllm::create_plugin_instance<pllm_speculator_api, pllm_speculator>(speculator_library(), args); });
@@ -129,6 +128,7 @@ TEST_CASE("spec_eagle: a CUDA device that cannot be used is a clear error from c
   // reports f32 activations), so the claimed target's dtype is its embedding's.
   pllm_model_info info = cpu_target().info();
   pllm_tensor embedding{};
+  embedding.struct_size = sizeof embedding;
   pllm_error error{};
   REQUIRE(real_api->get_tensor(cpu_target().handle(), "model.embed_tokens.weight", &embedding, &error) == PLLM_OK);
   info.dtype = embedding.dtype;

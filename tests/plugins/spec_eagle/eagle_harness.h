@@ -48,9 +48,11 @@ class Speculator {
     args.options_json = options.c_str();
     args.draft_path = path.c_str();
     args.device = device;
-    args.target.model_api = model_api ? model_api : &target.api();
-    args.target.model = target.handle();
-    args.target.info = &target_info_;
+    target_.struct_size = sizeof target_;
+    target_.model_api = model_api ? model_api : &target.api();
+    target_.model = target.handle();
+    target_.info = &target_info_;
+    args.target = &target_;
     args.num_speculative_tokens = num_speculative_tokens;
     instance_ = pagedllm::create_plugin_instance<pllm_speculator_api, pllm_speculator>(speculator_library(), args);
   }
@@ -65,13 +67,13 @@ class Speculator {
 
   // Logits [batch.num_logits, vocab] of one draft forward; `feature_rows`
   // (with features of ndim 0) picks the chain rows, null: row t itself.
-  pllm_tensor draft(const pllm_batch& batch, const pllm_tensor& features, pllm_attention_ref attention,
+  pllm_tensor draft(const pllm_batch& batch, const pllm_tensor& features, const pllm_attention_ref& attention,
                     const int32_t* feature_rows = nullptr) {
     pllm_draft_args args{};
     args.struct_size = sizeof args;
     args.batch = &batch;
     args.features = features;
-    args.attention = attention;
+    args.attention = &attention;
     args.feature_rows = feature_rows;
     pllm_draft_output out{};
     out.struct_size = sizeof out;
@@ -90,6 +92,7 @@ class Speculator {
     pagedllm::check_plugin_call(status, error, instance_.library(), what);
   }
   pllm_model_info target_info_;
+  pllm_speculator_target target_{};
   pagedllm::SpeculatorInstance instance_;
 };
 
@@ -110,6 +113,7 @@ inline std::vector<int32_t> slice(const std::vector<int32_t>& v, std::size_t beg
 
 inline pllm_tensor f32_tensor(const float* data, std::vector<int64_t> shape) {
   pllm_tensor t{};
+  t.struct_size = sizeof t;
   t.data = const_cast<float*>(data);
   t.dtype = PLLM_DTYPE_F32;
   t.device = {PLLM_DEVICE_CPU, 0};
@@ -233,7 +237,7 @@ class EagleRunner {
     std::vector<float> flat;
     for (const auto& row : features) flat.insert(flat.end(), row.begin(), row.end());
     const pllm_tensor f = features.empty()
-                              ? pllm_tensor{}
+                              ? f32_tensor(nullptr, {})  // ndim 0: continue the chain
                               : f32_tensor(flat.data(), {int64_t(features.size()), int64_t(info_.hidden_size)});
     const pllm_tensor logits =
         draft_.draft(b.view, f, attention_.ref(), feature_rows.empty() ? nullptr : feature_rows.data());
@@ -253,23 +257,27 @@ class EagleRunner {
     const pllm_batch v = b.view();
     const int64_t heads = info_.num_heads, kv_heads = info_.num_kv_heads, d = info_.head_dim;
     const float nan = std::numeric_limits<float>::quiet_NaN();
-    pllm_attention_layer_args args{};
-    args.struct_size = sizeof args;
+    pllm_tensor query{}, key{}, output{};
     std::vector<float> q, kv, out;  // the host tensors' memory, on the CPU
     if (placement_.device.type == PLLM_DEVICE_CPU) {
       q.assign(std::size_t(slots * heads * d), 0.0f);
       out.resize(q.size());
       kv.assign(std::size_t(slots * kv_heads * d), nan);
-      args.query = f32_tensor(q.data(), {slots, heads, d});
-      args.key = f32_tensor(kv.data(), {slots, kv_heads, d});
-      args.output = f32_tensor(out.data(), {slots, heads, d});
+      query = f32_tensor(q.data(), {slots, heads, d});
+      key = f32_tensor(kv.data(), {slots, kv_heads, d});
+      output = f32_tensor(out.data(), {slots, heads, d});
     } else {
       expect(bool(placement_.device_tensor), "a device placement needs device_tensor");
-      args.query = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
-      args.key = placement_.device_tensor(slots, kv_heads, d, info_.dtype, nan);
-      args.output = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
+      query = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
+      key = placement_.device_tensor(slots, kv_heads, d, info_.dtype, nan);
+      output = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
     }
-    args.value = args.key;
+    pllm_attention_layer_args args{};
+    args.struct_size = sizeof args;
+    args.query = &query;
+    args.key = &key;
+    args.value = &key;
+    args.output = &output;
     args.scale = 1.0f;
     attention_.plan(v);
     for (int32_t layer = 0; layer < num_layers_; ++layer) attention_.run(layer, args);

@@ -26,15 +26,22 @@ typedef struct pllm_attention_create_args {
 /* Inputs of one layer. query/key/value/output are on the backend's device.
  * key and value hold the new tokens' K/V: run() writes them into the cache by
  * the planned slot mapping, then attends over each sequence's whole context
- * (causal inside its new tokens). */
+ * (causal inside its new tokens). Which K/V a row reads is stated with the
+ * slot mapping in batch.h: always the cache's, after this layer's writes.
+ *
+ * Built by the model plugin and read by the attention backend: plugin to
+ * plugin, so the two may be of different minors. The backend reads a field
+ * appended after 2.0 only when PLLM_HAS_FIELD says the model set it, and
+ * refuses only args without the 2.0 fields. The tensors are held by pointer
+ * so that pllm_tensor can grow without moving scale and stream. */
 typedef struct pllm_attention_layer_args {
   uint32_t struct_size;
-  pllm_tensor query;  /* [num_tokens, num_heads, head_dim] */
-  pllm_tensor key;    /* [num_tokens, num_kv_heads, head_dim] */
-  pllm_tensor value;  /* [num_tokens, num_kv_heads, head_dim] */
-  pllm_tensor output; /* [num_tokens, num_heads, head_dim] */
-  float scale;        /* softmax scale, usually 1/sqrt(head_dim) */
-  void* stream;       /* the device stream to run on (cudaStream_t); NULL on the CPU */
+  const pllm_tensor* query;  /* [num_tokens, num_heads, head_dim] */
+  const pllm_tensor* key;    /* [num_tokens, num_kv_heads, head_dim] */
+  const pllm_tensor* value;  /* [num_tokens, num_kv_heads, head_dim] */
+  const pllm_tensor* output; /* [num_tokens, num_heads, head_dim]: run() writes output->data */
+  float scale;               /* softmax scale, usually 1/sqrt(head_dim) */
+  void* stream;              /* the device stream to run on (cudaStream_t); NULL on the CPU */
 } pllm_attention_layer_args;
 
 /* Memory of the backend's device, as memory_info() reports it. */
@@ -62,7 +69,9 @@ typedef struct pllm_attention_api {
   pllm_status (*run)(pllm_attention_backend* self, int32_t layer,
                      const pllm_attention_layer_args* args, pllm_error* error);
   /* Block operations core issues before a step's plan(), in this order:
-   * swap_out (device -> host), swap_in (host -> device), copy (device -> device). */
+   * swap_out (device -> host), swap_in (host -> device), copy (device -> device).
+   * `pairs` is a plain array of pllm_block_copy: that struct is frozen for the
+   * major (no struct_size; see batch.h). */
   pllm_status (*swap_out)(pllm_attention_backend* self, const pllm_block_copy* pairs,
                           int64_t count, pllm_error* error);
   pllm_status (*swap_in)(pllm_attention_backend* self, const pllm_block_copy* pairs,
@@ -70,7 +79,7 @@ typedef struct pllm_attention_api {
   pllm_status (*copy_blocks)(pllm_attention_backend* self, const pllm_block_copy* pairs,
                              int64_t count, pllm_error* error);
 
-  /* ---- SDK 1.1 ---- */
+  /* ---- SDK 1.1 (part of every 2.x table) ---- */
 
   /* Free and total memory of the backend's device, for sizing the KV pool from
    * cache.gpu_memory_utilization. Optional: NULL for a backend without a fixed

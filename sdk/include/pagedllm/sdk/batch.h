@@ -21,7 +21,12 @@ typedef struct pllm_kv_cache_spec {
   pllm_dtype dtype;
 } pllm_kv_cache_spec;
 
-/* One block copy: copy-on-write (device -> device) or swap (device <-> host). */
+/* One block copy: copy-on-write (device -> device) or swap (device <-> host).
+ * Frozen for the whole major: it has no struct_size and is passed as a plain
+ * array, indexed by sizeof(pllm_block_copy). A (source, destination) pair of
+ * block ids is all a whole-block copy can mean; a copy of another shape (part
+ * of a block, across layers) would be a new function slot taking its own
+ * growable struct, so a stride here would only cost every call. */
 typedef struct pllm_block_copy {
   int64_t src;
   int64_t dst;
@@ -38,8 +43,20 @@ typedef struct pllm_block_copy {
  *   token at position p of s:  block block_tables[s * max_blocks_per_seq + p / block_size],
  *                               offset p % block_size
  *   slot_mapping[t]:            block * block_size + offset where token row t's K/V go,
- *                               or -1 for a row whose K/V must not be written (the row
- *                               still attends over the cached positions before it) */
+ *                               or -1 for a row whose K/V must not be written
+ *
+ * What a row attends to. In each layer the backend first writes the K/V of every
+ * row with a slot, then row t of sequence s at position p attends over positions
+ * [0, p] of s, reading every one of them from the cache through block_tables:
+ *   - a row with a slot sees its own new K/V and those of the step's earlier new
+ *     tokens (causal inside the step), since they were just written;
+ *   - a slot -1 row attends to itself and to the step's other new tokens too, but
+ *     only as the cache holds them: its own key/value rows are never read, and a
+ *     position the step does not write reads what an earlier step left there.
+ *     So a slot -1 row is a re-read of positions already cached (a recomputed
+ *     prefix, a verification pass over written drafts); core gives it a slot
+ *     whenever its position is not cached yet. attention_cpu and attention_cuda
+ *     both behave so (tests/plugins/attention_*: "slot -1"). */
 typedef struct pllm_batch {
   uint32_t struct_size;
   int32_t num_seqs;

@@ -12,13 +12,16 @@ typedef enum pllm_log_level {
   PLLM_LOG_DEBUG = 1,
   PLLM_LOG_INFO = 2,
   PLLM_LOG_WARN = 3,
-  PLLM_LOG_ERROR = 4
+  PLLM_LOG_ERROR = 4,
+  PLLM_LOG_FORCE_32BIT = 0x7fffffff /* keeps the enum 32 bits wide; never a level */
 } pllm_log_level;
 
 /* Services the host offers a plugin. The host passes one table per loaded
  * plugin to its init(); it stays valid until the plugin's shutdown() returns.
  * `context` is the host's and must be passed back unchanged. Append-only:
- * check struct_size (PLLM_HAS_FIELD) before using a field added after 1.0. */
+ * check struct_size (PLLM_HAS_FIELD) before using a field added after 2.0.
+ * Every service may be called from any thread, concurrently, between init()
+ * and the return of shutdown() (sdk/README.md, "Threads and reentrancy"). */
 typedef struct pllm_host_api {
   uint32_t struct_size;
   void* context;

@@ -44,8 +44,10 @@ typedef struct pllm_model_info {
   const int32_t* eos_token_ids;
 } pllm_model_info;
 
-/* The attention backend the model must use for this step. */
+/* The attention backend the model must use for this step. Passed by pointer so
+ * that it can grow (SDK 2.0); the caller sets struct_size. */
 typedef struct pllm_attention_ref {
+  uint32_t struct_size;
   const pllm_attention_api* api;
   pllm_attention_backend* backend;
 } pllm_attention_ref;
@@ -69,7 +71,7 @@ typedef struct pllm_model_api {
   pllm_status (*get_info)(pllm_model* self, pllm_model_info* out, pllm_error* error);
   /* Runs the batch (planned into `attention` by core) and returns logits for
    * batch->logits_indices and hidden states for batch->hidden_indices. */
-  pllm_status (*forward)(pllm_model* self, const pllm_batch* batch, pllm_attention_ref attention,
+  pllm_status (*forward)(pllm_model* self, const pllm_batch* batch, const pllm_attention_ref* attention,
                          pllm_forward_output* out, pllm_error* error);
   /* Looks up a weight by its checkpoint name ("model.embed_tokens.weight"), so a
    * speculator can share the target's embeddings and lm_head instead of copying

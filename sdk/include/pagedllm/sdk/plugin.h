@@ -21,7 +21,8 @@ typedef enum pllm_plugin_kind {
   PLLM_PLUGIN_KIND_ATTENTION = 1,  /* pllm_attention_api */
   PLLM_PLUGIN_KIND_MODEL = 2,      /* pllm_model_api */
   PLLM_PLUGIN_KIND_SAMPLER = 3,    /* pllm_sampler_api */
-  PLLM_PLUGIN_KIND_SPECULATOR = 4  /* pllm_speculator_api */
+  PLLM_PLUGIN_KIND_SPECULATOR = 4, /* pllm_speculator_api */
+  PLLM_PLUGIN_KIND_FORCE_32BIT = 0x7fffffff /* keeps the enum 32 bits wide; never a kind */
 } pllm_plugin_kind;
 
 typedef struct pllm_plugin_descriptor {
@@ -50,11 +51,6 @@ typedef struct pllm_plugin_descriptor {
 } pllm_plugin_descriptor;
 
 typedef const pllm_plugin_descriptor* (*pllm_plugin_entry_fn)(void);
-
-/* Nonzero when `field` lies within the struct's declared struct_size: the way to
- * tell whether a struct from an older minor has a field appended later. */
-#define PLLM_HAS_FIELD(type, ptr, field) \
-  ((ptr)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
 
 #ifdef __cplusplus
 }

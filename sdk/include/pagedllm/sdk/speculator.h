@@ -27,6 +27,7 @@ typedef struct pllm_speculator pllm_speculator;
 /* The target model the draft attaches to. Weights such as the embeddings and
  * lm_head are shared through model_api->get_tensor, not copied. */
 typedef struct pllm_speculator_target {
+  uint32_t struct_size;
   const pllm_model_api* model_api;
   pllm_model* model;
   const pllm_model_info* info;
@@ -37,7 +38,7 @@ typedef struct pllm_speculator_create_args {
   const char* options_json;   /* the plugin's options, already validated */
   const char* draft_path;     /* the draft checkpoint directory */
   pllm_device device;
-  pllm_speculator_target target;
+  const pllm_speculator_target* target; /* by pointer, so that it can grow */
   int32_t num_speculative_tokens; /* K: drafts proposed per step */
 } pllm_speculator_create_args;
 
@@ -66,7 +67,7 @@ typedef struct pllm_draft_args {
   uint32_t struct_size;
   const pllm_batch* batch;
   pllm_tensor features;
-  pllm_attention_ref attention;
+  const pllm_attention_ref* attention;
   const int32_t* feature_rows; /* [num_tokens] or NULL; only with features.ndim == 0 */
 } pllm_draft_args;
 

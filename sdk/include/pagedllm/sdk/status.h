@@ -19,7 +19,8 @@ typedef enum pllm_status {
   PLLM_ERROR_OUT_OF_MEMORY = 5,    /* host or device memory ran out */
   PLLM_ERROR_IO = 6,               /* reading or mapping a file failed */
   PLLM_ERROR_DEVICE = 7,           /* the device (driver, kernel launch) failed */
-  PLLM_ERROR_INTERNAL = 8          /* a bug in the plugin */
+  PLLM_ERROR_INTERNAL = 8,         /* a bug in the plugin */
+  PLLM_STATUS_FORCE_32BIT = 0x7fffffff /* keeps the enum 32 bits wide; never returned */
 } pllm_status;
 
 #define PLLM_ERROR_MESSAGE_CAPACITY 2048
@@ -28,7 +29,8 @@ typedef enum pllm_status {
 /* Owned by the caller, filled by the callee on failure. `key` optionally names
  * the offending option as a dotted path inside the plugin's own options
  * ("variant", "kernel.tile"), so the host can point at the config line. Both
- * strings are NUL-terminated and truncated to fit. */
+ * strings are NUL-terminated and truncated to fit. Frozen for the whole major
+ * (no struct_size): its two fixed buffers are the whole of an error. */
 typedef struct pllm_error {
   char message[PLLM_ERROR_MESSAGE_CAPACITY];
   char key[PLLM_ERROR_KEY_CAPACITY];
@@ -46,6 +48,7 @@ static inline const char* pllm_status_name(pllm_status status) {
     case PLLM_ERROR_IO: return "i/o error";
     case PLLM_ERROR_DEVICE: return "device error";
     case PLLM_ERROR_INTERNAL: return "internal error";
+    case PLLM_STATUS_FORCE_32BIT: break;
   }
   return "unknown status";
 }

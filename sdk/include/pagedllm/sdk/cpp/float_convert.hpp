@@ -49,6 +49,7 @@ inline bool to_f32(const void* src, pllm_dtype dtype, float* dst, std::int64_t c
         dst[i] = dtype == PLLM_DTYPE_F16 ? f16_to_f32(bits) : bf16_to_f32(bits);
       }
       return true;
+    case PLLM_DTYPE_FORCE_32BIT:
     case PLLM_DTYPE_INVALID:
     case PLLM_DTYPE_I32:
     case PLLM_DTYPE_I64:

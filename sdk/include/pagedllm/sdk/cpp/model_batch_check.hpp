@@ -23,7 +23,7 @@ inline void check_batch(std::string_view who, const pllm_batch& b, const pllm_at
     throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(who) + ": " + message);
   };
   const auto str = [](int64_t v) { return std::to_string(v); };
-  if (b.struct_size < offsetof(pllm_batch, logits_indices) + sizeof(b.logits_indices)) {
+  if (!PLLM_HAS_FIELD(pllm_batch, &b, logits_indices)) {
     invalid("batch: struct_size " + str(b.struct_size) + " is too small");
   }
   if (!attention.api || !attention.api->run || !attention.backend) invalid("no attention backend");
@@ -53,7 +53,7 @@ inline void check_batch(std::string_view who, const pllm_batch& b, const pllm_at
 // too small for `logits`, or hidden rows asked for by `batch` when `out` has
 // no `hidden` field. Returns whether `out` has the field.
 inline bool check_forward_output(std::string_view who, const pllm_batch& b, const pllm_forward_output& out) {
-  if (out.struct_size < offsetof(pllm_forward_output, logits) + sizeof(out.logits)) {
+  if (!PLLM_HAS_FIELD(pllm_forward_output, &out, logits)) {
     throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(who) + ": forward output: struct_size " +
                                                        std::to_string(out.struct_size) + " is too small");
   }

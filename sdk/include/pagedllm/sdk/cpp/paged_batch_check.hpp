@@ -26,9 +26,7 @@ class PagedInputCheck {
   // Lengths, block tables and slots of `b` against a device pool of
   // `num_device_blocks` blocks of `block_size` tokens.
   void batch(const pllm_batch& b, int32_t block_size, int64_t num_device_blocks) const {
-    if (b.struct_size < offsetof(pllm_batch, block_tables) + sizeof(b.block_tables)) {
-      invalid("batch: struct_size " + str(b.struct_size) + " is too small");
-    }
+    pllm::require(&b, plugin_ + ": batch");
     if (b.block_size != block_size) {
       invalid("batch block_size " + str(b.block_size) + " differs from the cache's " + str(block_size));
     }

@@ -20,7 +20,7 @@
 //                     void copy_blocks(std::span<const pllm_block_copy>);
 //                     pllm_device_memory memory_info();                  (optional, SDK 1.1)
 //   ModelPlugin:      pllm_model_info info();
-//                     void forward(const pllm_batch&, pllm_attention_ref, pllm_forward_output&);
+//                     void forward(const pllm_batch&, const pllm_attention_ref&, pllm_forward_output&);
 //                     pllm_tensor get_tensor(const char* name);          (optional)
 //   SamplerPlugin:    void sample(const pllm_sample_batch&, pllm_sample_output&);
 //                     void probabilities(const pllm_sample_batch&, pllm_tensor&);  (optional)
@@ -30,17 +30,40 @@
 //
 // A plugin that needs one-time setup gives its class `static void plugin_init()`
 // (called after the host services are available) and `static void plugin_shutdown()`.
+//
+// The wrapper checks what crosses the boundary before the class sees it: a
+// struct another party filled must have its SDK 2.0 fields (pllm::require,
+// struct_check.hpp), and calls on one instance must not overlap (sdk/README.md,
+// "Threads and reentrancy"). The overlap check is an atomic flag per instance:
+// a call that finds another call of the same instance still running fails with
+// PLLM_ERROR_INVALID_ARGUMENT naming the plugin and both calls, and the running
+// call goes on undisturbed. It is on when the plugin is compiled without NDEBUG
+// (or with -DPAGEDLLM_CHECK_CALL_OVERLAP=1, off with =0); the environment
+// variable PAGEDLLM_CHECK_CALL_OVERLAP=1 or =0, read when the plugin is
+// initialised, overrides that.
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "pagedllm/sdk.h"
 #include "pagedllm/sdk/cpp/error.hpp"
 #include "pagedllm/sdk/cpp/host.hpp"
 #include "pagedllm/sdk/cpp/options.hpp"
+#include "pagedllm/sdk/cpp/struct_check.hpp"
+
+#ifndef PAGEDLLM_CHECK_CALL_OVERLAP
+#ifdef NDEBUG
+#define PAGEDLLM_CHECK_CALL_OVERLAP 0
+#else
+#define PAGEDLLM_CHECK_CALL_OVERLAP 1
+#endif
+#endif
 
 namespace pllm {
 
@@ -61,25 +84,80 @@ typename T::Options parse_options(const char* options_json) {
   return options;
 }
 
+// The plugin's name (set with its descriptor) for the wrapper's own messages,
+// and whether the call-overlap check runs. Hidden: one copy per plugin library.
+inline __attribute__((visibility("hidden"))) const char* plugin_name = "";
+inline __attribute__((visibility("hidden"))) std::atomic<bool> check_call_overlap{PAGEDLLM_CHECK_CALL_OVERLAP != 0};
+
+// PAGEDLLM_CHECK_CALL_OVERLAP=1 or =0 in the environment overrides the build's default.
+inline void read_call_overlap_setting() {
+  const char* value = std::getenv("PAGEDLLM_CHECK_CALL_OVERLAP");
+  if (value && (std::strcmp(value, "0") == 0 || std::strcmp(value, "1") == 0)) {
+    check_call_overlap.store(value[0] == '1', std::memory_order_relaxed);
+  }
+}
+
+// What the host's handle points at: the plugin's object and the name of the
+// call running on it (null when none).
+template <class T>
+struct Instance {
+  template <class... Args>
+  explicit Instance(Args&&... args) : plugin(std::forward<Args>(args)...) {}
+  std::atomic<const char*> call_in_flight{nullptr};
+  T plugin;
+};
+
+// Marks `call` as running on an instance for its lifetime; throws when another
+// call of the same instance is running.
+class CallScope {
+ public:
+  CallScope(std::atomic<const char*>& in_flight, const char* call) {
+    if (!check_call_overlap.load(std::memory_order_relaxed)) return;
+    const char* running = nullptr;
+    if (!in_flight.compare_exchange_strong(running, call, std::memory_order_acquire)) {
+      throw Error(PLLM_ERROR_INVALID_ARGUMENT,
+                  std::string("plugin '") + plugin_name + "': " + call + "() was called on an instance while its " +
+                      running + "() was still running; calls on one instance must not overlap (sdk/README.md, "
+                      "\"Threads and reentrancy\")");
+    }
+    in_flight_ = &in_flight;
+  }
+  ~CallScope() {
+    if (in_flight_) in_flight_->store(nullptr, std::memory_order_release);
+  }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+ private:
+  std::atomic<const char*>* in_flight_ = nullptr;
+};
+
 template <class T, class Handle, class Args>
 pllm_status create(const Args* args, Handle** out, pllm_error* error) noexcept {
   return guard(error, [&] {
-    if (!args || !out) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "create: null arguments");
+    if (!out) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "create: null output");
     *out = nullptr;
-    const auto options = parse_options<T>(args->options_json);
-    *out = reinterpret_cast<Handle*>(new T(options, *args));
+    const Args& checked = require(args, std::string(plugin_name) + ": create args");
+    const auto options = parse_options<T>(checked.options_json);
+    *out = reinterpret_cast<Handle*>(new Instance<T>(options, checked));
   });
 }
 
 template <class T, class Handle>
 void destroy(Handle* self) noexcept {
-  delete reinterpret_cast<T*>(self);
+  delete reinterpret_cast<Instance<T>*>(self);
 }
 
-template <class T, class Handle>
-T& self_of(Handle* self) {
-  if (!self) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "null plugin instance");
-  return *reinterpret_cast<T*>(self);
+// Runs `body` on the plugin object behind `self` as the call `name`: guarded
+// (exceptions become a status) and checked against overlapping calls.
+template <class T, class Handle, class Body>
+pllm_status call(Handle* self, const char* name, pllm_error* error, Body&& body) noexcept {
+  return guard(error, [&] {
+    if (!self) throw Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(name) + ": null plugin instance");
+    auto& instance = *reinterpret_cast<Instance<T>*>(self);
+    const CallScope scope(instance.call_in_flight, name);
+    std::forward<Body>(body)(instance.plugin);
+  });
 }
 
 // Copies a C++-built info struct into the caller's, writing only the bytes the
@@ -87,6 +165,7 @@ T& self_of(Handle* self) {
 template <class Info>
 void copy_info_out(const Info& info, Info* out) {
   if (!out) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "null output struct");
+  if constexpr (requires { has_2_0_fields(*out); }) require(out, std::string(plugin_name) + ": output struct");
   const std::uint32_t caller_size = out->struct_size;
   std::memcpy(static_cast<void*>(out), &info, std::min<std::size_t>(caller_size, sizeof(Info)));
   out->struct_size = caller_size;
@@ -109,25 +188,32 @@ struct KindApi<T, PLLM_PLUGIN_KIND_ATTENTION> {
         &create<T, H, pllm_attention_create_args>,
         &destroy<T, H>,
         [](H* s, const pllm_kv_cache_spec* spec, uint64_t* out, pllm_error* e) noexcept {
-          return guard(e, [&] { *out = self_of<T>(s).bytes_per_block(*spec); });
+          return call<T>(s, "bytes_per_block", e, [&](T& p) {
+            if (!out) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "bytes_per_block: null output");
+            *out = p.bytes_per_block(require(spec, std::string(plugin_name) + ": kv cache spec"));
+          });
         },
         [](H* s, const pllm_kv_cache_spec* spec, int64_t d, int64_t h, pllm_error* e) noexcept {
-          return guard(e, [&] { self_of<T>(s).allocate_cache(*spec, d, h); });
+          return call<T>(s, "allocate_cache", e, [&](T& p) {
+            p.allocate_cache(require(spec, std::string(plugin_name) + ": kv cache spec"), d, h);
+          });
         },
         [](H* s, const pllm_batch* batch, pllm_error* e) noexcept {
-          return guard(e, [&] { self_of<T>(s).plan(*batch); });
+          return call<T>(s, "plan", e, [&](T& p) { p.plan(require(batch, std::string(plugin_name) + ": batch")); });
         },
         [](H* s, int32_t layer, const pllm_attention_layer_args* args, pllm_error* e) noexcept {
-          return guard(e, [&] { self_of<T>(s).run(layer, *args); });
+          return call<T>(s, "run", e, [&](T& p) {
+            p.run(layer, require(args, std::string(plugin_name) + ": layer args"));
+          });
         },
-        [](H* s, const pllm_block_copy* p, int64_t n, pllm_error* e) noexcept {
-          return guard(e, [&] { self_of<T>(s).swap_out(pairs_of(p, n)); });
+        [](H* s, const pllm_block_copy* pairs, int64_t n, pllm_error* e) noexcept {
+          return call<T>(s, "swap_out", e, [&](T& p) { p.swap_out(pairs_of(pairs, n)); });
         },
-        [](H* s, const pllm_block_copy* p, int64_t n, pllm_error* e) noexcept {
-          return guard(e, [&] { self_of<T>(s).swap_in(pairs_of(p, n)); });
+        [](H* s, const pllm_block_copy* pairs, int64_t n, pllm_error* e) noexcept {
+          return call<T>(s, "swap_in", e, [&](T& p) { p.swap_in(pairs_of(pairs, n)); });
         },
-        [](H* s, const pllm_block_copy* p, int64_t n, pllm_error* e) noexcept {
-          return guard(e, [&] { self_of<T>(s).copy_blocks(pairs_of(p, n)); });
+        [](H* s, const pllm_block_copy* pairs, int64_t n, pllm_error* e) noexcept {
+          return call<T>(s, "copy_blocks", e, [&](T& p) { p.copy_blocks(pairs_of(pairs, n)); });
         },
         memory_info_slot(),
     };
@@ -137,7 +223,7 @@ struct KindApi<T, PLLM_PLUGIN_KIND_ATTENTION> {
   static constexpr MemoryInfo memory_info_slot() {
     if constexpr (requires(T& t) { t.memory_info(); }) {
       return [](H* s, pllm_device_memory* out, pllm_error* e) noexcept {
-        return guard(e, [&] { copy_info_out(self_of<T>(s).memory_info(), out); });
+        return call<T>(s, "memory_info", e, [&](T& p) { copy_info_out(p.memory_info(), out); });
       };
     } else {
       return nullptr;
@@ -154,11 +240,14 @@ struct KindApi<T, PLLM_PLUGIN_KIND_MODEL> {
         &create<T, H, pllm_model_create_args>,
         &destroy<T, H>,
         [](H* s, pllm_model_info* out, pllm_error* e) noexcept {
-          return guard(e, [&] { copy_info_out(self_of<T>(s).info(), out); });
+          return call<T>(s, "get_info", e, [&](T& p) { copy_info_out(p.info(), out); });
         },
-        [](H* s, const pllm_batch* batch, pllm_attention_ref attention, pllm_forward_output* out,
+        [](H* s, const pllm_batch* batch, const pllm_attention_ref* attention, pllm_forward_output* out,
            pllm_error* e) noexcept {
-          return guard(e, [&] { self_of<T>(s).forward(*batch, attention, *out); });
+          return call<T>(s, "forward", e, [&](T& p) {
+            if (!batch || !out) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "forward: null batch or output");
+            p.forward(*batch, require(attention, std::string(plugin_name) + ": forward: attention"), *out);
+          });
         },
         get_tensor_slot(),
     };
@@ -168,7 +257,7 @@ struct KindApi<T, PLLM_PLUGIN_KIND_MODEL> {
   static constexpr GetTensor get_tensor_slot() {
     if constexpr (requires(T& t, const char* name) { t.get_tensor(name); }) {
       return [](H* s, const char* name, pllm_tensor* out, pllm_error* e) noexcept {
-        return guard(e, [&] { *out = self_of<T>(s).get_tensor(name); });
+        return call<T>(s, "get_tensor", e, [&](T& p) { copy_info_out(p.get_tensor(name), out); });
       };
     } else {
       return nullptr;
@@ -185,7 +274,10 @@ struct KindApi<T, PLLM_PLUGIN_KIND_SAMPLER> {
         &create<T, H, pllm_sampler_create_args>,
         &destroy<T, H>,
         [](H* s, const pllm_sample_batch* batch, pllm_sample_output* out, pllm_error* e) noexcept {
-          return guard(e, [&] { self_of<T>(s).sample(*batch, *out); });
+          return call<T>(s, "sample", e, [&](T& p) {
+            if (!batch || !out) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "sample: null batch or output");
+            p.sample(*batch, *out);
+          });
         },
         probabilities_slot(),
     };
@@ -195,7 +287,10 @@ struct KindApi<T, PLLM_PLUGIN_KIND_SAMPLER> {
   static constexpr Probabilities probabilities_slot() {
     if constexpr (requires(T& t, const pllm_sample_batch& b, pllm_tensor& p) { t.probabilities(b, p); }) {
       return [](H* s, const pllm_sample_batch* batch, pllm_tensor* out, pllm_error* e) noexcept {
-        return guard(e, [&] { self_of<T>(s).probabilities(*batch, *out); });
+        return call<T>(s, "probabilities", e, [&](T& p) {
+          if (!batch) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "probabilities: null batch");
+          p.probabilities(*batch, require(out, std::string(plugin_name) + ": probabilities: output"));
+        });
       };
     } else {
       return nullptr;
@@ -212,13 +307,19 @@ struct KindApi<T, PLLM_PLUGIN_KIND_SPECULATOR> {
         &create<T, H, pllm_speculator_create_args>,
         &destroy<T, H>,
         [](H* s, pllm_speculator_info* out, pllm_error* e) noexcept {
-          return guard(e, [&] { copy_info_out(self_of<T>(s).info(), out); });
+          return call<T>(s, "get_info", e, [&](T& p) { copy_info_out(p.info(), out); });
         },
         [](H* s, const pllm_draft_args* args, pllm_draft_output* out, pllm_error* e) noexcept {
-          return guard(e, [&] { self_of<T>(s).draft(*args, *out); });
+          return call<T>(s, "draft", e, [&](T& p) {
+            if (!args || !out) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "draft: null args or output");
+            p.draft(*args, *out);
+          });
         },
         [](H* s, const pllm_verify_args* args, pllm_verify_output* out, pllm_error* e) noexcept {
-          return guard(e, [&] { self_of<T>(s).verify(*args, *out); });
+          return call<T>(s, "verify", e, [&](T& p) {
+            if (!args || !out) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "verify: null args or output");
+            p.verify(*args, *out);
+          });
         },
     };
     return &api;
@@ -228,8 +329,8 @@ struct KindApi<T, PLLM_PLUGIN_KIND_SPECULATOR> {
 template <class T>
 pllm_status plugin_init(const pllm_host_api* host_services, pllm_error* error) noexcept {
   return guard(error, [&] {
-    if (!host_services) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "init: null host services");
-    host_api = host_services;
+    host_api = &require(host_services, std::string(plugin_name) + ": init: host services");
+    read_call_overlap_setting();
     if constexpr (requires { T::plugin_init(); }) T::plugin_init();
   });
 }
@@ -253,6 +354,7 @@ pllm_status validate_options(const char* options_json, pllm_error* error) noexce
 
 template <class T>
 const pllm_plugin_descriptor* descriptor(const char* name, const char* version, const char* description) {
+  plugin_name = name;
   static const pllm_plugin_descriptor d = {
       sizeof(pllm_plugin_descriptor),
       PLLM_SDK_VERSION_MAJOR,

@@ -114,10 +114,10 @@ inline double checked(float value, const char* what, int64_t s, int64_t i) {
 // and writes every row's output tokens. On an error the outputs are undefined.
 inline void verify_drafts(const pllm_verify_args& a, pllm_verify_output& out) {
   using namespace rejection_detail;
-  if (a.struct_size < offsetof(pllm_verify_args, random_offsets) + sizeof(a.random_offsets)) {
+  if (!PLLM_HAS_FIELD(pllm_verify_args, &a, random_offsets)) {
     invalid("args struct_size " + str(a.struct_size) + " is too small");
   }
-  if (out.struct_size < offsetof(pllm_verify_output, num_output_tokens) + sizeof(out.num_output_tokens)) {
+  if (!PLLM_HAS_FIELD(pllm_verify_output, &out, num_output_tokens)) {
     invalid("output struct_size " + str(out.struct_size) + " is too small");
   }
   if (a.num_seqs < 0) invalid("num_seqs = " + str(a.num_seqs) + " is negative");

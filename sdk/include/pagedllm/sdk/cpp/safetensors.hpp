@@ -73,6 +73,7 @@ inline const char* dtype_name(pllm_dtype dtype) {
     case PLLM_DTYPE_I64: return "I64";
     case PLLM_DTYPE_U8: return "U8";
     case PLLM_DTYPE_I8: return "I8";
+    case PLLM_DTYPE_FORCE_32BIT:
     case PLLM_DTYPE_INVALID: return "invalid";
   }
   return "unknown";
