@@ -23,7 +23,7 @@
 //                     void forward(const pllm_batch&, pllm_attention_ref, pllm_forward_output&);
 //                     pllm_tensor get_tensor(const char* name);          (optional)
 //   SamplerPlugin:    void sample(const pllm_sample_batch&, pllm_sample_output&);
-//                     void probabilities(const pllm_sample_batch&, pllm_tensor&);  (optional)
+//                     void probabilities(const pllm_sample_batch&, const pllm_probabilities_output&);  (optional)
 //   SpeculatorPlugin: pllm_speculator_info info();
 //                     void draft(const pllm_draft_args&, pllm_draft_output&);
 //                     void verify(const pllm_verify_args&, pllm_verify_output&);
@@ -191,10 +191,12 @@ struct KindApi<T, PLLM_PLUGIN_KIND_SAMPLER> {
     };
     return &api;
   }
-  using Probabilities = pllm_status (*)(H*, const pllm_sample_batch*, pllm_tensor*, pllm_error*);
+  using Probabilities = pllm_status (*)(H*, const pllm_sample_batch*, const pllm_probabilities_output*, pllm_error*);
   static constexpr Probabilities probabilities_slot() {
-    if constexpr (requires(T& t, const pllm_sample_batch& b, pllm_tensor& p) { t.probabilities(b, p); }) {
-      return [](H* s, const pllm_sample_batch* batch, pllm_tensor* out, pllm_error* e) noexcept {
+    if constexpr (requires(T& t, const pllm_sample_batch& b, const pllm_probabilities_output& p) {
+                    t.probabilities(b, p);
+                  }) {
+      return [](H* s, const pllm_sample_batch* batch, const pllm_probabilities_output* out, pllm_error* e) noexcept {
         return guard(e, [&] { self_of<T>(s).probabilities(*batch, *out); });
       };
     } else {
