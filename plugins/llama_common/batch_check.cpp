@@ -40,18 +40,20 @@ void check_batch(std::string_view who, const pllm_batch& b, const pllm_attention
 }
 
 bool check_forward_output(std::string_view who, const pllm_batch& b, const pllm_forward_output& out) {
-  if (out.struct_size < offsetof(pllm_forward_output, logits) + sizeof(out.logits)) {
+  if (out.struct_size < offsetof(pllm_forward_output, hidden) + sizeof(out.hidden)) {
     throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(who) + ": forward output: struct_size " +
                                                        std::to_string(out.struct_size) + " is too small");
   }
-  const bool has_hidden = PLLM_HAS_FIELD(pllm_forward_output, &out, hidden);
-  const int32_t num_hidden = PLLM_HAS_FIELD(pllm_batch, &b, hidden_indices) ? b.num_hidden : 0;
-  if (!has_hidden && num_hidden > 0) {
-    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT,
-                      std::string(who) + ": hidden states were asked for, but the forward output struct has no "
-                                         "'hidden' field");
+  if (!out.logits) {
+    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(who) + ": forward output: null logits descriptor");
   }
-  return has_hidden;
+  const int32_t num_hidden = PLLM_HAS_FIELD(pllm_batch, &b, hidden_indices) ? b.num_hidden : 0;
+  if (!out.hidden && num_hidden > 0) {
+    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT,
+                      std::string(who) + ": hidden states were asked for, but the forward output's 'hidden' "
+                                         "descriptor is null");
+  }
+  return out.hidden != nullptr;
 }
 
 }  // namespace pagedllm::llama

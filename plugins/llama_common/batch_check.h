@@ -17,8 +17,8 @@ void check_batch(std::string_view who, const pllm_batch& batch, const pllm_atten
                  int64_t vocab_size);
 
 // Throws pllm::Error(PLLM_ERROR_INVALID_ARGUMENT) for a forward output struct
-// too small for `logits`, or hidden rows asked for by `batch` when `out` has
-// no `hidden` field. Returns whether `out` has the field.
+// too small or without a logits descriptor, or hidden rows asked for by
+// `batch` when `out` has no hidden descriptor. Returns whether it has one.
 bool check_forward_output(std::string_view who, const pllm_batch& batch, const pllm_forward_output& out);
 
 }  // namespace pagedllm::llama

@@ -142,9 +142,11 @@ void CudaSampler::sample(const pllm_sample_batch& batch, pllm_sample_output& out
   const auto n = std::size_t(batch.num_rows);
   if (n == 0) return;
   const auto top = std::size_t(out.max_top_logprobs);
-  // Outputs in one allocation, read back by one copy: results, top ids, top logprobs.
-  const std::size_t results_bytes = aligned(n * sizeof(DeviceResult));
-  const std::size_t top_bytes = aligned(n * top * sizeof(int32_t));
+  // Outputs in one allocation, read back by one copy: results, top ids, top
+  // logprobs, unpadded (all 4-byte fields), so exactly what sampler.h says crosses.
+  static_assert(sizeof(DeviceResult) == 12 && alignof(DeviceResult) == 4);
+  const std::size_t results_bytes = n * sizeof(DeviceResult);
+  const std::size_t top_bytes = n * top * sizeof(int32_t);
   const std::size_t output_bytes = results_bytes + top_bytes + n * top * sizeof(float);
   outputs_.reserve(output_bytes, device_);
   staged_outputs_.reserve(output_bytes, device_);
@@ -157,8 +159,7 @@ void CudaSampler::sample(const pllm_sample_batch& batch, pllm_sample_output& out
   args.top_keys = static_cast<uint64_t*>(top_keys_.data);
   args.want_logprobs = out.logprobs != nullptr;
   launch_sample_rows(args, batch.num_rows, stream_);
-  // Only what the contract says crosses: 12 bytes a row plus 8 per top logprob
-  // (the padding between the arrays aside).
+  // Only what the contract says crosses: 12 bytes a row plus 8 per top logprob.
   PAGEDLLM_CUDA_CHECK(
       cudaMemcpyAsync(staged_outputs_.data, outputs_.data, output_bytes, cudaMemcpyDeviceToHost, stream_));
   synchronize();

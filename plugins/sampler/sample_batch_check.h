@@ -14,10 +14,7 @@ namespace pagedllm::sampler {
   throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "sampler: " + message);
 }
 
-inline const pllm_sample_row& row_of(const pllm_sample_batch& batch, int64_t r) {
-  return *reinterpret_cast<const pllm_sample_row*>(reinterpret_cast<const char*>(batch.rows) +
-                                                   r * int64_t(batch.row_stride));
-}
+inline const pllm_sample_row& row_of(const pllm_sample_batch& batch, int64_t r) { return pllm::sample_row(batch, r); }
 
 // Validates the batch and every row; returns the vocabulary size. `device_ok`
 // says whether the sampler reads logits on that device.

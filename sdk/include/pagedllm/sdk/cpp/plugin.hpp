@@ -48,6 +48,13 @@ namespace pllm {
 struct AttentionPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_ATTENTION; };
 struct ModelPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_MODEL; };
 struct SamplerPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_SAMPLER; };
+
+// Row r of a sample batch, honouring the caller's row_stride (a caller built
+// against another minor may pass larger rows).
+inline const pllm_sample_row& sample_row(const pllm_sample_batch& batch, int64_t r) {
+  return *reinterpret_cast<const pllm_sample_row*>(reinterpret_cast<const char*>(batch.rows) +
+                                                   r * int64_t(batch.row_stride));
+}
 struct SpeculatorPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_SPECULATOR; };
 
 namespace detail {
