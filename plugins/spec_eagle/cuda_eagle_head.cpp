@@ -71,6 +71,7 @@ class CudaEagleHead final : public DraftHead {
     llama_cuda::DecoderActivations layer;
     void *input, *features;
     float* logits;
+    float* full_logits;  // with a draft vocabulary: its logits spread into full rows
     std::byte* inputs;
     std::size_t input_bytes, features_offset;
   };
@@ -96,14 +97,14 @@ class CudaEagleHead final : public DraftHead {
   const double* inv_freq_ = nullptr;
 
   CudaMemory workspace_{CudaMemory::Kind::kDevice};
-  CudaMemory host_inputs_{CudaMemory::Kind::kPinnedHost}, host_logits_{CudaMemory::Kind::kPinnedHost};
+  CudaMemory host_inputs_{CudaMemory::Kind::kPinnedHost};
   StepSize capacity_;
   Workspace ws_{};
   // Predicted features of the previous call's logits rows, [rows, hidden] in
   // dtype_; -1 rows: none kept.
   CudaMemory chain_{CudaMemory::Kind::kDevice};
   int64_t chain_capacity_ = 0, chain_rows_ = -1;
-  DraftVocabLogits vocab_logits_;  // with a draft vocabulary: the full host rows
+  const int32_t* draft_ids_ = nullptr;  // the draft vocabulary's ids on the device (in weights_)
 };
 
 CudaEagleHead::CudaEagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target, int device,
@@ -183,6 +184,7 @@ void CudaEagleHead::load_weights(const std::filesystem::path& draft_dir, int num
     llama_cuda::gather_rows(dtype_, shared_.lm_head.data, shared_.lm_head.strides[0], draft_ids, draft_rows, h,
                             compact_lm_head, h, stream);
     lm_head_ = compact_lm_head;
+    draft_ids_ = draft_ids;
   }
   PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (!checked.unused.empty()) {
@@ -205,6 +207,7 @@ CudaEagleHead::Workspace CudaEagleHead::carve_workspace(std::byte* base, const S
   w.input = carver.take(t * 2 * h, e);
   w.features = carver.take(size.given_features * h, e);
   w.logits = carver.take<float>(size.logits * logits_width());
+  w.full_logits = draft_vocab_.empty() ? nullptr : carver.take<float>(size.logits * c.vocab_size);
   // The inputs' own layout: the int32 arrays, then the f32 features 256-byte aligned.
   constexpr std::size_t kAlign = 256;
   w.features_offset = (std::size_t(3 * t + size.logits) * sizeof(int32_t) + kAlign - 1) / kAlign * kAlign;
@@ -249,10 +252,6 @@ void CudaEagleHead::reserve(const StepSize& size) {
                           " logits rows");
   ws_ = carve_workspace(workspace_.data(), grown, bytes);
   host_inputs_.allocate(ws_.input_bytes, context_.device_index(), kWho, "the draft step's inputs");
-  if (!draft_vocab_.empty()) {
-    host_logits_.allocate(std::size_t(grown.logits * logits_width()) * sizeof(float), context_.device_index(), kWho,
-                          "the draft step's logits");
-  }
   capacity_ = grown;
 }
 
@@ -338,26 +337,17 @@ void CudaEagleHead::run_draft(const pllm_draft_args& args, pllm_draft_output& ou
   llama_cuda::add_rows(dtype_, a.x, a.delta, h, logits_index, logits, h, chain_.data(), stream);
   context_.linear(dtype_, chain_.data(), logits, h, lm_head_, width, ws_.logits, PLLM_DTYPE_F32);
 
-  if (draft_vocab_.empty()) {
-    // The call's one host synchronisation, without a copy: the logits stay on
-    // the device for the sampler there.
-    PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
-    chain_rows_ = logits;
-    *out.logits = llama::tensor_view(ws_.logits, PLLM_DTYPE_F32, {PLLM_DEVICE_CUDA, context_.device_index()},
-                                     {logits, vocab});
-    return;
-  }
-  // A reduced draft vocabulary is scattered into full rows on the host (still
-  // a [logits, draft vocabulary] device-to-host copy per call).
-  auto* host_logits = reinterpret_cast<float*>(host_logits_.data());
-  if (logits > 0) {
-    PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(host_logits, ws_.logits, std::size_t(logits * width) * sizeof(float),
-                                        cudaMemcpyDeviceToHost, stream));
+  // A reduced draft vocabulary's N columns are spread into full rows here, on
+  // the device. Then the call's one host synchronisation, without a copy: the
+  // logits stay on the device for the sampler there.
+  float* result = ws_.logits;
+  if (!draft_vocab_.empty()) {
+    llama_cuda::scatter_columns(ws_.logits, logits, width, draft_ids_, vocab, ws_.full_logits, stream);
+    result = ws_.full_logits;
   }
   PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   chain_rows_ = logits;
-  *out.logits = llama::tensor_view(vocab_logits_.scatter(draft_vocab_, host_logits, logits, vocab), PLLM_DTYPE_F32,
-                                   {PLLM_DEVICE_CPU, 0}, {logits, vocab});
+  *out.logits = llama::tensor_view(result, PLLM_DTYPE_F32, {PLLM_DEVICE_CUDA, context_.device_index()}, {logits, vocab});
 }
 
 }  // namespace

@@ -7,7 +7,7 @@
 //         attending as KV layer (target num_layers + 0) in the shared paged pool
 //   g   = x: the predicted feature f_{t+1} (no final norm), kept for the chain
 //   out = lm_head(g) for the logits rows, f32 on the head's device (host memory
-//         on the CPU; with a reduced draft vocabulary, host memory on CUDA too)
+//         on the CPU)
 //
 // with the target's embedding and lm_head (get_tensor), and, given a reduced
 // draft vocabulary, logits only for its ids (-inf elsewhere).
