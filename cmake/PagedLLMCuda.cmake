@@ -84,4 +84,7 @@ function(pagedllm_cuda_link_targets)
     target_link_libraries(pagedllm_cudart INTERFACE CUDA::cudart)
     target_link_libraries(pagedllm_cublas INTERFACE CUDA::cublas)
   endif()
+  # What links the runtime may copy device memory (tests reading a model's
+  # device outputs, SDK 2.0).
+  target_compile_definitions(pagedllm_cudart INTERFACE PAGEDLLM_LINKS_CUDART=1)
 endfunction()

@@ -190,8 +190,10 @@ class Sizer {
       pllm_error error{};
       check_plugin_call(in_.attention.api().plan(in_.attention.get(), &batch, &error), error,
                         in_.attention.library(), "plan");
-      pllm_forward_output forward{};
-      forward.struct_size = sizeof(pllm_forward_output);
+      // The outputs stay in the model's workspace on its device: that is what it measures.
+      pllm_tensor logits{}, hidden{};
+      logits.struct_size = hidden.struct_size = sizeof(pllm_tensor);
+      pllm_forward_output forward{sizeof(pllm_forward_output), &logits, &hidden};
       const pllm_attention_ref attention = attention_ref(in_.attention);
       check_plugin_call(in_.model.api().forward(in_.model.get(), &batch, &attention, &forward, &error),
                         error, in_.model.library(), "forward");

@@ -119,18 +119,20 @@ class LlmEngine final : public Engine {
   bool drain_inbox();
   bool step();
   void run_block_operations(const SchedulerOutput& output);
-  // Ends every request with a logits row the engine would read that holds a NaN or
-  // +inf (a model fault): only those requests fail, before update() commits this
-  // step's KV of theirs to the prefix cache.
-  void end_requests_with_non_finite_logits(const SchedulerOutput& output, const pllm_tensor& logits);
+  // Ends every request one of whose logits rows the sampler flagged as
+  // non-finite (NaN, +inf, or all -inf: a model fault): only those requests
+  // fail, before update() commits this step's KV of theirs to the prefix cache.
+  void end_requests_with_non_finite_logits(const std::vector<RequestId>& faulty);
   struct SampledToken {
     std::int32_t token = -1;
     TokenLogprob logprob;
   };
   // Sampled tokens per (request, sequence index), in row order.
   using StepSamples = std::map<std::pair<RequestId, int>, SampledToken>;
+  // Samples every row that is not verifying drafts, on the model's device; a
+  // request with a non-finite logits row goes to `faulty` and gets no sample.
   std::vector<SequenceSample> sample(const SchedulerOutput& output, const pllm_tensor& logits,
-                                     StepSamples& sampled);
+                                     StepSamples& sampled, std::vector<RequestId>& faulty);
   // Speculative decoding: rows of speculative requests, their verification,
   // and drafting for the next step.
   bool speculative_row(const ScheduledSequence& row) const;
@@ -138,7 +140,8 @@ class LlmEngine final : public Engine {
   // batch row r's begin among them (-1: none).
   std::vector<std::int32_t> hidden_indices(const SchedulerOutput& output,
                                            std::vector<std::int32_t>& first_hidden_row) const;
-  std::vector<SequenceSample> verify_drafts(const SchedulerOutput& output, const pllm_tensor& logits);
+  std::vector<SequenceSample> verify_drafts(const SchedulerOutput& output, const pllm_tensor& logits,
+                                            std::vector<RequestId>& faulty);
   void propose_drafts(const SchedulerOutput& output, const pllm_tensor& hidden,
                       const std::vector<std::int32_t>& first_hidden_row);
   void publish(const UpdateResult& result, const StepSamples& sampled);
@@ -168,7 +171,6 @@ class LlmEngine final : public Engine {
   // ---- engine thread only ----
   std::unique_ptr<Scheduler> scheduler_;
   std::unordered_map<RequestId, LiveRequest> live_;
-  std::vector<float> gathered_logits_;
 
   // ---- shared, under mutex_ ----
   mutable std::mutex mutex_;
@@ -228,10 +230,9 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
   attention_ = create_plugin_instance<pllm_attention_api, pllm_attention_backend>(
       library_of(PLLM_PLUGIN_KIND_ATTENTION), attention_args);
   const std::string sampler_options = config.sampler.options.dump();
-  // Models hand core their logits in host memory (pllm_sample_batch's f32
-  // rows), so the sampler runs on the CPU whatever the model's device.
-  pllm_sampler_create_args sampler_args{sizeof(pllm_sampler_create_args), sampler_options.c_str(),
-                                        pllm_device{PLLM_DEVICE_CPU, 0}};
+  // Models leave their logits on their device (SDK 2.0): the sampler samples
+  // there, and only ids and requested logprobs cross to the host.
+  pllm_sampler_create_args sampler_args{sizeof(pllm_sampler_create_args), sampler_options.c_str(), device};
   sampler_ = create_plugin_instance<pllm_sampler_api, pllm_sampler>(
       library_of(PLLM_PLUGIN_KIND_SAMPLER), sampler_args);
   if (config.speculative) {
@@ -553,8 +554,9 @@ bool LlmEngine::step() {
   pllm_error error{};
   check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),
                     "plan");
-  pllm_forward_output forward{};
-  forward.struct_size = sizeof(pllm_forward_output);
+  pllm_tensor logits{}, hidden{};
+  logits.struct_size = hidden.struct_size = sizeof(pllm_tensor);
+  pllm_forward_output forward{sizeof(pllm_forward_output), &logits, &hidden};
   const pllm_attention_ref attention = attention_ref(attention_);
   check_plugin_call(model_instance_.api().forward(model_instance_.get(), &batch, &attention, &forward, &error),
                     error, model_instance_.library(), "forward");
@@ -562,33 +564,41 @@ bool LlmEngine::step() {
   StepSamples sampled;
   std::vector<SequenceSample> samples;
   if (batch.num_logits > 0) {
-    if (forward.logits.dtype != PLLM_DTYPE_F32 || forward.logits.ndim != 2 ||
-        forward.logits.shape[0] != batch.num_logits || forward.logits.shape[1] != model_info_.vocab_size) {
+    if (logits.dtype != PLLM_DTYPE_F32 || logits.ndim != 2 || logits.shape[0] != batch.num_logits ||
+        logits.shape[1] != model_info_.vocab_size) {
       throw PluginCallError(PLLM_ERROR_INTERNAL,
                             fmt::format("plugin '{}': forward returned logits that are not f32 [{}, {}]",
                                         model_instance_.library().name(), batch.num_logits,
                                         model_info_.vocab_size));
     }
-    end_requests_with_non_finite_logits(output, forward.logits);
-    samples = sample(output, forward.logits, sampled);
+    std::vector<RequestId> faulty;
+    samples = sample(output, logits, sampled, faulty);
     if (speculative_) {
-      std::vector<SequenceSample> verified = verify_drafts(output, forward.logits);
+      std::vector<SequenceSample> verified = verify_drafts(output, logits, faulty);
       samples.insert(samples.end(), std::make_move_iterator(verified.begin()),
                      std::make_move_iterator(verified.end()));
+    }
+    if (!faulty.empty()) {
+      // A faulty request's other rows (its other sequences) commit nothing either.
+      std::unordered_set<SequenceId> dropped;
+      for (const ScheduledSequence& row : output.sequences) {
+        if (std::find(faulty.begin(), faulty.end(), row.request_id) != faulty.end()) dropped.insert(row.sequence_id);
+      }
+      std::erase_if(samples, [&](const SequenceSample& s) { return dropped.contains(s.sequence_id); });
+      end_requests_with_non_finite_logits(faulty);
     }
   }
   const UpdateResult result = scheduler_->update(output, samples);
   publish(result, sampled);
   if (speculative_ && batch.num_hidden > 0) {
-    if (forward.hidden.dtype != PLLM_DTYPE_F32 || forward.hidden.ndim != 2 ||
-        forward.hidden.shape[0] != batch.num_hidden || forward.hidden.shape[1] != model_info_.hidden_size ||
-        forward.hidden.strides[1] != 1) {
+    if (hidden.dtype != PLLM_DTYPE_F32 || hidden.ndim != 2 || hidden.shape[0] != batch.num_hidden ||
+        hidden.shape[1] != model_info_.hidden_size || hidden.strides[1] != 1) {
       throw PluginCallError(PLLM_ERROR_INTERNAL,
                             fmt::format("plugin '{}': forward returned hidden states that are not f32 [{}, {}]",
                                         model_instance_.library().name(), batch.num_hidden,
                                         model_info_.hidden_size));
     }
-    propose_drafts(output, forward.hidden, first_hidden_row);
+    propose_drafts(output, hidden, first_hidden_row);
   }
 
   const auto finished = Clock::now();
@@ -600,32 +610,13 @@ bool LlmEngine::step() {
   return true;
 }
 
-void LlmEngine::end_requests_with_non_finite_logits(const SchedulerOutput& output, const pllm_tensor& logits) {
-  const auto* data = static_cast<const float*>(logits.data);
-  const auto finite_row = [&](int row) {
-    const float* values = data + static_cast<std::int64_t>(row) * logits.strides[0];
-    for (std::int64_t v = 0; v < logits.shape[1]; ++v) {
-      const float x = values[v * logits.strides[1]];
-      if (std::isnan(x) || x == std::numeric_limits<float>::infinity()) return false;
-    }
-    return true;
-  };
-  std::vector<RequestId> faulty;
-  for (const ScheduledSequence& row : output.sequences) {
-    if (row.num_samples == 0 || row.first_logits_index < 0) continue;
-    if (!faulty.empty() && faulty.back() == row.request_id) continue;
-    for (int r = 0; r <= row.num_draft_tokens; ++r) {
-      if (!finite_row(row.first_logits_index + r)) {
-        faulty.push_back(row.request_id);
-        break;
-      }
-    }
-  }
+void LlmEngine::end_requests_with_non_finite_logits(const std::vector<RequestId>& flagged) {
+  std::vector<RequestId> faulty = flagged;
   std::sort(faulty.begin(), faulty.end());
   faulty.erase(std::unique(faulty.begin(), faulty.end()), faulty.end());
   for (const RequestId id : faulty) {
-    const std::string error = fmt::format("plugin '{}': forward returned non-finite logits (NaN or +inf) for "
-                                          "this request; it was ended, the engine serves the others",
+    const std::string error = fmt::format("plugin '{}': forward returned non-finite logits (NaN or +inf, or all "
+                                          "-inf) for this request; it was ended, the engine serves the others",
                                           model_instance_.library().name());
     log_->error("request {}: {}", id, error);
     scheduler_->abort(id);
@@ -648,7 +639,7 @@ void LlmEngine::run_block_operations(const SchedulerOutput& output) {
 }
 
 std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, const pllm_tensor& logits,
-                                              StepSamples& sampled) {
+                                              StepSamples& sampled, std::vector<RequestId>& faulty) {
   // One sampler row per token to sample. A prompt that completes for an n > 1
   // request is sampled n times from the same logits row, once per sequence.
   struct Slot {
@@ -662,7 +653,7 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     const ScheduledSequence& row = output.sequences[r];
     if (row.num_samples == 0 || row.num_draft_tokens > 0) continue;  // drafts: verify_drafts()
     const SequenceGroup* state = scheduler_->request_state(row.request_id);
-    if (state == nullptr) continue;  // ended this step (end_requests_with_non_finite_logits)
+    if (state == nullptr) continue;
     int index = 0;
     for (std::size_t s = 0; s < state->sequences.size(); ++s) {
       if (state->sequences[s].id == row.sequence_id) index = static_cast<int>(s);
@@ -671,26 +662,6 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     for (int j = 0; j < row.num_samples; ++j) {
       slots.push_back({r, row.num_samples > 1 ? j : index, row.first_logits_index, sequence});
     }
-  }
-
-  const std::int64_t vocab = logits.shape[1];
-  bool identity = static_cast<std::int64_t>(slots.size()) == logits.shape[0];
-  for (std::size_t i = 0; identity && i < slots.size(); ++i) identity = slots[i].logits_row == static_cast<int>(i);
-  pllm_tensor sample_logits = logits;
-  if (!identity) {
-    gathered_logits_.resize(slots.size() * static_cast<std::size_t>(vocab));
-    const auto* source = static_cast<const float*>(logits.data);
-    for (std::size_t i = 0; i < slots.size(); ++i) {
-      const float* row = source + slots[i].logits_row * logits.strides[0];
-      for (std::int64_t v = 0; v < vocab; ++v) {
-        gathered_logits_[i * static_cast<std::size_t>(vocab) + static_cast<std::size_t>(v)] =
-            row[v * logits.strides[1]];
-      }
-    }
-    sample_logits.data = gathered_logits_.data();
-    sample_logits.shape[0] = static_cast<std::int64_t>(slots.size());
-    sample_logits.strides[0] = vocab;
-    sample_logits.strides[1] = 1;
   }
 
   if (slots.empty()) return {};
@@ -732,6 +703,8 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     out.output_token_ids = sequence->token_ids.data() + prompt_len;
     out.num_output_tokens = static_cast<std::int32_t>(num_outputs);
     out.random_offset = num_outputs;
+    // The sampler gathers the row on the model's device.
+    out.logits_row = slots[i].logits_row;
   }
 
   const std::size_t n = slots.size();
@@ -739,10 +712,12 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
   std::vector<float> logprobs(n);
   std::vector<std::int32_t> top_tokens(n * static_cast<std::size_t>(max_top));
   std::vector<float> top_logprobs(n * static_cast<std::size_t>(max_top));
+  std::vector<std::int32_t> status(n);
   pllm_sample_batch batch{sizeof(pllm_sample_batch), static_cast<std::int32_t>(n), sizeof(pllm_sample_row),
-                          rows.data(), sample_logits};
+                          rows.data(), &logits};
   pllm_sample_output out{sizeof(pllm_sample_output), tokens.data(), logprobs.data(), max_top,
-                         max_top > 0 ? top_tokens.data() : nullptr, max_top > 0 ? top_logprobs.data() : nullptr};
+                         max_top > 0 ? top_tokens.data() : nullptr, max_top > 0 ? top_logprobs.data() : nullptr,
+                         status.data()};
   pllm_error error{};
   check_plugin_call(sampler_.api().sample(sampler_.get(), &batch, &out, &error), error, sampler_.library(),
                     "sample");
@@ -750,6 +725,14 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
   std::vector<SequenceSample> samples;
   for (std::size_t i = 0; i < n; ++i) {
     const ScheduledSequence& row = output.sequences[slots[i].row];
+    if (status[i] == PLLM_SAMPLE_NON_FINITE_LOGITS) {
+      faulty.push_back(row.request_id);
+      continue;
+    }
+    if (status[i] != PLLM_SAMPLE_OK) {
+      throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': sample returned row status {}",
+                                                             sampler_.library().name(), status[i]));
+    }
     if (tokens[i] < 0 || tokens[i] >= model_info_.vocab_size) {
       throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': sampled token {} outside the "
                                                              "vocabulary of {}",
@@ -795,27 +778,30 @@ std::vector<std::int32_t> LlmEngine::hidden_indices(const SchedulerOutput& outpu
   return rows;
 }
 
-std::vector<SequenceSample> LlmEngine::verify_drafts(const SchedulerOutput& output, const pllm_tensor& logits) {
+std::vector<SequenceSample> LlmEngine::verify_drafts(const SchedulerOutput& output, const pllm_tensor& logits,
+                                                     std::vector<RequestId>& faulty) {
   std::vector<VerifyRequest> requests;
   for (const ScheduledSequence& row : output.sequences) {
     if (row.num_draft_tokens == 0) continue;
     const SequenceGroup* state = scheduler_->request_state(row.request_id);
-    if (state == nullptr) continue;  // ended this step (end_requests_with_non_finite_logits)
+    if (state == nullptr) continue;
     const Sequence* sequence = state->find_sequence(row.sequence_id);
     const LiveRequest& request = live(row.request_id);
     const std::span<const std::int32_t> tokens(sequence->token_ids);
     const std::size_t prompt_len = request.request.prompt_token_ids.size();
-    requests.push_back({row.sequence_id,
+    requests.push_back({row.request_id, row.sequence_id,
                         std::span<const std::int32_t>(sequence->draft_token_ids)
                             .first(static_cast<std::size_t>(row.num_draft_tokens)),
                         row.first_logits_index, &request.params.front(), tokens.first(prompt_len),
                         tokens.subspan(prompt_len)});
   }
   if (requests.empty()) return {};
-  std::vector<std::vector<std::int32_t>> accepted = speculative_->verify(requests, logits);
+  std::vector<std::uint8_t> non_finite;
+  std::vector<std::vector<std::int32_t>> accepted = speculative_->verify(requests, logits, non_finite);
   update_metrics([&](EngineMetrics& m) {
     m.spec_decode_accepted_per_position.resize(static_cast<std::size_t>(speculative_->num_speculative_tokens()), 0);
     for (std::size_t i = 0; i < requests.size(); ++i) {
+      if (non_finite[i]) continue;
       const auto num_accepted = static_cast<std::int64_t>(accepted[i].size()) - 1;  // the last token is not a draft
       ++m.spec_decode_num_drafts;
       m.spec_decode_draft_tokens += static_cast<std::int64_t>(requests[i].drafts.size());
@@ -825,6 +811,10 @@ std::vector<SequenceSample> LlmEngine::verify_drafts(const SchedulerOutput& outp
   });
   std::vector<SequenceSample> samples;
   for (std::size_t i = 0; i < requests.size(); ++i) {
+    if (non_finite[i]) {
+      faulty.push_back(requests[i].request);
+      continue;
+    }
     samples.push_back({requests[i].sequence, std::move(accepted[i]), {}});
   }
   return samples;

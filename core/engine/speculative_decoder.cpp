@@ -28,12 +28,6 @@ pllm_tensor f32_tensor(const float* data, std::initializer_list<std::int64_t> sh
   return t;
 }
 
-// Copies row `row` of a 2-D f32 tensor (any strides) into `out`.
-void copy_row(const pllm_tensor& t, std::int64_t row, float* out) {
-  const auto* base = static_cast<const float*>(t.data) + row * t.strides[0];
-  for (std::int64_t c = 0; c < t.shape[1]; ++c) out[c] = base[c * t.strides[1]];
-}
-
 bool is_greedy(const pllm_sampling_params& params) { return params.temperature == 0.0f; }
 
 }  // namespace
@@ -68,7 +62,7 @@ SpeculativeDecoder::SpeculativeDecoder(const SpeculativeConfig& config, Speculat
 
 pllm_sample_row SpeculativeDecoder::sample_row(const pllm_sampling_params* params,
                                                std::span<const std::int32_t> prompt,
-                                               std::span<const std::int32_t> history) {
+                                               std::span<const std::int32_t> history, std::int64_t logits_row) {
   pllm_sample_row row{};
   row.struct_size = sizeof(pllm_sample_row);
   row.params = params;
@@ -77,59 +71,48 @@ pllm_sample_row SpeculativeDecoder::sample_row(const pllm_sampling_params* param
   row.output_token_ids = history.data();
   row.num_output_tokens = static_cast<std::int32_t>(history.size());
   row.random_offset = history.size();
+  row.logits_row = static_cast<std::int32_t>(logits_row);
   return row;
 }
 
-pllm_tensor SpeculativeDecoder::gather_rows(const pllm_tensor& logits, std::span<const std::int64_t> rows) {
-  const auto count = static_cast<std::int64_t>(rows.size());
-  bool consecutive = true;
-  for (std::size_t i = 1; consecutive && i < rows.size(); ++i) {
-    consecutive = rows[i] == rows[0] + static_cast<std::int64_t>(i);
-  }
-  if (consecutive) {
-    pllm_tensor view = logits;
-    if (count > 0) view.data = static_cast<float*>(logits.data) + rows[0] * logits.strides[0];
-    view.shape[0] = count;
-    return view;
-  }
-  const auto vocab = static_cast<std::size_t>(vocab_size_);
-  gathered_.resize(rows.size() * vocab);
-  for (std::size_t i = 0; i < rows.size(); ++i) copy_row(logits, rows[i], &gathered_[i * vocab]);
-  return f32_tensor(gathered_.data(), {count, vocab_size_});
-}
-
 std::vector<std::int32_t> SpeculativeDecoder::sample_tokens(const pllm_tensor& logits,
-                                                            std::span<const pllm_sample_row> rows,
-                                                            const char* what) {
+                                                            std::span<const pllm_sample_row> rows, const char* what,
+                                                            std::vector<std::int32_t>* status) {
   std::vector<std::int32_t> tokens(rows.size());
   if (rows.empty()) return tokens;
+  if (status) status->assign(rows.size(), PLLM_SAMPLE_OK);
   pllm_sample_batch batch{sizeof(pllm_sample_batch), static_cast<std::int32_t>(rows.size()), sizeof(pllm_sample_row),
-                          rows.data(), logits};
-  pllm_sample_output out{sizeof(pllm_sample_output), tokens.data(), nullptr, 0, nullptr, nullptr};
+                          rows.data(), &logits};
+  pllm_sample_output out{sizeof(pllm_sample_output), tokens.data(), nullptr, 0, nullptr, nullptr,
+                         status ? status->data() : nullptr};
   pllm_error error{};
   check_plugin_call(sampler_.api().sample(sampler_.get(), &batch, &out, &error), error, sampler_.library(), what);
-  for (const std::int32_t token : tokens) {
-    if (token < 0 || token >= vocab_size_) {
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    if (status && (*status)[i] != PLLM_SAMPLE_OK) continue;
+    if (tokens[i] < 0 || tokens[i] >= vocab_size_) {
       throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': {} returned token {} outside the vocabulary",
-                                                             sampler_.library().name(), what, token));
+                                                             sampler_.library().name(), what, tokens[i]));
     }
   }
   return tokens;
 }
 
 void SpeculativeDecoder::row_probabilities(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
-                                           float* out_probs, const char* what) {
+                                           float* out_probs, const char* what, std::vector<std::int32_t>* status) {
   if (rows.empty()) return;
+  if (status) status->assign(rows.size(), PLLM_SAMPLE_OK);
   const auto n = static_cast<std::int32_t>(rows.size());
-  pllm_sample_batch batch{sizeof(pllm_sample_batch), n, sizeof(pllm_sample_row), rows.data(), logits};
-  pllm_tensor out = f32_tensor(out_probs, {n, vocab_size_});
+  pllm_sample_batch batch{sizeof(pllm_sample_batch), n, sizeof(pllm_sample_row), rows.data(), &logits};
+  const pllm_tensor probs = f32_tensor(out_probs, {n, vocab_size_});
+  const pllm_probabilities_output out{sizeof(pllm_probabilities_output), &probs, status ? status->data() : nullptr};
   pllm_error error{};
   check_plugin_call(sampler_.api().probabilities(sampler_.get(), &batch, &out, &error), error, sampler_.library(),
                     what);
 }
 
 std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<const VerifyRequest> requests,
-                                                                  const pllm_tensor& target_logits) {
+                                                                  const pllm_tensor& target_logits,
+                                                                  std::vector<std::uint8_t>& non_finite) {
   const auto vocab = static_cast<std::size_t>(vocab_size_);
   const std::size_t n = requests.size();
   // Row i of a request (target row first_logits_row + i) sees its output and
@@ -147,17 +130,25 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
     (is_greedy(*r.params) ? greedy : sampled).push_back(s);
   }
   // The m + 1 sampler rows of each of `group`, and their target logits rows.
-  const auto target_rows = [&](std::span<const std::size_t> group, std::vector<pllm_sample_row>& rows,
-                               std::vector<std::int64_t>& logits_rows) {
+  const auto target_rows = [&](std::span<const std::size_t> group, std::vector<pllm_sample_row>& rows) {
     for (const std::size_t s : group) {
       const VerifyRequest& r = requests[s];
       for (std::size_t i = 0; i <= r.drafts.size(); ++i) {
         const std::span<const std::int32_t> history(histories[s].data(), r.outputs.size() + i);
-        rows.push_back(sample_row(r.params, r.prompt, history));
-        logits_rows.push_back(r.first_logits_row + static_cast<std::int64_t>(i));
+        rows.push_back(sample_row(r.params, r.prompt, history, r.first_logits_row + static_cast<std::int64_t>(i)));
       }
     }
   };
+  // A request one of whose rows the sampler flagged non-finite is not verified.
+  const auto flag_non_finite = [&](std::span<const std::size_t> group, const std::vector<std::int32_t>& status) {
+    std::size_t row = 0;
+    for (const std::size_t s : group) {
+      for (std::size_t i = 0; i <= requests[s].drafts.size(); ++i, ++row) {
+        if (status[row] != PLLM_SAMPLE_OK) non_finite[s] = 1;
+      }
+    }
+  };
+  non_finite.assign(n, 0);
   std::vector<std::vector<std::int32_t>> accepted(n);
 
   // Greedy: p_i is one-hot at the argmax of row i's processed logits, so
@@ -167,13 +158,17 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
   // argmax, so no vocabulary-wide p is formed and the speculator is not called.
   if (!greedy.empty()) {
     std::vector<pllm_sample_row> rows;
-    std::vector<std::int64_t> logits_rows;
-    target_rows(greedy, rows, logits_rows);
-    const std::vector<std::int32_t> target =
-        sample_tokens(gather_rows(target_logits, logits_rows), rows, "sample (verify)");
+    target_rows(greedy, rows);
+    std::vector<std::int32_t> status;
+    const std::vector<std::int32_t> target = sample_tokens(target_logits, rows, "sample (verify)", &status);
+    flag_non_finite(greedy, status);
     std::size_t row = 0;
     for (const std::size_t s : greedy) {
       const std::span<const std::int32_t> drafts = requests[s].drafts;
+      if (non_finite[s]) {
+        row += drafts.size() + 1;
+        continue;
+      }
       std::size_t i = 0;
       while (i < drafts.size() && drafts[i] == target[row + i]) ++i;
       accepted[s].assign(drafts.begin(), drafts.begin() + static_cast<std::ptrdiff_t>(i));
@@ -187,13 +182,18 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
   // request reading its p and its stored q where they lie.
   if (!sampled.empty()) {
     std::vector<pllm_sample_row> rows;
-    std::vector<std::int64_t> logits_rows;
-    target_rows(sampled, rows, logits_rows);
+    target_rows(sampled, rows);
     probs_.resize(rows.size() * vocab);
-    row_probabilities(gather_rows(target_logits, logits_rows), rows, probs_.data(), "probabilities");
+    std::vector<std::int32_t> status;
+    row_probabilities(target_logits, rows, probs_.data(), "probabilities", &status);
+    flag_non_finite(sampled, status);
     std::size_t p_row = 0;
     for (const std::size_t s : sampled) {
       const VerifyRequest& r = requests[s];
+      if (non_finite[s]) {
+        p_row += r.drafts.size() + 1;
+        continue;
+      }
       const StoredDrafts& stored = stored_.at(r.sequence);
       const auto m = static_cast<std::int64_t>(r.drafts.size());
       // [1, m, V] and [1, m + 1, V]: pllm_verify_args' layout for one sequence.
@@ -206,7 +206,7 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
       const std::uint64_t offset = r.outputs.size();
       std::vector<std::int32_t> out_tokens(r.drafts.size() + 1);
       std::int32_t count = 0;
-      pllm_verify_args args{sizeof(pllm_verify_args), 1, num_drafts, &num_drafts, r.drafts.data(), q, p,
+      pllm_verify_args args{sizeof(pllm_verify_args), 1, num_drafts, &num_drafts, r.drafts.data(), &q, &p,
                             &greedy_row, &seed, &offset};
       pllm_verify_output out{sizeof(pllm_verify_output), out_tokens.data(), &count};
       pllm_error error{};
@@ -236,13 +236,13 @@ void SpeculativeDecoder::forget(RequestId request) {
   std::erase_if(stored_, [request](const auto& entry) { return entry.second.request == request; });
 }
 
-pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const pllm_tensor& features,
+pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const pllm_tensor* features,
                                           const std::int32_t* feature_rows) {
   // Single-token rows first, as pllm_batch orders decodes.
   std::vector<std::size_t> order(rows.size());
   for (std::size_t i = 0; i < rows.size(); ++i) order[i] = i;
   std::stable_partition(order.begin(), order.end(), [&](std::size_t i) { return rows[i].tokens.size() == 1; });
-  PAGEDLLM_CHECK(features.ndim == 2 ||
+  PAGEDLLM_CHECK(features != nullptr ||
                      std::all_of(rows.begin(), rows.end(), [](const DraftRow& r) { return r.tokens.size() == 1; }),
                  "a draft chain continues single-token rows only");
 
@@ -290,18 +290,9 @@ pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const 
     if (rows[i].wants_logits) logits_indices.push_back(query_start_loc[batch_row_of[i] + 1] - 1);
   }
 
-  pllm_tensor batch_features = features;
-  if (features.ndim == 2) {
-    const auto hidden = static_cast<std::size_t>(features.shape[1]);
-    features_.resize(feature_source.size() * hidden);
-    for (std::size_t t = 0; t < feature_source.size(); ++t) {
-      copy_row(features, feature_rows[feature_source[t]], &features_[t * hidden]);
-    }
-    batch_features =
-        f32_tensor(features_.data(), {static_cast<std::int64_t>(feature_source.size()), features.shape[1]});
-  } else {
-    for (const std::size_t source : feature_source) reordered_feature_rows.push_back(feature_rows[source]);
-  }
+  // Feature rows in the batch's order: indices into the target's hidden
+  // states (which the draft gathers on its device), or into the chain.
+  for (const std::size_t source : feature_source) reordered_feature_rows.push_back(feature_rows[source]);
 
   batch.num_seqs = static_cast<std::int32_t>(rows.size());
   batch.num_tokens = static_cast<std::int32_t>(token_ids.size());
@@ -320,41 +311,40 @@ pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const 
   check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),
                     "plan (draft)");
   const pllm_attention_ref attention = attention_ref(attention_);
-  pllm_draft_args args{sizeof(pllm_draft_args), &batch, batch_features, &attention,
-                       features.ndim == 2 ? nullptr : reordered_feature_rows.data()};
-  pllm_draft_output out{};
-  out.struct_size = sizeof(pllm_draft_output);
+  pllm_draft_args args{sizeof(pllm_draft_args), &batch, features, &attention, reordered_feature_rows.data()};
+  pllm_tensor logits{};
+  logits.struct_size = sizeof logits;
+  pllm_draft_output out{sizeof(pllm_draft_output), &logits};
   check_plugin_call(speculator_.api().draft(speculator_.get(), &args, &out, &error), error,
                     speculator_.library(), "draft");
   if (batch.num_logits > 0 &&
-      (out.logits.dtype != PLLM_DTYPE_F32 || out.logits.ndim != 2 || out.logits.shape[0] != batch.num_logits ||
-       out.logits.shape[1] != vocab_size_)) {
+      (logits.dtype != PLLM_DTYPE_F32 || logits.ndim != 2 || logits.shape[0] != batch.num_logits ||
+       logits.shape[1] != vocab_size_)) {
     throw PluginCallError(PLLM_ERROR_INTERNAL,
                           fmt::format("plugin '{}': draft returned logits that are not f32 [{}, {}]",
                                       speculator_.library().name(), batch.num_logits, vocab_size_));
   }
-  return out.logits;
+  return logits;
 }
 
 void SpeculativeDecoder::sample_drafts(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
                                        std::span<float* const> probs_out, std::span<std::int32_t> tokens_out) {
   const auto vocab = static_cast<std::size_t>(vocab_size_);
-  // The draft's logits rows are the sample rows, in order: the sampler reads them in place.
+  // Each row names its logits row: the sampler reads them where the draft left them.
   const std::vector<std::int32_t> tokens = sample_tokens(logits, rows, "sample (draft)");
   std::copy(tokens.begin(), tokens.end(), tokens_out.begin());
   std::vector<pllm_sample_row> sampled_rows;
-  std::vector<std::int64_t> sampled_logits_rows;
+  std::vector<std::size_t> sampled_index;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (probs_out[i] == nullptr) continue;
     sampled_rows.push_back(rows[i]);
-    sampled_logits_rows.push_back(static_cast<std::int64_t>(i));
+    sampled_index.push_back(i);
   }
   if (sampled_rows.empty()) return;
   probs_.resize(sampled_rows.size() * vocab);
-  row_probabilities(gather_rows(logits, sampled_logits_rows), sampled_rows, probs_.data(), "probabilities (draft)");
+  row_probabilities(logits, sampled_rows, probs_.data(), "probabilities (draft)");
   for (std::size_t j = 0; j < sampled_rows.size(); ++j) {
-    std::copy_n(probs_.begin() + static_cast<std::ptrdiff_t>(j * vocab), vocab,
-                probs_out[static_cast<std::size_t>(sampled_logits_rows[j])]);
+    std::copy_n(probs_.begin() + static_cast<std::ptrdiff_t>(j * vocab), vocab, probs_out[sampled_index[j]]);
   }
 }
 
@@ -372,7 +362,7 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
     rows.push_back({r.block_table, r.first_position, r.next_tokens, r.num_drafts > 0});
     hidden_rows.insert(hidden_rows.end(), r.hidden_rows.begin(), r.hidden_rows.end());
   }
-  pllm_tensor logits = run_draft(rows, target_hidden, hidden_rows.data());
+  pllm_tensor logits = run_draft(rows, &target_hidden, hidden_rows.data());
 
   // Which requests draft, and their per-draft sampling rows: the draft stream's
   // seed, offsets continuing the request's output, drafts so far as history.
@@ -410,7 +400,9 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
     std::vector<float*> probs_out;
     for (const std::size_t d : active) {
       const DraftRequest& r = requests[drafting[d]];
-      sample_rows.push_back(sample_row(&params[d], r.prompt, histories[d]));
+      // Logits row a of the previous draft call is this request's.
+      sample_rows.push_back(sample_row(&params[d], r.prompt, histories[d],
+                                       static_cast<std::int64_t>(sample_rows.size())));
       std::vector<float>& q = stored_[r.sequence].probs;
       probs_out.push_back(q.empty() ? nullptr : q.data() + static_cast<std::size_t>(round) * vocab);
     }
@@ -440,9 +432,7 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
       chain.push_back({requests[drafting[d]].block_table, last_position[d],
                        std::span<const std::int32_t>(&chain_tokens[a], 1), true});
     }
-    pllm_tensor none{};
-    none.struct_size = sizeof none;
-    logits = run_draft(chain, none, feature_rows.data());
+    logits = run_draft(chain, nullptr, feature_rows.data());
     active = std::move(next_active);
   }
   return drafts;

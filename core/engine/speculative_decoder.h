@@ -35,6 +35,7 @@ namespace pagedllm {
 
 // A sequence whose drafts are verified this step.
 struct VerifyRequest {
+  RequestId request = -1;
   SequenceId sequence = -1;
   std::span<const std::int32_t> drafts;  // the m drafts the target scored (a prefix of the stored ones)
   int first_logits_row = 0;              // rows [first, first + m + 1) of the forward's logits
@@ -75,11 +76,16 @@ class SpeculativeDecoder {
   // this is what rejection sampling does, without forming p or q). Sampled
   // requests: p from the sampler's probabilities(), the speculator's
   // rejection sampler against the stored q. Consumes the stored drafts.
+  // target_logits stay where the model left them (the sampler reads its rows
+  // by index). non_finite[s] is set for a request one of whose rows the
+  // sampler flagged (its result is then empty).
   std::vector<std::vector<std::int32_t>> verify(std::span<const VerifyRequest> requests,
-                                                const pllm_tensor& target_logits);
+                                                const pllm_tensor& target_logits,
+                                                std::vector<std::uint8_t>& non_finite);
   // Runs the draft over every request's new positions and drafts num_drafts
   // tokens for those that ask; returns them per request (empty: none) and keeps
-  // their q for the next verify().
+  // their q for the next verify(). target_hidden stays where the model left
+  // it: the draft reads its rows by index.
   std::vector<std::vector<std::int32_t>> propose(std::span<const DraftRequest> requests,
                                                  const pllm_tensor& target_hidden);
   // Forgets the drafts stored for a request's sequences (it ended).
@@ -100,10 +106,10 @@ class SpeculativeDecoder {
   };
   // Plans and runs one draft batch of `rows`. Token t of the rows (in their
   // order) reads row feature_rows[t] of `features` (the target's hidden states),
-  // or, with features of ndim 0, the draft's prediction at logits row
+  // or, with null features, the draft's prediction at logits row
   // feature_rows[t] of the previous call (a chain). Returns the logits of the
-  // rows that want them, in row order.
-  pllm_tensor run_draft(std::span<const DraftRow> rows, const pllm_tensor& features,
+  // rows that want them, in row order, where the speculator left them.
+  pllm_tensor run_draft(std::span<const DraftRow> rows, const pllm_tensor* features,
                         const std::int32_t* feature_rows);
   // A draft token per logits row (the sampler's sample()), and for the rows
   // with a probs_out (sampled requests; greedy ones pass nullptr) their q
@@ -111,19 +117,19 @@ class SpeculativeDecoder {
   void sample_drafts(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
                      std::span<float* const> probs_out, std::span<std::int32_t> tokens_out);
   // A sampler row of `params` whose output history is `history`, sampled at
-  // random offset history.size() (the index of the token it yields).
+  // random offset history.size() (the index of the token it yields), from
+  // logits row `logits_row`.
   static pllm_sample_row sample_row(const pllm_sampling_params* params, std::span<const std::int32_t> prompt,
-                                    std::span<const std::int32_t> history);
-  // Rows `rows` of a 2-D logits tensor as one [rows, vocab] tensor: a view
-  // when they are consecutive, else a copy in gathered_.
-  pllm_tensor gather_rows(const pllm_tensor& logits, std::span<const std::int64_t> rows);
-  // The sampler's tokens for `rows` (logits row i is sample row i), checked
-  // against the vocabulary.
+                                    std::span<const std::int32_t> history, std::int64_t logits_row);
+  // The sampler's tokens for `rows` (each names its logits row), checked
+  // against the vocabulary. With `status`, a non-finite row is flagged there
+  // (token -1) instead of failing the call.
   std::vector<std::int32_t> sample_tokens(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
-                                          const char* what);
-  // The sampler's probabilities() of `rows` into out_probs [rows, vocab].
+                                          const char* what, std::vector<std::int32_t>* status = nullptr);
+  // The sampler's probabilities() of `rows` into host out_probs [rows, vocab]
+  // (the rejection sampler runs on the host: these are what still cross).
   void row_probabilities(const pllm_tensor& logits, std::span<const pllm_sample_row> rows, float* out_probs,
-                         const char* what);
+                         const char* what, std::vector<std::int32_t>* status = nullptr);
 
   SpeculatorInstance speculator_;
   pllm_speculator_info info_{};
@@ -135,7 +141,7 @@ class SpeculativeDecoder {
   std::unordered_map<SequenceId, StoredDrafts> stored_;
 
   // Scratch reused across steps.
-  std::vector<float> features_, probs_, gathered_;
+  std::vector<float> probs_;
 };
 
 }  // namespace pagedllm

@@ -23,7 +23,8 @@ class LlamaForward {
 
   // Runs `batch` (already planned into `attention` by core): f32 logits of
   // batch.logits_indices rows and post-norm hidden states of
-  // batch.hidden_indices rows, in host memory valid until the next forward.
+  // batch.hidden_indices rows, in the model's device memory (host memory on
+  // the CPU) valid until the next forward, complete when it returns.
   virtual void forward(const pllm_batch& batch, pllm_attention_ref attention, pllm_forward_output& out) = 0;
 
   // A weight by its HF name, as a view of this model's memory on its device

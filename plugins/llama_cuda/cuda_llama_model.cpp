@@ -82,7 +82,7 @@ class CudaLlama final : public llama::LlamaForward {
   std::map<std::string, Slot, std::less<>> slots_;
 
   CudaMemory workspace_{CudaMemory::Kind::kDevice};
-  CudaMemory host_inputs_{CudaMemory::Kind::kPinnedHost}, host_outputs_{CudaMemory::Kind::kPinnedHost};
+  CudaMemory host_inputs_{CudaMemory::Kind::kPinnedHost};
   StepSize capacity_;
   Workspace ws_{};
 };
@@ -181,10 +181,7 @@ void CudaLlama::reserve(const StepSize& size) {
                           std::to_string(grown.logits) + " logits rows");
   ws_ = carve_workspace(workspace_.data(), grown, bytes);
   const std::size_t input_bytes = std::size_t(2 * grown.tokens + grown.logits + grown.hidden) * sizeof(int32_t);
-  const std::size_t output_bytes =
-      std::size_t(grown.logits * config_.vocab_size + grown.hidden * config_.hidden_size) * sizeof(float);
   host_inputs_.allocate(input_bytes, device(), kWho, "the step's inputs");
-  host_outputs_.allocate(output_bytes, device(), kWho, "the step's logits and hidden states");
   capacity_ = grown;
 }
 
@@ -250,23 +247,14 @@ void CudaLlama::run_step(const pllm_batch& b, pllm_attention_ref attention, pllm
                  ws_.hidden, stream);
   }
 
-  auto* host_logits = reinterpret_cast<float*>(host_outputs_.data());
-  float* host_hidden = host_logits + int64_t(num_logits) * vocab;
-  if (num_logits > 0) {
-    PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(host_logits, ws_.logits, std::size_t(num_logits * vocab) * sizeof(float),
-                                        cudaMemcpyDeviceToHost, stream));
-  }
-  if (num_hidden > 0) {
-    PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(host_hidden, ws_.hidden, std::size_t(num_hidden * h) * sizeof(float),
-                                        cudaMemcpyDeviceToHost, stream));
-  }
-  // The step's one host synchronisation: the outputs are host memory.
+  // The step's one host synchronisation, without a copy: the outputs stay in
+  // the workspace on the device, complete for a consumer on any stream.
   PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
-  const pllm_device host_device{PLLM_DEVICE_CPU, 0};
-  out.logits = llama::tensor_view(host_logits, PLLM_DTYPE_F32, host_device, {num_logits, vocab});
+  const pllm_device device{PLLM_DEVICE_CUDA, context_.device_index()};
+  *out.logits = llama::tensor_view(ws_.logits, PLLM_DTYPE_F32, device, {num_logits, vocab});
   if (has_hidden) {
-    out.hidden = num_hidden > 0 ? llama::tensor_view(host_hidden, PLLM_DTYPE_F32, host_device, {num_hidden, h})
-                                : llama::tensor_view(nullptr, PLLM_DTYPE_F32, host_device, {});
+    *out.hidden = num_hidden > 0 ? llama::tensor_view(ws_.hidden, PLLM_DTYPE_F32, device, {num_hidden, h})
+                                 : llama::tensor_view(nullptr, PLLM_DTYPE_F32, device, {});
   }
 }
 

@@ -4,6 +4,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "plugins/cuda_common/cuda_check.h"
@@ -250,7 +251,23 @@ void launch_convert(const float* src, int64_t count, void* dst, cudaStream_t str
   PAGEDLLM_CUDA_CHECK_LAUNCH();
 }
 
+// One block per row: the row to -inf, then its `width` values to their ids.
+__global__ void scatter_columns_kernel(const float* in, int64_t width, const int32_t* ids, int64_t vocab, float* out) {
+  const float* from = in + int64_t(blockIdx.x) * width;
+  float* to = out + int64_t(blockIdx.x) * vocab;
+  for (int64_t v = threadIdx.x; v < vocab; v += blockDim.x) to[v] = -INFINITY;
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) to[ids[j]] = from[j];
+}
+
 }  // namespace
+
+void scatter_columns(const float* in, int64_t rows, int64_t width, const int32_t* ids, int64_t vocab, float* out,
+                     cudaStream_t stream) {
+  if (rows <= 0) return;
+  cuda::launch<scatter_columns_kernel>(unsigned(rows), block_threads(vocab), 0, stream, in, width, ids, vocab, out);
+  PAGEDLLM_CUDA_CHECK_LAUNCH();
+}
 
 void gather_rows(pllm_dtype dtype, const void* src, int64_t src_stride, const int32_t* index, int64_t rows,
                  int64_t width, void* out, int64_t out_stride, cudaStream_t stream) {

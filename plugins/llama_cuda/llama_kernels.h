@@ -54,4 +54,10 @@ void silu_mul(pllm_dtype dtype, const void* gate_up, int64_t rows, int64_t inter
 // dst[i] = src[i] converted to `dtype`, for `count` elements (weight upload).
 void convert_from_f32(const float* src, int64_t count, pllm_dtype dtype, void* dst, cudaStream_t stream);
 
+// Rows of a reduced vocabulary's f32 logits spread into full rows on the
+// device (spec_eagle's draft vocabulary): out[r, ids[j]] = in[r, j] for j <
+// width, every other entry of out's `vocab`-wide rows -inf.
+void scatter_columns(const float* in, int64_t rows, int64_t width, const int32_t* ids, int64_t vocab, float* out,
+                     cudaStream_t stream);
+
 }  // namespace pagedllm::llama_cuda

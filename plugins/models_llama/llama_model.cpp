@@ -146,14 +146,14 @@ void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm
   float* logits = logits_.reserve(n(int64_t(b.num_logits) * c.vocab_size));
   gather_normed(b.num_logits, b.logits_indices, rows);
   llama_cpu::linear(pool_, rows, h, b.num_logits, lm_head(), c.vocab_size, h, logits, c.vocab_size, false);
-  out.logits = host_tensor(logits, {b.num_logits, c.vocab_size});
+  *out.logits = host_tensor(logits, {b.num_logits, c.vocab_size});
 
   if (has_hidden) {
-    out.hidden = host_tensor(nullptr, {});  // ndim 0: none asked for
+    *out.hidden = host_tensor(nullptr, {});  // ndim 0: none asked for
     if (num_hidden > 0) {
       float* hidden = hidden_.reserve(n(int64_t(num_hidden) * h));
       gather_normed(num_hidden, b.hidden_indices, hidden);
-      out.hidden = host_tensor(hidden, {num_hidden, h});
+      *out.hidden = host_tensor(hidden, {num_hidden, h});
     }
   }
 }

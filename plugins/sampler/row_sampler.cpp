@@ -16,8 +16,6 @@ namespace {
   throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "sampler: row " + std::to_string(row) + ": " + message);
 }
 
-bool is_greedy(const pllm_sampling_params& p) { return p.temperature < kGreedyTemperature; }
-
 bool has_penalties(const pllm_sampling_params& p) {
   return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
 }
@@ -31,9 +29,11 @@ double log_sum_exp(const float* raw, int64_t vocab) {
   return double(m) + std::log(sum);
 }
 
+}  // namespace
+
 // log_sum_exp(raw) is finite exactly when no logit is NaN or +inf and one is
 // above -inf; this checks that in one pass without the exponentials.
-bool has_finite_log_sum_exp(const float* raw, int64_t vocab) {
+bool RowSampler::finite_row(const float* raw, int64_t vocab) {
   float m = -std::numeric_limits<float>::infinity();
   bool nan = false;
   for (int64_t i = 0; i < vocab; ++i) {
@@ -43,10 +43,12 @@ bool has_finite_log_sum_exp(const float* raw, int64_t vocab) {
   return !nan && std::isfinite(m);
 }
 
-}  // namespace
-
-void RowSampler::validate(const pllm_sample_row& row, int64_t vocab, int32_t index) {
-  if (!PLLM_HAS_FIELD(pllm_sample_row, &row, random_offset)) invalid(index, "struct_size too small");
+void RowSampler::validate(const pllm_sample_row& row, int64_t vocab, int64_t num_logits_rows, int32_t index) {
+  if (!PLLM_HAS_FIELD(pllm_sample_row, &row, logits_row)) invalid(index, "struct_size too small");
+  if (row.logits_row < 0 || row.logits_row >= num_logits_rows) {
+    invalid(index, "logits_row " + std::to_string(row.logits_row) + " is outside the logits' rows [0, " +
+                       std::to_string(num_logits_rows) + ")");
+  }
   if (!row.params) invalid(index, "null params");
   const pllm_sampling_params& p = *row.params;
   if (!PLLM_HAS_FIELD(pllm_sampling_params, &p, num_top_logprobs)) invalid(index, "params struct_size too small");
@@ -100,9 +102,7 @@ void RowSampler::penalize(const pllm_sample_row& row, const float* raw, int64_t 
   }
   for (int32_t id : touched_) {
     float& l = logits_[std::size_t(id)];
-    if (p.repetition_penalty != 1.0f) l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
-    const int32_t count = counts_[std::size_t(id)];
-    if (count > 0) l -= p.frequency_penalty * float(count) + p.presence_penalty;
+    l = penalized(l, p.repetition_penalty, p.frequency_penalty, p.presence_penalty, counts_[std::size_t(id)]);
     in_history_[std::size_t(id)] = 0;
     counts_[std::size_t(id)] = 0;
   }
@@ -124,16 +124,13 @@ void RowSampler::filter(const pllm_sampling_params& p, int64_t vocab) {
   }
   if (weights_.size() < std::size_t(vocab)) weights_.resize(std::size_t(vocab));
   kept_.clear();
-  // min-p: p_i >= min_p * p_max  <=>  exp(x_i - x_max) >= min_p.
-  const double min_ratio = p.min_p > 0.0f ? double(p.min_p) : 0.0;
   for (int64_t i = 0; i < vocab; ++i) {
-    const double w = std::exp(double(logits_[std::size_t(i)]) - double(max_logit));
+    const double w = weight(logits_[std::size_t(i)], max_logit);
     weights_[std::size_t(i)] = w;
-    if (w > 0.0 && w >= min_ratio) kept_.push_back(int32_t(i));
+    if (passes_min_p(w, p.min_p)) kept_.push_back(int32_t(i));
   }
   auto before = [&](int32_t a, int32_t b) {
-    const float la = logits_[std::size_t(a)], lb = logits_[std::size_t(b)];
-    return la > lb || (la == lb && a < b);
+    return ranks_before(logits_[std::size_t(a)], a, logits_[std::size_t(b)], b);
   };
   const bool top_k = p.top_k > 0 && std::size_t(p.top_k) < kept_.size();
   const bool top_p = p.top_p < 1.0f;
@@ -142,16 +139,17 @@ void RowSampler::filter(const pllm_sampling_params& p, int64_t vocab) {
     std::nth_element(kept_.begin(), kept_.begin() + (p.top_k - 1), kept_.end(), before);
     kept_.resize(std::size_t(p.top_k));
   }
-  if (top_k || top_p) std::sort(kept_.begin(), kept_.end(), before);
   if (top_p) {
-    double total = 0;
-    for (int32_t id : kept_) total += weights_[std::size_t(id)];
-    // The smallest prefix whose mass reaches top_p (always at least one token).
-    const double target = double(p.top_p) * total;
-    double cumulative = 0;
+    std::sort(kept_.begin(), kept_.end(), before);
+    // The smallest prefix whose fixed-point mass reaches top_p of the kept
+    // mass (always at least one token): exact integer sums, as on CUDA.
+    uint64_t total = 0;
+    for (int32_t id : kept_) total += fixed_mass(weights_[std::size_t(id)]);
+    const uint64_t target = top_p_target(p.top_p, total);
+    uint64_t cumulative = 0;
     std::size_t keep = kept_.size();
     for (std::size_t i = 0; i < kept_.size(); ++i) {
-      cumulative += weights_[std::size_t(kept_[i])];
+      cumulative += fixed_mass(weights_[std::size_t(kept_[i])]);
       if (cumulative >= target) {
         keep = i + 1;
         break;
@@ -170,24 +168,21 @@ void RowSampler::sample(const pllm_sample_row& row, const float* raw, int64_t vo
   // asks for none (a speculator's draft and verify rows) skips its exponentials.
   const bool reports_logprobs = logprob != nullptr || top_capacity > 0;
   const double lse = reports_logprobs ? log_sum_exp(raw, vocab) : 0.0;
-  if (reports_logprobs ? !std::isfinite(lse) : !has_finite_log_sum_exp(raw, vocab)) {
-    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "sampler: logits contain NaN or +inf, or are all -inf");
-  }
   penalize(row, raw, vocab);
   int32_t chosen;
-  if (is_greedy(p)) {
+  if (p.temperature < kGreedyTemperature) {
     chosen = argmax(vocab);
   } else {
     filter(p, vocab);
-    // Inverse CDF over the kept tokens in their (deterministic) order.
-    const double target = uniform01(p.seed, row.random_offset) * kept_total_;
-    chosen = kept_.back();
-    double cumulative = 0;
+    // Gumbel-max over the kept tokens (sampling_math.h): order-independent.
+    const uint64_t key = row_key(p.seed, row.random_offset);
+    chosen = kept_.front();
+    double best = -std::numeric_limits<double>::infinity();
     for (int32_t id : kept_) {
-      cumulative += weights_[std::size_t(id)];
-      if (target < cumulative) {
+      const double score = double(logits_[std::size_t(id)]) + gumbel_noise(key, id);
+      if (score > best || (score == best && id < chosen)) {
+        best = score;
         chosen = id;
-        break;
       }
     }
   }
@@ -231,7 +226,7 @@ void RowSampler::probabilities(const pllm_sample_row& row, const float* raw, int
   const pllm_sampling_params& p = *row.params;
   penalize(row, raw, vocab);
   std::fill(probs, probs + vocab, 0.0f);
-  if (is_greedy(p)) {
+  if (p.temperature < kGreedyTemperature) {
     probs[argmax(vocab)] = 1.0f;
     return;
   }

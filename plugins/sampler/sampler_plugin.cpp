@@ -1,20 +1,89 @@
 // sampler: greedy / temperature / top-k / top-p / min-p / penalties / seeded
-// sampling / logprobs over f32 logits on the CPU. Rows are independent (see
-// counter_rng.h), so they are spread over a small thread pool when asked.
+// sampling / logprobs over f32 logits, on the CPU or (in a CUDA build) on the
+// CUDA device the logits live on. Rows are independent (sampling_math.h), so
+// the CPU spreads them over a small thread pool when asked, and CUDA gives
+// each its own block.
 
+#include <algorithm>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "pagedllm/sdk.hpp"
 #include "plugins/common/thread_pool.h"
 #include "plugins/sampler/row_sampler.h"
+#include "plugins/sampler/sample_batch_check.h"
+#ifdef PAGEDLLM_HAVE_CUDA
+#include "plugins/sampler/cuda_sampler.h"
+#endif
 
 namespace pagedllm::sampler {
 namespace {
 
-[[noreturn]] void invalid(const std::string& message) {
-  throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "sampler: " + message);
-}
+bool on_host(const pllm_device& d) { return d.type == PLLM_DEVICE_CPU; }
+
+class CpuSampler {
+ public:
+  explicit CpuSampler(int num_threads) : pool_(num_threads), workers_(std::size_t(pool_.size())) {}
+
+  void sample(const pllm_sample_batch& batch, pllm_sample_output& out) {
+    const int64_t vocab = check_batch(batch, on_host, "host memory");
+    check_sample_output(batch, out);
+    const int64_t top = out.max_top_logprobs;
+    // Non-finite rows first, so that an error leaves no row half-written.
+    std::vector<uint8_t> finite(std::size_t(batch.num_rows));
+    for (int32_t r = 0; r < batch.num_rows; ++r) {
+      finite[std::size_t(r)] = RowSampler::finite_row(logits_row(batch, r), vocab);
+      if (!finite[std::size_t(r)]) non_finite_row(out.row_status, r);
+    }
+    pool_.parallel_for(batch.num_rows, [&](int64_t r, int worker) {
+      int32_t* top_ids = top > 0 ? out.top_token_ids + r * top : nullptr;
+      float* top_logprobs = top > 0 ? out.top_logprobs + r * top : nullptr;
+      if (!finite[std::size_t(r)]) {
+        out.token_ids[r] = -1;
+        if (out.logprobs) out.logprobs[r] = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < top; ++j) {
+          top_ids[j] = -1;
+          top_logprobs[j] = -std::numeric_limits<float>::infinity();
+        }
+        return;
+      }
+      if (out.row_status) out.row_status[r] = PLLM_SAMPLE_OK;
+      workers_[std::size_t(worker)].sample(row_of(batch, r), logits_row(batch, r), vocab, &out.token_ids[r],
+                                           out.logprobs ? &out.logprobs[r] : nullptr, out.max_top_logprobs, top_ids,
+                                           top_logprobs);
+    });
+  }
+
+  void probabilities(const pllm_sample_batch& batch, const pllm_probabilities_output& out) {
+    const int64_t vocab = check_batch(batch, on_host, "host memory");
+    check_probabilities_output(batch, vocab, out, on_host, "host memory");
+    std::vector<uint8_t> finite(std::size_t(batch.num_rows));
+    for (int32_t r = 0; r < batch.num_rows; ++r) {
+      finite[std::size_t(r)] = RowSampler::finite_row(logits_row(batch, r), vocab);
+      if (!finite[std::size_t(r)]) non_finite_row(out.row_status, r);
+    }
+    auto* probs = static_cast<float*>(out.probs->data);
+    pool_.parallel_for(batch.num_rows, [&](int64_t r, int worker) {
+      float* row_probs = probs + r * out.probs->strides[0];
+      if (!finite[std::size_t(r)]) {
+        std::fill(row_probs, row_probs + vocab, 0.0f);
+        return;
+      }
+      if (out.row_status) out.row_status[r] = PLLM_SAMPLE_OK;
+      workers_[std::size_t(worker)].probabilities(row_of(batch, r), logits_row(batch, r), vocab, row_probs);
+    });
+  }
+
+ private:
+  static const float* logits_row(const pllm_sample_batch& batch, int64_t r) {
+    return static_cast<const float*>(batch.logits->data) + row_of(batch, r).logits_row * batch.logits->strides[0];
+  }
+
+  plugins::ThreadPool pool_;
+  std::vector<RowSampler> workers_;  // one scratch set per pool thread
+};
 
 class Sampler : public pllm::SamplerPlugin {
  public:
@@ -27,78 +96,49 @@ class Sampler : public pllm::SamplerPlugin {
     }
   };
 
-  Sampler(const Options& options, const pllm_sampler_create_args& args)
-      : pool_(plugins::resolve_num_threads(options.num_threads)), workers_(std::size_t(pool_.size())) {
-    if (args.device.type != PLLM_DEVICE_CPU) {
-      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "sampler works on host logits: create it with the CPU device");
+  Sampler(const Options& options, const pllm_sampler_create_args& args) {
+    switch (args.device.type) {
+      case PLLM_DEVICE_CPU:
+        cpu_ = std::make_unique<CpuSampler>(plugins::resolve_num_threads(options.num_threads));
+        return;
+      case PLLM_DEVICE_CUDA:
+#ifdef PAGEDLLM_HAVE_CUDA
+        cuda_ = std::make_unique<CudaSampler>(args.device.index);
+        return;
+#else
+        throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "sampler: cuda:" + std::to_string(args.device.index) +
+                                                      " asked for, but this build has no CUDA (built without CUDA)");
+#endif
+      case PLLM_DEVICE_INVALID:
+        break;
     }
+    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "sampler: runs on the CPU or CUDA, not device type " +
+                                                  std::to_string(int(args.device.type)));
   }
 
   void sample(const pllm_sample_batch& batch, pllm_sample_output& out) {
-    const int64_t vocab = check_batch(batch);
-    if (!PLLM_HAS_FIELD(pllm_sample_output, &out, top_logprobs)) invalid("output struct_size too small");
-    if (batch.num_rows > 0 && !out.token_ids) invalid("null output token_ids");
-    if (out.max_top_logprobs < 0) invalid("max_top_logprobs must be >= 0");
-    if (out.max_top_logprobs > 0 && (!out.top_token_ids || !out.top_logprobs)) {
-      invalid("max_top_logprobs > 0 but null top_token_ids or top_logprobs");
-    }
-    pool_.parallel_for(batch.num_rows, [&](int64_t r, int worker) {
-      const int64_t top = out.max_top_logprobs;
-      workers_[std::size_t(worker)].sample(row(batch, r), logits_row(batch, r), vocab, &out.token_ids[r],
-                                           out.logprobs ? &out.logprobs[r] : nullptr, out.max_top_logprobs,
-                                           top > 0 ? out.top_token_ids + r * top : nullptr,
-                                           top > 0 ? out.top_logprobs + r * top : nullptr);
-    });
+#ifdef PAGEDLLM_HAVE_CUDA
+    if (cuda_) return cuda_->sample(batch, out);
+#endif
+    cpu_->sample(batch, out);
   }
 
-  void probabilities(const pllm_sample_batch& batch, pllm_tensor& out_probs) {
-    const int64_t vocab = check_batch(batch);
-    if (out_probs.dtype != PLLM_DTYPE_F32 || out_probs.ndim != 2 || out_probs.shape[0] != batch.num_rows ||
-        out_probs.shape[1] != vocab || out_probs.strides[1] != 1 || out_probs.device.type != PLLM_DEVICE_CPU) {
-      invalid("out_probs must be a host f32 [num_rows, vocab] tensor with contiguous rows");
-    }
-    if (batch.num_rows > 0 && !out_probs.data) invalid("null out_probs data");
-    auto* probs = static_cast<float*>(out_probs.data);
-    pool_.parallel_for(batch.num_rows, [&](int64_t r, int worker) {
-      workers_[std::size_t(worker)].probabilities(row(batch, r), logits_row(batch, r), vocab,
-                                                  probs + r * out_probs.strides[0]);
-    });
+  void probabilities(const pllm_sample_batch& batch, const pllm_probabilities_output& out) {
+#ifdef PAGEDLLM_HAVE_CUDA
+    if (cuda_) return cuda_->probabilities(batch, out);
+#endif
+    cpu_->probabilities(batch, out);
   }
 
  private:
-  // Validates the batch and every row; returns the vocabulary size.
-  int64_t check_batch(const pllm_sample_batch& batch) const {
-    if (!PLLM_HAS_FIELD(pllm_sample_batch, &batch, logits)) invalid("batch struct_size too small");
-    if (batch.num_rows < 0) invalid("negative num_rows");
-    const pllm_tensor& l = batch.logits;
-    if (l.dtype != PLLM_DTYPE_F32) throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "sampler: logits must be f32");
-    if (l.device.type != PLLM_DEVICE_CPU) invalid("logits must be in host memory");
-    if (l.ndim != 2 || l.shape[0] != batch.num_rows || l.shape[1] <= 0 || l.strides[1] != 1) {
-      invalid("logits must be [num_rows, vocab] with contiguous rows");
-    }
-    if (batch.num_rows == 0) return l.shape[1];
-    if (!l.data || !batch.rows) invalid("null logits or rows");
-    if (batch.row_stride < sizeof(pllm_sample_row)) {
-      invalid("row_stride " + std::to_string(batch.row_stride) + " is smaller than a row");
-    }
-    for (int32_t r = 0; r < batch.num_rows; ++r) RowSampler::validate(row(batch, r), l.shape[1], r);
-    return l.shape[1];
-  }
-
-  static const pllm_sample_row& row(const pllm_sample_batch& batch, int64_t r) {
-    return *reinterpret_cast<const pllm_sample_row*>(reinterpret_cast<const char*>(batch.rows) +
-                                                     r * int64_t(batch.row_stride));
-  }
-  static const float* logits_row(const pllm_sample_batch& batch, int64_t r) {
-    return static_cast<const float*>(batch.logits.data) + r * batch.logits.strides[0];
-  }
-
-  plugins::ThreadPool pool_;
-  std::vector<RowSampler> workers_;  // one scratch set per pool thread
+  std::unique_ptr<CpuSampler> cpu_;
+#ifdef PAGEDLLM_HAVE_CUDA
+  std::unique_ptr<CudaSampler> cuda_;
+#endif
 };
 
 }  // namespace
 }  // namespace pagedllm::sampler
 
-PAGEDLLM_PLUGIN(pagedllm::sampler::Sampler, "sampler", "0.1.0",
-                "Greedy, temperature, top-k, top-p, min-p, penalties, seeded sampling and logprobs")
+PAGEDLLM_PLUGIN(pagedllm::sampler::Sampler, "sampler", "0.2.0",
+                "Greedy, temperature, top-k, top-p, min-p, penalties, seeded sampling and logprobs, on the CPU or CUDA")

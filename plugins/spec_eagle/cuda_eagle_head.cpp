@@ -60,16 +60,18 @@ class CudaEagleHead final : public DraftHead {
  private:
   // A call's sizes; the workspace holds the largest of each seen so far.
   struct StepSize {
-    int64_t tokens = 0, logits = 0, host_features = 0;
+    int64_t tokens = 0, logits = 0, given_features = 0;
   };
   // Device scratch of a call (activations in dtype_, RoPE tables and logits in
   // f32) and its inputs, which come up in one copy from the pinned staging of
-  // the same layout: int32 ids | positions | logits_index | chain_rows, then
-  // the f32 feature rows.
+  // the same layout: int32 ids | positions | logits_index | chain_rows or
+  // feature_rows, then the f32 feature rows (staged from host features, or
+  // gathered on the device from the target's hidden states).
   struct Workspace {
     llama_cuda::DecoderActivations layer;
     void *input, *features;
     float* logits;
+    float* full_logits;  // with a draft vocabulary: its logits spread into full rows
     std::byte* inputs;
     std::size_t input_bytes, features_offset;
   };
@@ -95,14 +97,14 @@ class CudaEagleHead final : public DraftHead {
   const double* inv_freq_ = nullptr;
 
   CudaMemory workspace_{CudaMemory::Kind::kDevice};
-  CudaMemory host_inputs_{CudaMemory::Kind::kPinnedHost}, host_logits_{CudaMemory::Kind::kPinnedHost};
+  CudaMemory host_inputs_{CudaMemory::Kind::kPinnedHost};
   StepSize capacity_;
   Workspace ws_{};
   // Predicted features of the previous call's logits rows, [rows, hidden] in
   // dtype_; -1 rows: none kept.
   CudaMemory chain_{CudaMemory::Kind::kDevice};
   int64_t chain_capacity_ = 0, chain_rows_ = -1;
-  DraftVocabLogits vocab_logits_;  // with a draft vocabulary: the full host rows
+  const int32_t* draft_ids_ = nullptr;  // the draft vocabulary's ids on the device (in weights_)
 };
 
 CudaEagleHead::CudaEagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target, int device,
@@ -182,6 +184,7 @@ void CudaEagleHead::load_weights(const std::filesystem::path& draft_dir, int num
     llama_cuda::gather_rows(dtype_, shared_.lm_head.data, shared_.lm_head.strides[0], draft_ids, draft_rows, h,
                             compact_lm_head, h, stream);
     lm_head_ = compact_lm_head;
+    draft_ids_ = draft_ids;
   }
   PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (!checked.unused.empty()) {
@@ -202,12 +205,13 @@ CudaEagleHead::Workspace CudaEagleHead::carve_workspace(std::byte* base, const S
   Workspace w{};
   w.layer = llama_cuda::carve_decoder_activations(carver, c, dtype_, t);
   w.input = carver.take(t * 2 * h, e);
-  w.features = carver.take(size.host_features * h, e);
+  w.features = carver.take(size.given_features * h, e);
   w.logits = carver.take<float>(size.logits * logits_width());
+  w.full_logits = draft_vocab_.empty() ? nullptr : carver.take<float>(size.logits * c.vocab_size);
   // The inputs' own layout: the int32 arrays, then the f32 features 256-byte aligned.
   constexpr std::size_t kAlign = 256;
   w.features_offset = (std::size_t(3 * t + size.logits) * sizeof(int32_t) + kAlign - 1) / kAlign * kAlign;
-  w.input_bytes = w.features_offset + std::size_t(size.host_features * h) * sizeof(float);
+  w.input_bytes = w.features_offset + std::size_t(size.given_features * h) * sizeof(float);
   w.inputs = carver.take(int64_t(w.input_bytes));
   bytes = carver.bytes();
   return w;
@@ -232,11 +236,11 @@ void CudaEagleHead::reserve(const StepSize& size) {
     chain_capacity_ = size.logits;
   }
   if (size.tokens <= capacity_.tokens && size.logits <= capacity_.logits &&
-      size.host_features <= capacity_.host_features) {
+      size.given_features <= capacity_.given_features) {
     return;
   }
   const StepSize grown{std::max(size.tokens, capacity_.tokens), std::max(size.logits, capacity_.logits),
-                       std::max(size.host_features, capacity_.host_features)};
+                       std::max(size.given_features, capacity_.given_features)};
   // A failed earlier call may have left work in flight on the old buffers.
   PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   workspace_.release();
@@ -248,8 +252,6 @@ void CudaEagleHead::reserve(const StepSize& size) {
                           " logits rows");
   ws_ = carve_workspace(workspace_.data(), grown, bytes);
   host_inputs_.allocate(ws_.input_bytes, context_.device_index(), kWho, "the draft step's inputs");
-  host_logits_.allocate(std::size_t(grown.logits * logits_width()) * sizeof(float), context_.device_index(), kWho,
-                        "the draft step's logits");
   capacity_ = grown;
 }
 
@@ -266,16 +268,17 @@ void CudaEagleHead::draft(const pllm_draft_args& args, pllm_draft_output& out) {
 }
 
 void CudaEagleHead::run_draft(const pllm_draft_args& args, pllm_draft_output& out) {
-  const DraftInputs in = check_draft_inputs(args, out, config_, chain_rows_);
+  const DraftInputs in =
+      check_draft_inputs(args, out, config_, chain_rows_, {PLLM_DEVICE_CUDA, context_.device_index()}, true);
   const pllm_batch& b = *in.batch;
   const LlamaConfig& c = config_;
   const int64_t tokens = b.num_tokens, logits = b.num_logits, h = c.hidden_size, vocab = c.vocab_size;
   const int64_t width = logits_width(), element = pllm_dtype_size(dtype_);
-  const int64_t host_features = in.continues_chain() ? 0 : tokens;
+  const int64_t given_features = in.continues_chain() ? 0 : tokens;
   cudaStream_t stream = context_.stream();
 
   context_.make_current();
-  reserve({tokens, logits, host_features});
+  reserve({tokens, logits, given_features});
 
   // The inputs: staged in pinned memory, one asynchronous copy.
   std::byte* staged = host_inputs_.data();
@@ -287,13 +290,17 @@ void CudaEagleHead::run_draft(const pllm_draft_args& args, pllm_draft_output& ou
   stage(tokens, b.positions, tokens);
   stage(2 * tokens, b.logits_indices, logits);
   if (in.chain_rows) stage(2 * tokens + logits, in.chain_rows, tokens);
+  // The target's hidden states on this device are gathered here by index
+  // (nothing crosses to the host); host features are staged row by row.
+  const bool device_features = given_features > 0 && in.features->device.type == PLLM_DEVICE_CUDA;
+  if (device_features) stage(2 * tokens + logits, in.feature_rows, tokens);
   auto* staged_features = reinterpret_cast<float*>(staged + ws_.features_offset);
-  for (int64_t t = 0; t < host_features; ++t) {
-    std::memcpy(staged_features + t * h, in.host_features + t * in.host_stride, std::size_t(h) * sizeof(float));
+  const bool host_features = given_features > 0 && !device_features;
+  for (int64_t t = 0; host_features && t < tokens; ++t) {
+    std::memcpy(staged_features + t * h, in.feature(t), std::size_t(h) * sizeof(float));
   }
-  const std::size_t input_bytes =
-      host_features > 0 ? ws_.features_offset + std::size_t(host_features * h) * sizeof(float)
-                        : std::size_t(3 * tokens + logits) * sizeof(int32_t);
+  const std::size_t input_bytes = host_features ? ws_.features_offset + std::size_t(tokens * h) * sizeof(float)
+                                                : std::size_t(3 * tokens + logits) * sizeof(int32_t);
   if (input_bytes > 0) {
     PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(ws_.inputs, staged, input_bytes, cudaMemcpyHostToDevice, stream));
   }
@@ -301,14 +308,18 @@ void CudaEagleHead::run_draft(const pllm_draft_args& args, pllm_draft_output& ou
   const int32_t* positions = ids + tokens;
   const int32_t* logits_index = ids + 2 * tokens;
   const int32_t* chain_rows = in.chain_rows ? logits_index + logits : nullptr;
-  const auto* features_f32 = reinterpret_cast<const float*>(ws_.inputs + ws_.features_offset);
+  auto* features_f32 = reinterpret_cast<float*>(ws_.inputs + ws_.features_offset);
   chain_rows_ = -1;  // a failure below leaves no chain to continue
 
   // input row t = [embed(token_ids[t]) | feature t], in dtype_.
   void* input_features = static_cast<std::byte*>(ws_.input) + h * element;
   llama_cuda::gather_rows(dtype_, shared_.embed.data, shared_.embed.strides[0], ids, tokens, h, ws_.input, 2 * h,
                           stream);
-  if (host_features > 0) {
+  if (given_features > 0) {
+    if (device_features) {
+      llama_cuda::gather_rows(PLLM_DTYPE_F32, in.features->data, in.features->strides[0], logits_index + logits,
+                              tokens, h, features_f32, h, stream);
+    }
     llama_cuda::convert_from_f32(features_f32, tokens * h, dtype_, ws_.features, stream);
     llama_cuda::gather_rows(dtype_, ws_.features, h, nullptr, tokens, h, input_features, 2 * h, stream);
   } else {
@@ -326,18 +337,17 @@ void CudaEagleHead::run_draft(const pllm_draft_args& args, pllm_draft_output& ou
   llama_cuda::add_rows(dtype_, a.x, a.delta, h, logits_index, logits, h, chain_.data(), stream);
   context_.linear(dtype_, chain_.data(), logits, h, lm_head_, width, ws_.logits, PLLM_DTYPE_F32);
 
-  auto* host_logits = reinterpret_cast<float*>(host_logits_.data());
-  if (logits > 0) {
-    PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(host_logits, ws_.logits, std::size_t(logits * width) * sizeof(float),
-                                        cudaMemcpyDeviceToHost, stream));
+  // A reduced draft vocabulary's N columns are spread into full rows here, on
+  // the device. Then the call's one host synchronisation, without a copy: the
+  // logits stay on the device for the sampler there.
+  float* result = ws_.logits;
+  if (!draft_vocab_.empty()) {
+    llama_cuda::scatter_columns(ws_.logits, logits, width, draft_ids_, vocab, ws_.full_logits, stream);
+    result = ws_.full_logits;
   }
-  // The call's one host synchronisation: the logits are host memory.
   PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(stream));
   chain_rows_ = logits;
-
-  float* result =
-      draft_vocab_.empty() ? host_logits : vocab_logits_.scatter(draft_vocab_, host_logits, logits, vocab);
-  out.logits = llama::tensor_view(result, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, {logits, vocab});
+  *out.logits = llama::tensor_view(result, PLLM_DTYPE_F32, {PLLM_DEVICE_CUDA, context_.device_index()}, {logits, vocab});
 }
 
 }  // namespace

@@ -77,30 +77,22 @@ void EagleHead::load_weights(const std::filesystem::path& draft_dir) {
 }
 
 void EagleHead::draft(const pllm_draft_args& args, pllm_draft_output& out) {
-  const DraftInputs in = check_draft_inputs(args, out, config_, chain_rows_);
+  const DraftInputs in = check_draft_inputs(args, out, config_, chain_rows_, {PLLM_DEVICE_CPU, 0}, false);
   const pllm_batch& b = *in.batch;
   const int64_t tokens = b.num_tokens, h = config_.hidden_size, v = config_.vocab_size;
   const auto n = [](int64_t count) { return static_cast<std::size_t>(count); };
-  // The feature rows of this call: the caller's, or the kept chain (picked by chain_rows).
-  const float* features = in.host_features;
-  int64_t feature_stride = in.host_stride;
-  if (in.continues_chain()) {
-    features = chain_.data();
-    feature_stride = h;
-    if (in.chain_rows) {
-      chain_input_.resize(n(tokens * h));
-      for (int64_t t = 0; t < tokens; ++t) {
-        std::memcpy(chain_input_.data() + t * h, chain_.data() + int64_t(in.chain_rows[t]) * h, n(h) * sizeof(float));
-      }
-      features = chain_input_.data();
-    }
-  }
+  // Row t's feature: the target's hidden row feature_rows[t], or the kept
+  // chain's row chain_rows[t] (row t itself without chain_rows).
+  const auto feature = [&](int64_t t) -> const float* {
+    if (!in.continues_chain()) return in.feature(t);
+    return chain_.data() + (in.chain_rows ? int64_t(in.chain_rows[t]) : t) * h;
+  };
   // input row t = [embed(token_ids[t]) | feature t]
   float* input = input_.reserve(n(tokens * 2 * h));
   llama_cpu::parallel_rows(pool_, tokens, 2 * h, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       pllm::to_f32(embed_.rows_from(b.token_ids[t], embed_stride_).data, embed_.dtype, input + t * 2 * h, h);
-      std::memcpy(input + t * 2 * h + h, features + t * feature_stride, n(h) * sizeof(float));
+      std::memcpy(input + t * 2 * h + h, feature(t), n(h) * sizeof(float));
     }
   });
   chain_rows_ = -1;  // a failure below leaves no chain to continue
@@ -134,7 +126,7 @@ void EagleHead::draft(const pllm_draft_args& args, pllm_draft_output& out) {
     logits = vocab_logits_.scatter(draft_vocab_, draft_logits, b.num_logits, v);
   }
   chain_rows_ = b.num_logits;
-  out.logits = llama_cpu::host_tensor(logits, {b.num_logits, v});
+  *out.logits = llama_cpu::host_tensor(logits, {b.num_logits, v});
 }
 
 }  // namespace pagedllm::spec_eagle

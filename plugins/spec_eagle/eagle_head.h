@@ -66,7 +66,6 @@ class EagleHead final : public DraftHead {
   // Predicted features of the previous call's logits rows; -1 rows: none kept.
   std::vector<float> chain_;
   int64_t chain_rows_ = -1;
-  std::vector<float> chain_input_;  // chain_ rows picked by feature_rows
 };
 
 }  // namespace pagedllm::spec_eagle

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "plugins/cuda_common/emulation/copy_counters.h"
 #include "plugins/cuda_common/emulation/internal.h"
 
 namespace emu = pagedllm::cuda::emulation;
@@ -537,17 +538,28 @@ std::string kind_name(cudaMemcpyKind kind) {
   }
 }
 
+// Bytes and copies across the host boundary (copy_counters.h), under device().mutex.
+emu::CopyCounters copies_across;
+
 cudaError_t copy(void* dst, const void* src, std::size_t count, cudaMemcpyKind kind, cudaStream_t stream,
                  const char* call, bool synchronous) {
   std::vector<Access> accesses;
   const std::string what = std::string(call) + "(" + kind_name(kind) + ", " + std::to_string(count) + " bytes)";
+  bool to_device = false, to_host = false;
   {
     std::lock_guard lock(device().mutex);
     if (device().sticky) return fail(device().sticky->first, device().sticky->second);
     if (const cudaError_t e = check_copy(dst, src, count, kind, what, accesses)) return e;
+    to_device = is_device(dst) && !is_device(src);
+    to_host = !is_device(dst) && is_device(src);
   }
   if (const cudaError_t e = begin_operation(stream, what, accesses)) return e;
   if (count) std::memmove(dst, src, count);
+  if (count && (to_device || to_host)) {
+    std::lock_guard lock(device().mutex);
+    (to_device ? copies_across.host_to_device_bytes : copies_across.device_to_host_bytes) += count;
+    ++(to_device ? copies_across.host_to_device_copies : copies_across.device_to_host_copies);
+  }
   if (synchronous) {
     std::lock_guard lock(device().mutex);
     Device::join(device().host(), device().stream(stream)->clock);
@@ -576,6 +588,16 @@ cudaError_t set(void* p, int value, std::size_t count, cudaStream_t stream, cons
 }
 
 }  // namespace
+
+emu::CopyCounters emu::copy_counters() {
+  std::lock_guard lock(device().mutex);
+  return copies_across;
+}
+
+void emu::reset_copy_counters() {
+  std::lock_guard lock(device().mutex);
+  copies_across = {};
+}
 
 extern "C" {
 

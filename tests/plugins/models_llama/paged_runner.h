@@ -25,6 +25,10 @@
 
 #include <nlohmann/json.hpp>
 
+#ifdef PAGEDLLM_LINKS_CUDART
+#include <cuda_runtime_api.h>
+#endif
+
 #include "core/plugin/plugin_instance.h"
 #include "core/plugin/plugin_registry.h"
 #include "pagedllm/sdk.h"
@@ -224,13 +228,18 @@ class Model {
                                 "get_info");
     return out;
   }
-  pllm_forward_output forward(const pllm_batch& batch, const pllm_attention_ref& attention) {
-    pllm_forward_output out{};
-    out.struct_size = sizeof out;
+  // The logits and hidden states forward() filled (views of the model's memory
+  // on its device, valid until the next forward).
+  struct Outputs {
+    pllm_tensor logits{sizeof(pllm_tensor)}, hidden{sizeof(pllm_tensor)};
+  };
+  Outputs forward(const pllm_batch& batch, pllm_attention_ref attention) {
+    Outputs result;
+    pllm_forward_output out{sizeof out, &result.logits, &result.hidden};
     pllm_error error{};
     pagedllm::check_plugin_call(instance_.api().forward(instance_.get(), &batch, &attention, &out, &error), error,
                                 instance_.library(), "forward");
-    return out;
+    return result;
   }
   // The C table and handle, for a speculator that attaches to this model.
   const pllm_model_api& api() const { return instance_.api(); }
@@ -251,11 +260,24 @@ class Model {
 // ---- A paged run --------------------------------------------------------------
 
 // Rows of a [rows, cols] f32 host tensor, honouring its row stride.
+// A model's outputs stay on its device (SDK 2.0): a CUDA tensor is copied back.
 inline std::vector<std::vector<float>> rows_of(const pllm_tensor& t) {
   expect(t.dtype == PLLM_DTYPE_F32 && t.ndim == 2 && t.strides[1] == 1, "not a row-major [rows, cols] f32 tensor");
+  const auto* base = static_cast<const float*>(t.data);
+  std::vector<float> copy;
+  if (t.device.type == PLLM_DEVICE_CUDA && t.shape[0] > 0) {
+#ifdef PAGEDLLM_LINKS_CUDART
+    copy.resize(std::size_t((t.shape[0] - 1) * t.strides[0] + t.shape[1]));
+    expect(cudaMemcpy(copy.data(), base, copy.size() * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess,
+           "copying device outputs back failed");
+    base = copy.data();
+#else
+    expect(false, "device outputs, but this test does not link the CUDA runtime");
+#endif
+  }
   std::vector<std::vector<float>> rows;
   for (int64_t r = 0; r < t.shape[0]; ++r) {
-    const float* row = static_cast<const float*>(t.data) + r * t.strides[0];
+    const float* row = base + r * t.strides[0];
     rows.emplace_back(row, row + t.shape[1]);
   }
   return rows;
@@ -365,7 +387,7 @@ class PagedRunner {
     batch.num_hidden = int32_t(hidden_rows.size());
     batch.hidden_indices = hidden_rows.data();
     attention_.plan(batch);
-    const pllm_forward_output out = model_.forward(batch, attention_.ref());
+    const auto out = model_.forward(batch, attention_.ref());
     expect(out.logits.shape[0] == int64_t(logits_rows.size()) && out.logits.shape[1] == info_.vocab_size,
            "logits have the wrong shape");
     result.logits = rows_of(out.logits);

@@ -1,4 +1,6 @@
-// sampler: the real plugin .so against plain reference computations.
+// sampler: the real plugin .so against plain reference computations, on the
+// CPU and (in a CUDA build) on the emulated cuda:0; and the two against each
+// other on identical inputs.
 
 #include <catch2/catch.hpp>
 
@@ -16,9 +18,68 @@
 #include "core/plugin/plugin_registry.h"
 #include "pagedllm/sdk.h"
 
+#ifdef PAGEDLLM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 using Catch::Matchers::Contains;
 
 namespace {
+
+constexpr pllm_device kCpu{PLLM_DEVICE_CPU, 0};
+constexpr pllm_device kCuda{PLLM_DEVICE_CUDA, 0};
+
+// Every device a sampler of this build runs on: each test runs on all of them.
+std::vector<pllm_device> devices() {
+#ifdef PAGEDLLM_HAVE_CUDA
+  return {kCpu, kCuda};
+#else
+  return {kCpu};
+#endif
+}
+#define EACH_DEVICE GENERATE(Catch::Generators::from_range(devices()))
+
+std::string name_of(const pllm_device& d) { return d.type == PLLM_DEVICE_CPU ? "cpu" : "cuda:0"; }
+
+// Memory on `device` holding a copy of `host` (freed with the object).
+class DeviceFloats {
+ public:
+  DeviceFloats(const pllm_device& device, const std::vector<float>& host) : device_(device) {
+#ifdef PAGEDLLM_HAVE_CUDA
+    if (device.type == PLLM_DEVICE_CUDA) {
+      REQUIRE(cudaMalloc(&data_, std::max<std::size_t>(1, host.size()) * sizeof(float)) == cudaSuccess);
+      REQUIRE(cudaMemcpy(data_, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+      return;
+    }
+#endif
+    copy_ = host;
+    data_ = copy_.data();
+  }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  ~DeviceFloats() {
+#ifdef PAGEDLLM_HAVE_CUDA
+    if (device_.type == PLLM_DEVICE_CUDA) (void)cudaFree(data_);
+#endif
+  }
+  float* data() const { return static_cast<float*>(data_); }
+  std::vector<float> to_host(std::size_t count) const {
+    std::vector<float> out(count);
+#ifdef PAGEDLLM_HAVE_CUDA
+    if (device_.type == PLLM_DEVICE_CUDA) {
+      REQUIRE(cudaMemcpy(out.data(), data_, count * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+      return out;
+    }
+#endif
+    std::copy_n(copy_.begin(), count, out.begin());
+    return out;
+  }
+
+ private:
+  pllm_device device_;
+  void* data_ = nullptr;
+  std::vector<float> copy_;
+};
 
 std::shared_ptr<pagedllm::PluginLibrary> sampler_library() {
   static pagedllm::PluginRegistry registry({PAGEDLLM_BINARY_DIR "/plugins"});
@@ -46,6 +107,7 @@ struct Row {
 };
 
 struct Result {
+  std::vector<int32_t> status;
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   std::vector<int32_t> top_ids;
@@ -54,20 +116,23 @@ struct Result {
 
 class Sampler {
  public:
-  explicit Sampler(const std::string& options = "{}") {
+  explicit Sampler(const pllm_device& device, const std::string& options = "{}") : device_(device) {
     pllm_sampler_create_args args{};
     args.struct_size = sizeof args;
     args.options_json = options.c_str();
-    args.device = {PLLM_DEVICE_CPU, 0};
+    args.device = device;
     instance_ = pagedllm::create_plugin_instance<pllm_sampler_api, pllm_sampler>(sampler_library(), args);
   }
 
   // All rows share one vocabulary; logits are laid out with a padded row
   // stride (vocab + 3) so the plugin must honour strides[0].
-  // with_logprobs false passes null logprobs (a speculator's draft and verify calls).
-  Result sample(const std::vector<Row>& rows, int32_t max_top = 0, bool with_logprobs = true) {
-    Batch b(rows);
+  // with_logprobs false passes null logprobs (a speculator's draft and verify calls);
+  // with_status false, a null row_status (a non-finite row fails the call).
+  Result sample(const std::vector<Row>& rows, int32_t max_top = 0, bool with_logprobs = true,
+                bool with_status = false) {
+    Batch b(rows, device_);
     Result r;
+    r.status.assign(rows.size(), -7);
     r.tokens.assign(rows.size(), -7);
     r.logprobs.assign(rows.size(), NAN);
     r.top_ids.assign(rows.size() * std::size_t(max_top), -7);
@@ -79,6 +144,7 @@ class Sampler {
     out.max_top_logprobs = max_top;
     out.top_token_ids = r.top_ids.data();
     out.top_logprobs = r.top_logprobs.data();
+    out.row_status = with_status ? r.status.data() : nullptr;
     pllm_error error{};
     pagedllm::check_plugin_call(instance_.api().sample(instance_.get(), &b.batch, &out, &error), error,
                                 instance_.library(), "sample");
@@ -86,15 +152,18 @@ class Sampler {
   }
 
   // [rows, vocab] processed distributions.
-  std::vector<std::vector<float>> probabilities(const std::vector<Row>& rows) {
-    Batch b(rows);
+  // on_device: the probabilities are written to the sampler's device, else to the host.
+  std::vector<std::vector<float>> probabilities(const std::vector<Row>& rows, bool on_device = false,
+                                                std::vector<int32_t>* status = nullptr) {
+    Batch b(rows, device_);
     const int64_t vocab = int64_t(rows[0].logits.size());
-    std::vector<float> flat(rows.size() * std::size_t(vocab), NAN);
+    const pllm_device where = on_device ? device_ : kCpu;
+    DeviceFloats out_probs(where, std::vector<float>(rows.size() * std::size_t(vocab), NAN));
     pllm_tensor t{};
     t.struct_size = sizeof t;
-    t.data = flat.data();
+    t.data = out_probs.data();
     t.dtype = PLLM_DTYPE_F32;
-    t.device = {PLLM_DEVICE_CPU, 0};
+    t.device = where;
     t.ndim = 2;
     t.shape[0] = int64_t(rows.size());
     t.shape[1] = vocab;
@@ -102,8 +171,12 @@ class Sampler {
     t.strides[1] = 1;
     pllm_error error{};
     REQUIRE(instance_.api().probabilities != nullptr);
-    pagedllm::check_plugin_call(instance_.api().probabilities(instance_.get(), &b.batch, &t, &error), error,
-                                instance_.library(), "probabilities");
+    if (status) status->assign(rows.size(), -7);
+    const pllm_probabilities_output out_struct{sizeof(pllm_probabilities_output), &t,
+                                               status ? status->data() : nullptr};
+    pagedllm::check_plugin_call(instance_.api().probabilities(instance_.get(), &b.batch, &out_struct, &error),
+                                error, instance_.library(), "probabilities");
+    const std::vector<float> flat = out_probs.to_host(rows.size() * std::size_t(vocab));
     std::vector<std::vector<float>> out;
     for (std::size_t r = 0; r < rows.size(); ++r) {
       out.emplace_back(flat.begin() + std::ptrdiff_t(r * std::size_t(vocab)),
@@ -113,16 +186,21 @@ class Sampler {
   }
 
  private:
+  // The logits of `in` on `device`, row r's at row (r + 1) of a tensor with a
+  // spare first row and a padded row stride (vocab + 3), so the plugin must
+  // honour logits_row and strides[0]; padding and the spare row are NaN and must
+  // never be read.
   struct Batch {
     std::vector<pllm_sample_row> rows;
-    std::vector<float> logits;
+    std::unique_ptr<DeviceFloats> logits;
+    pllm_tensor logits_tensor{};
     pllm_sample_batch batch{};
-    explicit Batch(const std::vector<Row>& in) {
+    Batch(const std::vector<Row>& in, const pllm_device& device) {
       const std::size_t vocab = in[0].logits.size();
       const std::size_t stride = vocab + 3;
-      logits.assign(in.size() * stride, NAN);  // the padding must never be read
+      std::vector<float> host((in.size() + 1) * stride, NAN);
       for (std::size_t r = 0; r < in.size(); ++r) {
-        std::copy(in[r].logits.begin(), in[r].logits.end(), logits.begin() + std::ptrdiff_t(r * stride));
+        std::copy(in[r].logits.begin(), in[r].logits.end(), host.begin() + std::ptrdiff_t((r + 1) * stride));
         pllm_sample_row row{};
         row.struct_size = sizeof row;
         row.params = &in[r].params;
@@ -131,22 +209,26 @@ class Sampler {
         row.output_token_ids = in[r].output.data();
         row.num_output_tokens = int32_t(in[r].output.size());
         row.random_offset = in[r].offset;
+        row.logits_row = int32_t(r + 1);
         rows.push_back(row);
       }
+      logits = std::make_unique<DeviceFloats>(device, host);
       batch.struct_size = sizeof batch;
       batch.num_rows = int32_t(in.size());
       batch.row_stride = sizeof(pllm_sample_row);
       batch.rows = rows.data();
-      batch.logits.data = logits.data();
-      batch.logits.dtype = PLLM_DTYPE_F32;
-      batch.logits.device = {PLLM_DEVICE_CPU, 0};
-      batch.logits.ndim = 2;
-      batch.logits.shape[0] = int64_t(in.size());
-      batch.logits.shape[1] = int64_t(vocab);
-      batch.logits.strides[0] = int64_t(stride);
-      batch.logits.strides[1] = 1;
+      logits_tensor.data = logits->data();
+      logits_tensor.dtype = PLLM_DTYPE_F32;
+      logits_tensor.device = device;
+      logits_tensor.ndim = 2;
+      logits_tensor.shape[0] = int64_t(in.size() + 1);
+      logits_tensor.shape[1] = int64_t(vocab);
+      logits_tensor.strides[0] = int64_t(stride);
+      logits_tensor.strides[1] = 1;
+      batch.logits = &logits_tensor;
     }
   };
+  pllm_device device_;
   pagedllm::SamplerInstance instance_;
 };
 
@@ -224,7 +306,9 @@ std::vector<double> reference_distribution(const Row& row) {
 }  // namespace
 
 TEST_CASE("greedy rows take the argmax, lowest id on ties", "[sampler]") {
-  Sampler sampler;
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
+  Sampler sampler(device);
   std::mt19937 rng(1);
   std::vector<Row> rows;
   for (int i = 0; i < 5; ++i) {
@@ -247,11 +331,13 @@ TEST_CASE("greedy rows take the argmax, lowest id on ties", "[sampler]") {
 }
 
 TEST_CASE("a row's token depends only on its seed and offset, not on its batch", "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
   std::mt19937 rng(2);
   Row probe{params(1.0f), random_logits(rng, 5000, 1.0f), {1, 2, 3}, {4}, 7};
   probe.params.seed = 42;
   probe.params.top_p = 0.95f;
-  Sampler one_thread;
+  Sampler one_thread(device);
   const int32_t alone = one_thread.sample({probe}).tokens[0];
 
   std::vector<Row> crowd;
@@ -265,7 +351,7 @@ TEST_CASE("a row's token depends only on its seed and offset, not on its batch",
     std::vector<Row> batch = crowd;
     batch.insert(batch.begin() + std::ptrdiff_t(position), probe);
     CHECK(one_thread.sample(batch).tokens[position] == alone);
-    Sampler threaded(R"({"num_threads": 3})");
+    Sampler threaded(device, R"({"num_threads": 3})");
     CHECK(threaded.sample(batch).tokens[position] == alone);
   }
   // Other offsets (the request's later tokens) draw other numbers.
@@ -279,6 +365,8 @@ TEST_CASE("a row's token depends only on its seed and offset, not on its batch",
 }
 
 TEST_CASE("temperature sampling follows softmax(logits / T): chi-square", "[sampler][statistics]") {
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
   // 20000 draws (offsets 0..19999 of one seed) over 8 tokens, T = 0.7.
   // Under the null hypothesis the statistic is chi-square with 7 degrees of
   // freedom; 29.88 is its 1 - 1e-4 quantile, so a correct sampler fails with
@@ -293,7 +381,7 @@ TEST_CASE("temperature sampling follows softmax(logits / T): chi-square", "[samp
     r.params.seed = 2024;
     rows.push_back(r);
   }
-  Sampler sampler;
+  Sampler sampler(device);
   const Result result = sampler.sample(rows);
   std::vector<int> counts(logits.size(), 0);
   for (int32_t t : result.tokens) ++counts[std::size_t(t)];
@@ -310,6 +398,8 @@ TEST_CASE("temperature sampling follows softmax(logits / T): chi-square", "[samp
 }
 
 TEST_CASE("top-k, top-p and min-p keep exactly the reference set and never sample outside it", "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
   struct Case {
     float temperature;
     int32_t top_k;
@@ -320,7 +410,7 @@ TEST_CASE("top-k, top-p and min-p keep exactly the reference set and never sampl
                         {1.0f, 50, 0.8f, 0.05f}, {0.5f, 1, 1.0f, 0.0f}, {2.0f, 3000, 0.5f, 0.0f},
                         {1.0f, 0, 1.0f, 0.0f}};
   std::mt19937 rng(3);
-  Sampler sampler;
+  Sampler sampler(device);
   for (const Case& c : cases) {
     CAPTURE(c.temperature, c.top_k, c.top_p, c.min_p);
     Row row{params(c.temperature), random_logits(rng, 2000, 3.0f), {}, {}, 0};
@@ -348,11 +438,13 @@ TEST_CASE("top-k, top-p and min-p keep exactly the reference set and never sampl
 }
 
 TEST_CASE("penalties change logits exactly as the formulas say", "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
   std::mt19937 rng(4);
   Row row{params(1.0f), random_logits(rng, 64, 2.0f), {}, {}, 0};
   row.prompt = {1, 2, 3, 3, 40, 41};
   row.output = {3, 5, 5, 5, 40, 63};
-  Sampler sampler;
+  Sampler sampler(device);
   SECTION("each penalty alone and all together") {
     const float rep = GENERATE(1.0f, 1.3f, 0.8f);
     const float presence = GENERATE(0.0f, 0.5f, -0.4f);
@@ -384,6 +476,8 @@ TEST_CASE("penalties change logits exactly as the formulas say", "[sampler]") {
 }
 
 TEST_CASE("logprobs are the raw log-softmax, top-N sorted with ties by id and padded with -1", "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
   std::mt19937 rng(5);
   Row row{params(0.6f), random_logits(rng, 4000), {1, 2}, {3, 3}, 11};
   row.params.repetition_penalty = 1.5f;
@@ -394,7 +488,7 @@ TEST_CASE("logprobs are the raw log-softmax, top-N sorted with ties by id and pa
   Row fewer = row;
   fewer.params.num_top_logprobs = 2;
   row.params.num_top_logprobs = 6;
-  Sampler sampler;
+  Sampler sampler(device);
   const int32_t capacity = 4;
   const Result r = sampler.sample({row, fewer}, capacity);
   const auto lp = log_softmax(row.logits);
@@ -420,6 +514,8 @@ TEST_CASE("logprobs are the raw log-softmax, top-N sorted with ties by id and pa
 
 TEST_CASE("top-N over the whole vocabulary (a partial sort past 64): every id once, sorted, ties by id",
           "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
   std::mt19937 rng(9);
   Row row{params(0.0f), random_logits(rng, 1000), {}, {}, 0};
   for (int i = 0; i < 40; ++i) row.logits[std::size_t(10 * i + 3)] = 2.5f;  // runs of ties
@@ -427,7 +523,7 @@ TEST_CASE("top-N over the whole vocabulary (a partial sort past 64): every id on
   for (const int32_t wanted : {65, 500, vocab}) {
     INFO("num_top_logprobs " << wanted);
     row.params.num_top_logprobs = wanted;
-    Sampler sampler;
+    Sampler sampler(device);
     const Result r = sampler.sample({row}, vocab + 2);
     const auto lp = log_softmax(row.logits);
     std::vector<int32_t> order(lp.size());
@@ -448,6 +544,8 @@ TEST_CASE("top-N over the whole vocabulary (a partial sort past 64): every id on
 }
 
 TEST_CASE("without logprobs asked, tokens are the same and non-finite logits are still refused", "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
   std::mt19937 rng(5);
   std::vector<Row> rows;
   for (int i = 0; i < 6; ++i) {
@@ -456,7 +554,7 @@ TEST_CASE("without logprobs asked, tokens are the same and non-finite logits are
     row.params.repetition_penalty = 1.3f;
     rows.push_back(row);
   }
-  Sampler sampler;
+  Sampler sampler(device);
   const Result with = sampler.sample(rows);
   const Result without = sampler.sample(rows, 0, false);
   CHECK(without.tokens == with.tokens);
@@ -472,7 +570,9 @@ TEST_CASE("without logprobs asked, tokens are the same and non-finite logits are
 }
 
 TEST_CASE("sampler rejects bad parameters, token ids and options", "[sampler]") {
-  Sampler sampler;
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
+  Sampler sampler(device);
   Row row{params(1.0f), std::vector<float>(10, 0.0f), {}, {}, 0};
   row.params.top_p = 0.0f;
   CHECK_THROWS_WITH(sampler.sample({row}), Contains("top_p must be in (0, 1]"));
@@ -483,7 +583,7 @@ TEST_CASE("sampler rejects bad parameters, token ids and options", "[sampler]") 
   row.logits[3] = NAN;
   CHECK_THROWS_WITH(sampler.sample({row}), Contains("NaN"));
   try {
-    Sampler bad(R"({"num_treads": 2})");
+    Sampler bad(device, R"({"num_treads": 2})");
     FAIL("unknown option accepted");
   } catch (const pagedllm::PluginCallError& e) {
     CHECK(e.status() == PLLM_ERROR_INVALID_CONFIG);
@@ -491,3 +591,92 @@ TEST_CASE("sampler rejects bad parameters, token ids and options", "[sampler]") 
     CHECK_THAT(e.what(), Contains("did you mean 'num_threads'"));
   }
 }
+
+TEST_CASE("with row_status, a row of non-finite logits is flagged and the others are sampled", "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
+  std::mt19937 rng(12);
+  std::vector<Row> rows;
+  for (int i = 0; i < 5; ++i) {
+    Row row{params(i % 2 == 0 ? 0.0f : 0.9f), random_logits(rng, 300), {}, {}, uint64_t(i)};
+    row.params.seed = 5;
+    row.params.num_top_logprobs = 2;
+    rows.push_back(row);
+  }
+  rows[1].logits[7] = NAN;
+  rows[3].logits.assign(300, -INFINITY);
+  Sampler sampler(device);
+  const Result alone = sampler.sample({rows[0], rows[2], rows[4]}, 2);
+  const Result r = sampler.sample(rows, 2, true, true);
+  CHECK(r.status == std::vector<int32_t>{PLLM_SAMPLE_OK, PLLM_SAMPLE_NON_FINITE_LOGITS, PLLM_SAMPLE_OK,
+                                         PLLM_SAMPLE_NON_FINITE_LOGITS, PLLM_SAMPLE_OK});
+  CHECK(r.tokens[1] == -1);
+  CHECK(r.tokens[3] == -1);
+  CHECK(r.top_ids[2] == -1);
+  CHECK(r.tokens[0] == alone.tokens[0]);
+  CHECK(r.tokens[2] == alone.tokens[1]);
+  CHECK(r.tokens[4] == alone.tokens[2]);
+  std::vector<int32_t> status;
+  const auto probs = sampler.probabilities(rows, false, &status);
+  CHECK(status[1] == PLLM_SAMPLE_NON_FINITE_LOGITS);
+  CHECK(status[2] == PLLM_SAMPLE_OK);
+  CHECK(std::accumulate(probs[1].begin(), probs[1].end(), 0.0) == 0.0);
+  CHECK(std::accumulate(probs[2].begin(), probs[2].end(), 0.0) == Approx(1.0).epsilon(1e-5));
+}
+
+#ifdef PAGEDLLM_HAVE_CUDA
+// Identical inputs through the CPU sampler and the emulated CUDA one: the same
+// tokens and top ids for greedy and seeded rows with every feature, logprobs and
+// probabilities within 1e-6 (double sums added in another order, rounded to f32).
+TEST_CASE("CUDA samples exactly what the CPU samples, every feature, greedy and seeded", "[sampler][cuda]") {
+  std::mt19937 rng(31);
+  std::vector<Row> rows;
+  const float temperatures[] = {0.0f, 0.7f, 1.0f, 1.6f};
+  for (int i = 0; i < 48; ++i) {
+    Row row{params(temperatures[i % 4]), random_logits(rng, 1500, 3.0f), {}, {}, uint64_t(i * 3)};
+    // Quantised logits: many ties, which both must break by id.
+    if (i % 3 == 0) {
+      for (auto& x : row.logits) x = std::round(x * 2.0f) / 2.0f;
+    }
+    if (i % 11 == 5) row.logits[std::size_t(i)] = -INFINITY;
+    row.params.seed = uint64_t(1000 + i);
+    row.params.top_k = (i / 4) % 3 == 1 ? 1 + i * 7 : 0;
+    row.params.top_p = (i / 2) % 3 == 2 ? 0.3f + 0.01f * float(i) : 1.0f;
+    row.params.min_p = i % 5 == 4 ? 0.02f * float(i % 7) : 0.0f;
+    row.params.repetition_penalty = i % 6 < 2 ? 1.0f : 1.0f + 0.05f * float(i % 9);
+    row.params.frequency_penalty = i % 4 == 1 ? 0.3f : 0.0f;
+    row.params.presence_penalty = i % 7 == 2 ? -0.4f : 0.0f;
+    row.params.num_top_logprobs = i % 5;
+    for (int t = 0; t < i % 13; ++t) row.prompt.push_back(int32_t((i * 37 + t * 101) % 1500));
+    for (int t = 0; t < i % 9; ++t) row.output.push_back(int32_t((i * 53 + t * 7) % 40));
+    rows.push_back(row);
+  }
+  Sampler cpu(kCpu), gpu(kCuda);
+  const Result a = cpu.sample(rows, 4);
+  const Result b = gpu.sample(rows, 4);
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.top_ids == b.top_ids);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    INFO("row " << r);
+    CHECK(a.logprobs[r] == Approx(b.logprobs[r]).margin(1e-6));
+    for (int j = 0; j < 4; ++j) {
+      const std::size_t at = r * 4 + std::size_t(j);
+      if (a.top_ids[at] >= 0) CHECK(a.top_logprobs[at] == Approx(b.top_logprobs[at]).margin(1e-6));
+    }
+  }
+  // Other draws of the same rows (later offsets) agree too.
+  for (Row& row : rows) row.offset += 17;
+  CHECK(cpu.sample(rows).tokens == gpu.sample(rows).tokens);
+  const auto p = cpu.probabilities(rows);
+  for (const bool on_device : {false, true}) {
+    const auto q = gpu.probabilities(rows, on_device);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      for (std::size_t v = 0; v < p[r].size(); ++v) {
+        INFO("row " << r << ", token " << v << ", on device " << on_device);
+        REQUIRE((p[r][v] > 0) == (q[r][v] > 0));
+        REQUIRE(p[r][v] == Approx(q[r][v]).margin(1e-6));
+      }
+    }
+  }
+}
+#endif

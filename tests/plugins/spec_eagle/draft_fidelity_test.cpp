@@ -6,7 +6,7 @@
 // sequences: a target prefill gives the features; the draft runs over them
 // as a chunked prefill in two steps (logits of every row of the first chunk,
 // of the last row of each sequence in the second), then two chain steps whose
-// features are the draft's own predictions (features of ndim 0), as core runs
+// features are the draft's own predictions (no features given), as core runs
 // it when drafting K tokens.
 //
 // Tolerance. The oracle is fed the plugin's own f32 features (it reports how

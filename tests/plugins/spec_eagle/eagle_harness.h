@@ -66,8 +66,9 @@ class Speculator {
   }
 
   // Logits [batch.num_logits, vocab] of one draft forward; `feature_rows`
-  // (with features of ndim 0) picks the chain rows, null: row t itself.
-  pllm_tensor draft(const pllm_batch& batch, const pllm_tensor& features, const pllm_attention_ref& attention,
+  // picks row t's feature among `features`' rows, or, without features, the
+  // chain rows (null: row t itself).
+  pllm_tensor draft(const pllm_batch& batch, const pllm_tensor* features, pllm_attention_ref attention,
                     const int32_t* feature_rows = nullptr) {
     pllm_draft_args args{};
     args.struct_size = sizeof args;
@@ -75,11 +76,11 @@ class Speculator {
     args.features = features;
     args.attention = &attention;
     args.feature_rows = feature_rows;
-    pllm_draft_output out{};
-    out.struct_size = sizeof out;
+    pllm_tensor logits{};
+    pllm_draft_output out{sizeof out, &logits};
     pllm_error error{};
     check(instance_.api().draft(instance_.get(), &args, &out, &error), error, "draft");
-    return out.logits;
+    return logits;
   }
 
   void verify(const pllm_verify_args& args, pllm_verify_output& out) {
@@ -222,8 +223,7 @@ class EagleRunner {
   // A target step: the post-norm hidden states of `hidden_rows`.
   std::vector<std::vector<float>> target_step(const std::vector<Chunk>& chunks, std::vector<int32_t> hidden_rows) {
     const Batch& b = plan(chunks, {}, std::move(hidden_rows));
-    const pllm_forward_output out = target_.forward(b.view, attention_.ref());
-    return llama_test::rows_of(out.hidden);
+    return llama_test::rows_of(target_.forward(b.view, attention_.ref()).hidden);
   }
 
   // A draft step: row t's feature is features[t] ([num_tokens][hidden]), or,
@@ -234,13 +234,19 @@ class EagleRunner {
                                              std::vector<int32_t> logits_rows,
                                              const std::vector<int32_t>& feature_rows = {}) {
     const Batch& b = plan(chunks, std::move(logits_rows), {});
-    std::vector<float> flat;
-    for (const auto& row : features) flat.insert(flat.end(), row.begin(), row.end());
-    const pllm_tensor f = features.empty()
-                              ? f32_tensor(nullptr, {})  // ndim 0: continue the chain
-                              : f32_tensor(flat.data(), {int64_t(features.size()), int64_t(info_.hidden_size)});
+    // Features are handed over in reverse row order and picked back by
+    // feature_rows, as core hands the target's hidden states by index.
+    std::vector<int32_t> rows(features.size());
+    std::vector<float> reversed;
+    for (std::size_t t = features.size(); t-- > 0;) {
+      rows[t] = int32_t(features.size() - 1 - t);
+      reversed.insert(reversed.end(), features[t].begin(), features[t].end());
+    }
+    const pllm_tensor f = f32_tensor(reversed.data(), {int64_t(features.size()), int64_t(info_.hidden_size)});
     const pllm_tensor logits =
-        draft_.draft(b.view, f, attention_.ref(), feature_rows.empty() ? nullptr : feature_rows.data());
+        features.empty() ? draft_.draft(b.view, nullptr, attention_.ref(),
+                                        feature_rows.empty() ? nullptr : feature_rows.data())
+                         : draft_.draft(b.view, &f, attention_.ref(), rows.data());
     expect(logits.ndim == 2 && logits.shape[0] == int64_t(b.logits_rows.size()) && logits.shape[1] == info_.vocab_size,
            "draft logits have the wrong shape");
     return llama_test::rows_of(logits);

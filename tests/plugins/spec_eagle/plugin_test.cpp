@@ -271,8 +271,17 @@ TEST_CASE("spec_eagle: draft() refuses malformed arguments", "[spec_eagle]") {
     const EagleRunner::Batch& b = runner.plan({{seq, 0, {1, 2, 3}}}, {2}, {});
     std::vector<float> narrow(3 * 128, 0.0f);
     const pllm_tensor features_128 = f32_tensor(narrow.data(), {3, 128});
-    CHECK_THAT(error_of([&] { runner.draft().draft(b.view, features_128, runner.attention_ref()); }),
-               Contains("features must be a CPU f32 [num_tokens = 3, hidden = 256]"));
+    const int32_t rows[] = {0, 1, 2};
+    CHECK_THAT(error_of([&] { runner.draft().draft(b.view, &features_128, runner.attention_ref(), rows); }),
+               Contains("features must be an f32 [rows, hidden = 256]"));
+  }
+  SECTION("a feature row outside the features") {
+    const EagleRunner::Batch& b = runner.plan({{seq, 0, {1, 2, 3}}}, {2}, {});
+    std::vector<float> wide(3 * 256, 0.0f);
+    const pllm_tensor features_256 = f32_tensor(wide.data(), {3, 256});
+    const int32_t rows[] = {0, 3, 2};
+    CHECK_THAT(error_of([&] { runner.draft().draft(b.view, &features_256, runner.attention_ref(), rows); }),
+               Contains("feature_rows[1] = 3 is outside the features' rows [0, 3)"));
   }
   SECTION("a token outside the vocabulary") {
     CHECK_THAT(error_of([&] { runner.draft_step({{seq, 0, {1, 8192, 3}}}, features, {2}); }),

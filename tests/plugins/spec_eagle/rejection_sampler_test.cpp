@@ -109,6 +109,7 @@ struct Rows {
   std::vector<uint8_t> greedy;
   std::vector<uint64_t> seeds, offsets;
   std::vector<int32_t> out_tokens, out_counts;
+  mutable pllm_tensor q_tensor{}, p_tensor{};  // what args() points at
 
   Rows(int64_t rows, int64_t max_drafts, int64_t vocab) : n(rows), k(max_drafts) {
     num_drafts.assign(std::size_t(n), int32_t(k));
@@ -128,8 +129,10 @@ struct Rows {
     a.max_draft_tokens = int32_t(k);
     a.num_drafts = num_drafts.data();
     a.draft_token_ids = drafts.data();
-    a.draft_probs = f32_tensor(q.data(), {n, k, vocab});
-    a.target_probs = f32_tensor(p.data(), {n, k + 1, vocab});
+    q_tensor = f32_tensor(q.data(), {n, k, vocab});
+    p_tensor = f32_tensor(p.data(), {n, k + 1, vocab});
+    a.draft_probs = &q_tensor;
+    a.target_probs = &p_tensor;
     a.greedy = greedy.data();
     a.seeds = seeds.data();
     a.random_offsets = offsets.data();
@@ -401,16 +404,21 @@ TEST_CASE("spec_eagle: verify refuses malformed arguments", "[spec_eagle][verify
   }
   SECTION("target_probs without the bonus row") {
     pllm_verify_args args = r.args(kVocab);
-    args.target_probs.shape[1] = 2;
+    r.p_tensor.shape[1] = 2;
     CHECK_THAT(error_of(args), Contains("target_probs must be a CPU f32 [3, 3, 7] tensor"));
   }
   SECTION("draft_probs of another vocabulary") {
     pllm_verify_args args = r.args(kVocab);
-    args.draft_probs.shape[2] = 6;
+    r.q_tensor.shape[2] = 6;
     CHECK_THAT(error_of(args), Contains("draft_probs must be a CPU f32 [3, 2, 7] tensor"));
   }
   SECTION("a negative probability") {
     std::fill(r.p.begin(), r.p.begin() + kVocab, -0.5f);
     CHECK_THAT(error_of(r.args(kVocab)), Contains("must be finite and non-negative"));
+  }
+  SECTION("no draft_probs") {
+    pllm_verify_args args = r.args(kVocab);
+    args.draft_probs = nullptr;
+    CHECK_THAT(error_of(args), Contains("null target_probs or draft_probs"));
   }
 }

@@ -52,16 +52,23 @@ typedef struct pllm_attention_ref {
   pllm_attention_backend* backend;
 } pllm_attention_ref;
 
-/* Filled by forward(). The tensors point at memory the model owns, valid until
- * its next forward() or destroy(). They are in host memory whatever the model's
- * device (core samples and speculates on the host): a model on a GPU copies
- * them back at the end of forward(), the one host synchronisation of its step.
+/* Filled by forward(). Outputs of a step stay on the model's device (SDK 2.0):
+ * the caller points `logits` (and `hidden`, when it asks for hidden states) at
+ * descriptors it owns, and the model fills them with views of memory the model
+ * owns on ITS device (host memory for a CPU model: the same code path), valid
+ * until its next forward() or destroy(). Nothing vocabulary-sized is copied to
+ * the host: core hands the logits to the sampler created on the same device, and
+ * the hidden states to the speculator, which reads them by row index. The work
+ * that produces them is complete when forward() returns (a model on a GPU
+ * synchronises its stream once, without a copy), so a consumer may read them on
+ * any stream of that device.
  * A model on a GPU keeps the workspace of its largest step allocated, so that
  * core's profiling step (see pllm_attention_api.memory_info) measures it. */
 typedef struct pllm_forward_output {
   uint32_t struct_size;
-  pllm_tensor logits; /* [batch->num_logits, vocab_size], f32 */
-  pllm_tensor hidden; /* [batch->num_hidden, hidden_size]; ndim 0 when none were asked for */
+  pllm_tensor* logits; /* filled: [batch->num_logits, vocab_size] f32 on the model's device */
+  pllm_tensor* hidden; /* filled when not NULL: [batch->num_hidden, hidden_size] f32 on the model's
+                          device (post final norm); ndim 0 when num_hidden is 0. NULL: none asked for */
 } pllm_forward_output;
 
 typedef struct pllm_model_api {

@@ -10,15 +10,35 @@
 extern "C" {
 #endif
 
-/* A sampler turns logits into tokens (and log-probabilities) per request. It
- * keeps no per-request state: randomness is a pure function of (seed, offset),
- * so a request samples the same tokens whatever else shares its batch. */
+/* A sampler turns logits into tokens (and log-probabilities) per request, on
+ * the device it was created for: core creates it on the model's device and
+ * hands it the model's logits where forward() left them (SDK 2.0), so only the
+ * sampled ids, their log-probabilities and the requested top log-probabilities
+ * cross to the host. It keeps no per-request state: randomness is a pure
+ * function of (seed, offset), so a request samples the same tokens whatever
+ * else shares its batch.
+ *
+ * What a sampler must honour (the engine validates the values first; a
+ * sampler still refuses bad ones with PLLM_ERROR_INVALID_ARGUMENT):
+ * every field of pllm_sampling_params, applied in this order (vLLM V1's):
+ *   1. repetition_penalty over the distinct prompt + output tokens: a positive
+ *      logit is divided by it, a negative one multiplied (HF, vLLM);
+ *   2. frequency_penalty and presence_penalty over output tokens (OpenAI):
+ *      l -= frequency * count + presence * (count > 0);
+ *   3. temperature < 1e-5: greedy, the argmax (ties: lowest id), done;
+ *   4. divide by temperature, then min_p (keep p >= min_p * p_max), top_k, top_p
+ *      (the smallest prefix, in (logit desc, id asc) order, whose mass reaches
+ *      top_p of what is left), then draw from what is kept with the row's
+ *      (seed, random_offset).
+ * The reported log-probabilities (`logprobs`, `top_logprobs`) are of the RAW
+ * logits: log_softmax before penalties, temperature and filtering (vLLM's
+ * default "raw_logprobs", and what the OpenAI API reports). */
 typedef struct pllm_sampler pllm_sampler;
 
 typedef struct pllm_sampler_create_args {
   uint32_t struct_size;
   const char* options_json;
-  pllm_device device;
+  pllm_device device; /* where the logits it samples live: the model's device */
 } pllm_sampler_create_args;
 
 /* Sampling parameters of one request, as the OpenAI API names them. */
@@ -35,8 +55,8 @@ typedef struct pllm_sampling_params {
   int32_t num_top_logprobs; /* alternatives to report per token; 0 = none */
 } pllm_sampling_params;
 
-/* One row of logits to sample: its request's parameters and token history
- * (for penalties). */
+/* One token to sample: which logits row, its request's parameters and token
+ * history (for penalties). Host memory. */
 typedef struct pllm_sample_row {
   uint32_t struct_size;
   const pllm_sampling_params* params;
@@ -50,6 +70,10 @@ typedef struct pllm_sample_row {
    * one position (a speculator's accept test and resample) derives them from
    * the seed by its own documented convention. */
   uint64_t random_offset;
+  /* The row of batch->logits this row samples (2.0): the sampler gathers on its
+   * device, so core never reorders logits. Several rows may share one (an n > 1
+   * request's sequences at the end of its prompt). */
+  int32_t logits_row;
 } pllm_sample_row;
 
 typedef struct pllm_sample_batch {
@@ -57,18 +81,42 @@ typedef struct pllm_sample_batch {
   int32_t num_rows;
   uint32_t row_stride;         /* bytes from one row to the next: sizeof(pllm_sample_row) of the caller */
   const pllm_sample_row* rows;
-  pllm_tensor logits;          /* [num_rows, vocab_size], f32 */
+  /* [num_logits_rows, vocab_size] f32 with contiguous rows, on the sampler's
+   * device (a sampler on a GPU also accepts host logits, copying them in). */
+  const pllm_tensor* logits;
 } pllm_sample_batch;
 
-/* Caller-allocated outputs. */
+/* What became of a row (sample_output.row_status). */
+typedef enum pllm_sample_status {
+  PLLM_SAMPLE_OK = 0,
+  /* The row's raw logits hold a NaN or +inf, or are all -inf: a model fault.
+   * Nothing was sampled (token -1); the other rows were. */
+  PLLM_SAMPLE_NON_FINITE_LOGITS = 1,
+  PLLM_SAMPLE_STATUS_FORCE_32BIT = 0x7fffffff
+} pllm_sample_status;
+
+/* Caller-allocated outputs, all in host memory: the only bytes of a step that
+ * cross from the device, num_rows * (4 + 4 + 4 + max_top_logprobs * 8). */
 typedef struct pllm_sample_output {
   uint32_t struct_size;
   int32_t* token_ids;          /* [num_rows] */
-  float* logprobs;             /* [num_rows] log-probability of the sampled token */
+  float* logprobs;             /* [num_rows] raw log-probability of the sampled token; NULL = not wanted */
   int32_t max_top_logprobs;    /* row capacity of the two arrays below; 0 = none */
   int32_t* top_token_ids;      /* [num_rows * max_top_logprobs]; unused entries -1 */
-  float* top_logprobs;         /* [num_rows * max_top_logprobs]; unused entries -infinity */
+  float* top_logprobs;         /* [num_rows * max_top_logprobs] raw; unused entries -infinity */
+  /* [num_rows] pllm_sample_status (2.0). NULL: a row with non-finite logits
+   * fails the whole call with PLLM_ERROR_INVALID_ARGUMENT instead. */
+  int32_t* row_status;
 } pllm_sample_output;
+
+/* probabilities()' outputs. */
+typedef struct pllm_probabilities_output {
+  uint32_t struct_size;
+  /* [num_rows, vocab_size] f32 with contiguous rows, caller-owned, on the
+   * sampler's device or in host memory (the sampler copies them there). */
+  const pllm_tensor* probs;
+  int32_t* row_status; /* [num_rows] host, as sample_output.row_status (a faulty row's probs are zeros) */
+} pllm_probabilities_output;
 
 typedef struct pllm_sampler_api {
   uint32_t struct_size;
@@ -78,11 +126,10 @@ typedef struct pllm_sampler_api {
   pllm_status (*sample)(pllm_sampler* self, const pllm_sample_batch* batch,
                         pllm_sample_output* out, pllm_error* error);
   /* The distribution each row would be sampled from, after its request's
-   * penalties, temperature, top-k, top-p and min-p: what a speculator verifies
-   * draft tokens against. `out_probs` is [num_rows, vocab_size] f32, caller-owned.
-   * Optional (NULL). */
+   * penalties, temperature, min-p, top-k and top-p: what a speculator verifies
+   * draft tokens against (a greedy row: one-hot at its argmax). Optional (NULL). */
   pllm_status (*probabilities)(pllm_sampler* self, const pllm_sample_batch* batch,
-                               pllm_tensor* out_probs, pllm_error* error);
+                               const pllm_probabilities_output* out, pllm_error* error);
 } pllm_sampler_api;
 
 #ifdef __cplusplus

@@ -58,24 +58,29 @@ typedef struct pllm_speculator_info {
  * NEXT position). So batch->token_ids[t] is the token that follows position
  * positions[t], and its K/V go to slot_mapping[t] in the draft layers.
  *
- * features: [num_tokens, hidden_size] f32, the target's hidden states (after
- * its final norm) at those positions. Or ndim 0: continue a chain, where row t's
+ * features: the target's hidden states exactly as its forward() left them
+ * (pllm_forward_output.hidden: [num_hidden, hidden_size] f32 on the model's
+ * device, after its final norm); row t's feature is features row
+ * feature_rows[t]. The draft gathers them on its device: nothing crosses to the
+ * host or is reordered by core (2.0). Or NULL: continue a chain, where row t's
  * feature is the draft's own predicted feature at logits row feature_rows[t] of
  * the previous draft() call (row t itself when feature_rows is NULL): a chain
  * continues only the sequences that still draft. */
 typedef struct pllm_draft_args {
   uint32_t struct_size;
   const pllm_batch* batch;
-  pllm_tensor features;
+  const pllm_tensor* features;
   const pllm_attention_ref* attention;
-  const int32_t* feature_rows; /* [num_tokens] or NULL; only with features.ndim == 0 */
+  const int32_t* feature_rows; /* [num_tokens], host; required with features, optional without */
 } pllm_draft_args;
 
 typedef struct pllm_draft_output {
   uint32_t struct_size;
-  /* [batch->num_logits, vocab_size] f32: the draft's logits for the token two
-   * positions after each logits row's position. Plugin-owned until the next call. */
-  pllm_tensor logits;
+  /* Filled: [batch->num_logits, vocab_size] f32: the draft's logits for the
+   * token two positions after each logits row's position, on the speculator's
+   * device (the sampler's), complete when draft() returns. Plugin-owned until
+   * the next call. */
+  pllm_tensor* logits;
 } pllm_draft_output;
 
 /* Rejection sampling of drafts, one row per sequence. For row s with
@@ -93,8 +98,8 @@ typedef struct pllm_verify_args {
   int32_t max_draft_tokens;        /* K: the row stride of the arrays below */
   const int32_t* num_drafts;       /* [num_seqs], each in 0..K */
   const int32_t* draft_token_ids;  /* [num_seqs * K] */
-  pllm_tensor draft_probs;         /* [num_seqs, K, vocab] f32: q_1..q_K */
-  pllm_tensor target_probs;        /* [num_seqs, K + 1, vocab] f32: p_1..p_{K+1} */
+  const pllm_tensor* draft_probs;  /* [num_seqs, K, vocab] f32: q_1..q_K, host memory */
+  const pllm_tensor* target_probs; /* [num_seqs, K + 1, vocab] f32: p_1..p_{K+1}, host memory */
   const uint8_t* greedy;           /* [num_seqs] */
   const uint64_t* seeds;           /* [num_seqs] */
   const uint64_t* random_offsets;  /* [num_seqs]: index of d_1 in the request's output */

@@ -50,21 +50,23 @@ inline void check_batch(std::string_view who, const pllm_batch& b, const pllm_at
 }
 
 // Throws pllm::Error(PLLM_ERROR_INVALID_ARGUMENT) for a forward output struct
-// too small for `logits`, or hidden rows asked for by `batch` when `out` has
-// no `hidden` field. Returns whether `out` has the field.
+// smaller than its 2.0 layout, a null logits descriptor, or hidden rows asked
+// for by `batch` with a null `hidden` descriptor. Returns whether `out` has one.
 inline bool check_forward_output(std::string_view who, const pllm_batch& b, const pllm_forward_output& out) {
-  if (!PLLM_HAS_FIELD(pllm_forward_output, &out, logits)) {
+  if (!PLLM_HAS_FIELD(pllm_forward_output, &out, hidden)) {
     throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(who) + ": forward output: struct_size " +
                                                        std::to_string(out.struct_size) + " is too small");
   }
-  const bool has_hidden = PLLM_HAS_FIELD(pllm_forward_output, &out, hidden);
-  const int32_t num_hidden = PLLM_HAS_FIELD(pllm_batch, &b, hidden_indices) ? b.num_hidden : 0;
-  if (!has_hidden && num_hidden > 0) {
-    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT,
-                      std::string(who) + ": hidden states were asked for, but the forward output struct has no "
-                                         "'hidden' field");
+  if (!out.logits) {
+    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(who) + ": forward output: null logits descriptor");
   }
-  return has_hidden;
+  const int32_t num_hidden = PLLM_HAS_FIELD(pllm_batch, &b, hidden_indices) ? b.num_hidden : 0;
+  if (!out.hidden && num_hidden > 0) {
+    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT,
+                      std::string(who) + ": hidden states were asked for, but the forward output's 'hidden' "
+                                         "descriptor is null");
+  }
+  return out.hidden != nullptr;
 }
 
 }  // namespace pllm

@@ -23,7 +23,7 @@
 //                     void forward(const pllm_batch&, const pllm_attention_ref&, pllm_forward_output&);
 //                     pllm_tensor get_tensor(const char* name);          (optional)
 //   SamplerPlugin:    void sample(const pllm_sample_batch&, pllm_sample_output&);
-//                     void probabilities(const pllm_sample_batch&, pllm_tensor&);  (optional)
+//                     void probabilities(const pllm_sample_batch&, const pllm_probabilities_output&);  (optional)
 //   SpeculatorPlugin: pllm_speculator_info info();
 //                     void draft(const pllm_draft_args&, pllm_draft_output&);
 //                     void verify(const pllm_verify_args&, pllm_verify_output&);
@@ -71,6 +71,13 @@ namespace pllm {
 struct AttentionPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_ATTENTION; };
 struct ModelPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_MODEL; };
 struct SamplerPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_SAMPLER; };
+
+// Row r of a sample batch, honouring the caller's row_stride (a caller built
+// against another minor may pass larger rows).
+inline const pllm_sample_row& sample_row(const pllm_sample_batch& batch, int64_t r) {
+  return *reinterpret_cast<const pllm_sample_row*>(reinterpret_cast<const char*>(batch.rows) +
+                                                   r * int64_t(batch.row_stride));
+}
 struct SpeculatorPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_SPECULATOR; };
 
 namespace detail {
@@ -283,13 +290,15 @@ struct KindApi<T, PLLM_PLUGIN_KIND_SAMPLER> {
     };
     return &api;
   }
-  using Probabilities = pllm_status (*)(H*, const pllm_sample_batch*, pllm_tensor*, pllm_error*);
+  using Probabilities = pllm_status (*)(H*, const pllm_sample_batch*, const pllm_probabilities_output*, pllm_error*);
   static constexpr Probabilities probabilities_slot() {
-    if constexpr (requires(T& t, const pllm_sample_batch& b, pllm_tensor& p) { t.probabilities(b, p); }) {
-      return [](H* s, const pllm_sample_batch* batch, pllm_tensor* out, pllm_error* e) noexcept {
+    if constexpr (requires(T& t, const pllm_sample_batch& b, const pllm_probabilities_output& p) {
+                    t.probabilities(b, p);
+                  }) {
+      return [](H* s, const pllm_sample_batch* batch, const pllm_probabilities_output* out, pllm_error* e) noexcept {
         return call<T>(s, "probabilities", e, [&](T& p) {
-          if (!batch) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "probabilities: null batch");
-          p.probabilities(*batch, require(out, std::string(plugin_name) + ": probabilities: output"));
+          if (!batch || !out) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "probabilities: null batch or output");
+          p.probabilities(*batch, *out);
         });
       };
     } else {

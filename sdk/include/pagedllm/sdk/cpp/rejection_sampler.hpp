@@ -128,11 +128,12 @@ inline void verify_drafts(const pllm_verify_args& a, pllm_verify_output& out) {
     invalid("null num_drafts, draft_token_ids, greedy, seeds or random_offsets");
   }
   if (!out.output_token_ids || !out.num_output_tokens) invalid("null output arrays");
-  if (a.target_probs.ndim != 3) invalid("target_probs must have 3 dimensions, got " + str(a.target_probs.ndim));
-  const int64_t vocab = a.target_probs.shape[2];
+  if (!a.target_probs || !a.draft_probs) invalid("null target_probs or draft_probs");
+  if (a.target_probs->ndim != 3) invalid("target_probs must have 3 dimensions, got " + str(a.target_probs->ndim));
+  const int64_t vocab = a.target_probs->shape[2];
   if (vocab <= 0) invalid("target_probs has an empty vocabulary");
-  const Probs p = probs_of(a.target_probs, "target_probs", rows, k + 1, vocab);
-  const Probs q = probs_of(a.draft_probs, "draft_probs", rows, k, vocab);
+  const Probs p = probs_of(*a.target_probs, "target_probs", rows, k + 1, vocab);
+  const Probs q = probs_of(*a.draft_probs, "draft_probs", rows, k, vocab);
   for (int64_t s = 0; s < rows; ++s) {
     const int32_t n = a.num_drafts[s];
     if (n < 0 || n > k) invalid("num_drafts[" + str(s) + "] = " + str(n) + " is outside [0, " + str(k) + "]");
