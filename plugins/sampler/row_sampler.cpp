@@ -6,10 +6,8 @@
 #include <string>
 
 #include "pagedllm/sdk/cpp/error.hpp"
-#include "pagedllm/sdk/cpp/counter_rng.hpp"
 
 namespace pagedllm::sampler {
-using pllm::uniform01;
 namespace {
 
 [[noreturn]] void invalid(int32_t row, const std::string& message) {

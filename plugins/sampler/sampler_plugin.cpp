@@ -110,6 +110,7 @@ class Sampler : public pllm::SamplerPlugin {
                                                       " asked for, but this build has no CUDA (built without CUDA)");
 #endif
       case PLLM_DEVICE_INVALID:
+      case PLLM_DEVICE_FORCE_32BIT:
         break;
     }
     throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "sampler: runs on the CPU or CUDA, not device type " +

@@ -34,7 +34,7 @@ class BlockingSampler : public pllm::SamplerPlugin {
     while (!release_sample) std::this_thread::yield();
     sample_running = false;
   }
-  void probabilities(const pllm_sample_batch&, pllm_tensor&) {}
+  void probabilities(const pllm_sample_batch&, const pllm_probabilities_output&) {}
 };
 
 void no_log(void*, pllm_log_level, const char*) {}
@@ -88,7 +88,7 @@ TEST_CASE("a call overlapping another on the same instance fails naming the plug
   auto first = probe.start_blocking_sample();
 
   pllm_error error{};
-  pllm_tensor probs{};
+  pllm_probabilities_output probs{};
   probs.struct_size = sizeof probs;
   pllm_sample_batch batch{};
   const pllm_status status = probe.api->probabilities(probe.instance, &batch, &probs, &error);
@@ -110,7 +110,7 @@ TEST_CASE("calls on different instances may run at the same time", "[sdk][thread
   pllm_sampler_create_args args{sizeof(args), "{}", {PLLM_DEVICE_CPU, 0}};
   REQUIRE(probe.api->create(&args, &other, &error) == PLLM_OK);
   auto first = probe.start_blocking_sample();
-  pllm_tensor probs{};
+  pllm_probabilities_output probs{};
   probs.struct_size = sizeof probs;
   pllm_sample_batch batch{};
   CHECK(probe.api->probabilities(other, &batch, &probs, &error) == PLLM_OK);
@@ -123,7 +123,7 @@ TEST_CASE("PAGEDLLM_CHECK_CALL_OVERLAP=0 turns the check off", "[sdk][threads]")
   Probe probe("0");
   auto first = probe.start_blocking_sample();
   pllm_error error{};
-  pllm_tensor probs{};
+  pllm_probabilities_output probs{};
   probs.struct_size = sizeof probs;
   pllm_sample_batch batch{};
   CHECK(probe.api->probabilities(probe.instance, &batch, &probs, &error) == PLLM_OK);

@@ -231,7 +231,12 @@ class Model {
   // The logits and hidden states forward() filled (views of the model's memory
   // on its device, valid until the next forward).
   struct Outputs {
-    pllm_tensor logits{sizeof(pllm_tensor)}, hidden{sizeof(pllm_tensor)};
+    pllm_tensor logits = described(), hidden = described();
+    static pllm_tensor described() {
+      pllm_tensor t{};
+      t.struct_size = sizeof t;
+      return t;
+    }
   };
   Outputs forward(const pllm_batch& batch, pllm_attention_ref attention) {
     Outputs result;

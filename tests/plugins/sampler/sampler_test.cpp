@@ -217,6 +217,7 @@ class Sampler {
       batch.num_rows = int32_t(in.size());
       batch.row_stride = sizeof(pllm_sample_row);
       batch.rows = rows.data();
+      logits_tensor.struct_size = sizeof logits_tensor;
       logits_tensor.data = logits->data();
       logits_tensor.dtype = PLLM_DTYPE_F32;
       logits_tensor.device = device;

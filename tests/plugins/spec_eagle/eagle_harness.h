@@ -77,6 +77,7 @@ class Speculator {
     args.attention = &attention;
     args.feature_rows = feature_rows;
     pllm_tensor logits{};
+    logits.struct_size = sizeof logits;
     pllm_draft_output out{sizeof out, &logits};
     pllm_error error{};
     check(instance_.api().draft(instance_.get(), &args, &out, &error), error, "draft");
