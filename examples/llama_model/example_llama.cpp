@@ -11,7 +11,10 @@
 // forward(batch) computes every token row of the step (decode rows and prefill
 // chunks alike, one after another) and returns logits only for the rows core
 // asks for (batch.logits_indices) and the last hidden states (after the final
-// norm) for batch.hidden_indices, which speculators such as EAGLE read.
+// norm) for batch.hidden_indices, which speculators such as EAGLE read. The
+// outputs stay in memory the model owns (SDK 2.0): core hands in descriptors
+// (out.logits, out.hidden) and the model fills them with views of its buffers,
+// valid until its next forward().
 //
 // Options: none. model.dtype: auto or f32 (the weights are widened to f32).
 
@@ -30,8 +33,10 @@ namespace {
 using Weights = std::vector<float>;
 
 // The one place this file builds a pllm_tensor: a CPU f32 view of `data`, row-major.
+// Whoever fills a tensor sets struct_size (SDK 2.0: tensors can grow in later minors).
 pllm_tensor cpu_f32_tensor(float* data, std::initializer_list<int64_t> shape) {
   pllm_tensor t{};
+  t.struct_size = sizeof(pllm_tensor);
   t.data = data;
   t.dtype = PLLM_DTYPE_F32;
   t.device = {PLLM_DEVICE_CPU, 0};
@@ -157,7 +162,7 @@ class ExampleLlama : public pllm::ModelPlugin {
     return info;
   }
 
-  void forward(const pllm_batch& batch, pllm_attention_ref attention, pllm_forward_output& out) {
+  void forward(const pllm_batch& batch, const pllm_attention_ref& attention, pllm_forward_output& out) {
     pllm::check_batch("example_llama", batch, attention, config_.vocab_size);
     const bool has_hidden = pllm::check_forward_output("example_llama", batch, out);
     const Config& c = config_;
@@ -186,12 +191,17 @@ class ExampleLlama : public pllm::ModelPlugin {
         for (int32_t h = 0; h < c.num_kv_heads; ++h) rope(&k[std::size_t(t * kv_width + h * hd)], batch.positions[t]);
       }
       // The backend writes K/V into its cache and attends: the one call that touches the KV cache.
+      // The layer args hold the tensors by pointer: the descriptors live here for the call.
+      const pllm_tensor query = cpu_f32_tensor(q.data(), {tokens, c.num_heads, hd});
+      const pllm_tensor key = cpu_f32_tensor(k.data(), {tokens, c.num_kv_heads, hd});
+      const pllm_tensor value = cpu_f32_tensor(v.data(), {tokens, c.num_kv_heads, hd});
+      const pllm_tensor output = cpu_f32_tensor(attn.data(), {tokens, c.num_heads, hd});
       pllm_attention_layer_args layer{};
       layer.struct_size = sizeof(layer);
-      layer.query = cpu_f32_tensor(q.data(), {tokens, c.num_heads, hd});
-      layer.key = cpu_f32_tensor(k.data(), {tokens, c.num_kv_heads, hd});
-      layer.value = cpu_f32_tensor(v.data(), {tokens, c.num_kv_heads, hd});
-      layer.output = cpu_f32_tensor(attn.data(), {tokens, c.num_heads, hd});
+      layer.query = &query;
+      layer.key = &key;
+      layer.value = &value;
+      layer.output = &output;
       layer.scale = 1.0f / std::sqrt(float(hd));
       layer.stream = nullptr;
       pllm_error error{};
@@ -219,7 +229,7 @@ class ExampleLlama : public pllm::ModelPlugin {
       rms_norm(&x[std::size_t(batch.logits_indices[i] * hidden)], final_norm_, c.rms_norm_eps, normed.data(), hidden);
       matvec(lm_head(), normed.data(), &logits_[std::size_t(int64_t(i) * c.vocab_size)], c.vocab_size, hidden);
     }
-    out.logits = cpu_f32_tensor(logits_.data(), {batch.num_logits, c.vocab_size});
+    *out.logits = cpu_f32_tensor(logits_.data(), {batch.num_logits, c.vocab_size});
     if (has_hidden) {
       const int32_t rows = PLLM_HAS_FIELD(pllm_batch, &batch, hidden_indices) ? batch.num_hidden : 0;
       hidden_.assign(std::size_t(int64_t(rows) * hidden), 0.0f);
@@ -227,7 +237,8 @@ class ExampleLlama : public pllm::ModelPlugin {
         rms_norm(&x[std::size_t(batch.hidden_indices[i] * hidden)], final_norm_, c.rms_norm_eps,
                  &hidden_[std::size_t(int64_t(i) * hidden)], hidden);
       }
-      out.hidden = rows > 0 ? cpu_f32_tensor(hidden_.data(), {rows, hidden}) : pllm_tensor{};
+      // No hidden rows asked for: an empty descriptor (ndim 0), still with its struct_size.
+      *out.hidden = rows > 0 ? cpu_f32_tensor(hidden_.data(), {rows, hidden}) : cpu_f32_tensor(nullptr, {});
     }
   }
 

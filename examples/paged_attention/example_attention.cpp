@@ -80,17 +80,23 @@ class ExampleAttention : public pllm::AttentionPlugin {
     const pllm_batch& b = *batch_;
     const int32_t kv_heads = spec_.num_kv_heads;
     const int32_t head_dim = spec_.head_dim;
-    check_.rows("query", args.query, b.num_tokens, -1, head_dim);
-    const int32_t heads = int32_t(args.query.shape[1]);
+    // The model holds its tensors by pointer (SDK 2.0); require() checks each one is there
+    // and has the fields SDK 2.0 defines (struct_check.hpp).
+    const pllm_tensor& query = pllm::require(args.query, "example_attention: layer args: query");
+    const pllm_tensor& key = pllm::require(args.key, "example_attention: layer args: key");
+    const pllm_tensor& value = pllm::require(args.value, "example_attention: layer args: value");
+    const pllm_tensor& output = pllm::require(args.output, "example_attention: layer args: output");
+    check_.rows("query", query, b.num_tokens, -1, head_dim);
+    const int32_t heads = int32_t(query.shape[1]);
     if (heads % kv_heads != 0) {
       throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "example_attention: " + std::to_string(heads) +
                                                          " query heads are not a multiple of " +
                                                          std::to_string(kv_heads) + " kv heads");
     }
-    check_.rows("key", args.key, b.num_tokens, kv_heads, head_dim);
-    check_.rows("value", args.value, b.num_tokens, kv_heads, head_dim);
-    check_.rows("output", args.output, b.num_tokens, heads, head_dim);
-    for (const pllm_tensor* t : {&args.query, &args.key, &args.value, &args.output}) {
+    check_.rows("key", key, b.num_tokens, kv_heads, head_dim);
+    check_.rows("value", value, b.num_tokens, kv_heads, head_dim);
+    check_.rows("output", output, b.num_tokens, heads, head_dim);
+    for (const pllm_tensor* t : {&query, &key, &value, &output}) {
       if (t->dtype != spec_.dtype || t->device.type != PLLM_DEVICE_CPU) {
         throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
                           "example_attention: activations must be CPU tensors in the cache's dtype");
@@ -103,8 +109,8 @@ class ExampleAttention : public pllm::AttentionPlugin {
       if (slot < 0) continue;
       for (int32_t g = 0; g < kv_heads; ++g) {
         for (int32_t d = 0; d < head_dim; ++d) {
-          store(key_cache(layer, slot, g), d, load(args.key, t, g, d));
-          store(value_cache(layer, slot, g), d, load(args.value, t, g, d));
+          store(key_cache(layer, slot, g), d, load(key, t, g, d));
+          store(value_cache(layer, slot, g), d, load(value, t, g, d));
         }
       }
     }
@@ -113,7 +119,7 @@ class ExampleAttention : public pllm::AttentionPlugin {
     // the last of its seq_lens[s] context positions; the new token at position p sees 0..p.
     const int32_t group = heads / kv_heads;  // query heads sharing one kv head (GQA)
     std::vector<float> scores;
-    std::vector<float> query(static_cast<std::size_t>(head_dim)), acc(static_cast<std::size_t>(head_dim));
+    std::vector<float> q(static_cast<std::size_t>(head_dim)), acc(static_cast<std::size_t>(head_dim));
     for (int32_t s = 0; s < b.num_seqs; ++s) {
       const int32_t first = b.query_start_loc[s];
       const int32_t new_tokens = b.query_start_loc[s + 1] - first;
@@ -123,14 +129,14 @@ class ExampleAttention : public pllm::AttentionPlugin {
         const int32_t position = cached + i;
         for (int32_t h = 0; h < heads; ++h) {
           const int32_t g = h / group;
-          for (int32_t d = 0; d < head_dim; ++d) query[std::size_t(d)] = load(args.query, t, h, d);
+          for (int32_t d = 0; d < head_dim; ++d) q[std::size_t(d)] = load(query, t, h, d);
           // scores[j] = scale * q . k_j, then a softmax with the maximum subtracted.
           scores.assign(static_cast<std::size_t>(position) + 1, 0.0f);
           float max_score = -std::numeric_limits<float>::infinity();
           for (int32_t j = 0; j <= position; ++j) {
             const unsigned char* k = key_cache(layer, slot_of(s, j), g);
             float dot = 0.0f;
-            for (int32_t d = 0; d < head_dim; ++d) dot += query[std::size_t(d)] * cached_value(k, d);
+            for (int32_t d = 0; d < head_dim; ++d) dot += q[std::size_t(d)] * cached_value(k, d);
             scores[std::size_t(j)] = dot * args.scale;
             max_score = std::max(max_score, scores[std::size_t(j)]);
           }
@@ -145,7 +151,7 @@ class ExampleAttention : public pllm::AttentionPlugin {
             const float weight = scores[std::size_t(j)] / sum;
             for (int32_t d = 0; d < head_dim; ++d) acc[std::size_t(d)] += weight * cached_value(v, d);
           }
-          for (int32_t d = 0; d < head_dim; ++d) store_output(args.output, t, h, d, acc[std::size_t(d)]);
+          for (int32_t d = 0; d < head_dim; ++d) store_output(output, t, h, d, acc[std::size_t(d)]);
         }
       }
     }

@@ -43,8 +43,10 @@
 namespace {
 
 // The one place this file builds a pllm_tensor: a CPU f32 [rows, cols] view.
+// Whoever fills a tensor sets struct_size (SDK 2.0: tensors can grow in later minors).
 pllm_tensor cpu_f32_matrix(float* data, int64_t rows, int64_t cols) {
   pllm_tensor t{};
+  t.struct_size = sizeof(pllm_tensor);
   t.data = data;
   t.dtype = PLLM_DTYPE_F32;
   t.device = {PLLM_DEVICE_CPU, 0};
@@ -75,7 +77,7 @@ class PromptLookup : public pllm::SpeculatorPlugin {
   };
 
   PromptLookup(const Options& options, const pllm_speculator_create_args& args)
-      : options_(options), target_(*args.target.info) {
+      : options_(options), target_(target_info(args)) {
     if (args.device.type != PLLM_DEVICE_CPU) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "example_prompt_lookup runs on the CPU only");
     }
@@ -94,8 +96,13 @@ class PromptLookup : public pllm::SpeculatorPlugin {
   void draft(const pllm_draft_args& args, pllm_draft_output& out) {
     if (!args.batch) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "example_prompt_lookup: null batch");
     const pllm_batch& b = *args.batch;
+    if (!PLLM_HAS_FIELD(pllm_draft_output, &out, logits) || !out.logits) {
+      throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "example_prompt_lookup: draft output without a logits descriptor");
+    }
     // Token ids, positions and logits rows (the checks every model makes), then what this draft reads besides.
-    pllm::check_batch("example_prompt_lookup", b, args.attention, target_.vocab_size);
+    // args.features (the target's hidden rows) is not read: prompt lookup needs only the tokens.
+    pllm::check_batch("example_prompt_lookup", b, pllm::require(args.attention, "example_prompt_lookup: attention"),
+                      target_.vocab_size);
     if (b.num_tokens > 0 && (!b.slot_mapping || !b.query_start_loc || !b.block_tables || b.num_seqs <= 0)) {
       throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT,
                         "example_prompt_lookup: null slot_mapping, query_start_loc or block_tables");
@@ -128,13 +135,21 @@ class PromptLookup : public pllm::SpeculatorPlugin {
       std::fill(logits, logits + vocab, -std::numeric_limits<float>::infinity());
       logits[proposal] = 0.0f;
     }
-    out.logits = cpu_f32_matrix(logits_.data(), b.num_logits, vocab);
+    // The caller owns the descriptor; the logits stay in our buffer until the next draft().
+    *out.logits = cpu_f32_matrix(logits_.data(), b.num_logits, vocab);
   }
 
   // Lossless verification: the SDK's rejection sampler (pllm_verify_args documents the rule).
   void verify(const pllm_verify_args& args, pllm_verify_output& out) { pllm::verify_drafts(args, out); }
 
  private:
+  // The target model's info; the target is held by pointer (SDK 2.0), checked by require().
+  static pllm_model_info target_info(const pllm_speculator_create_args& args) {
+    const pllm_speculator_target& target = pllm::require(args.target, "example_prompt_lookup: target");
+    if (!target.info) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "example_prompt_lookup: no target model info");
+    return *target.info;
+  }
+
   // The sequence whose rows [query_start_loc[s], query_start_loc[s + 1]) hold `row`.
   static int32_t sequence_of(const pllm_batch& b, int32_t row) {
     int32_t s = 0;

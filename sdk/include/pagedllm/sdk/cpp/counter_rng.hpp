@@ -12,9 +12,11 @@
 // offset) is one Weyl-sequence step hashed; SplitMix64 passes BigCrush. The
 // top 53 bits become a double in [0, 1).
 //
-// The in-tree sampler draws token `offset` of a request from uniform01(seed,
-// offset); a plugin that wants the same stream (a sampler meant to reproduce
-// it, a speculator deriving its own streams) includes this header.
+// The in-tree sampler keys the Gumbel noise of token `offset` of a request on
+// random_bits(seed, offset) (plugins/sampler/README.md), the rejection sampler
+// draws uniform01 from streams derived from the seed (rejection_sampler.hpp); a
+// plugin that wants the same streams (a sampler meant to reproduce the in-tree
+// one, a speculator deriving its own) includes this header.
 
 #include <cstdint>
 
