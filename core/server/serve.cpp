@@ -90,6 +90,12 @@ int serve(Engine& engine, const ServerConfig& config, std::chrono::steady_clock:
   engine.shutdown(server.requests_in_flight() == 0 ? ShutdownMode::kDrain : ShutdownMode::kAbort);
   server.stop();
   host_log().info("stopped");
+  // From here the host only exits. Removing the signal set restores the default action,
+  // under which a late SIGTERM (an operator's second one, or a supervisor's) would kill the
+  // process and turn a clean exit into death by signal: such signals are ignored instead.
+  signals.clear();
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
   return engine_failure ? 1 : 0;
 }
 

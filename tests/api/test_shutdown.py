@@ -93,7 +93,10 @@ def test_sigterm_with_many_streams_open_ends_every_stream_and_exits_0(start_serv
     finish, the long ones end with a request_aborted error event, every one ends with
     [DONE]; new connections are refused meanwhile, and the host exits 0 within the grace
     period plus the documented abort wait."""
-    host = start_server([f"server.shutdown_grace_period_s={LOAD_GRACE_S}"])
+    # Room for every stream's sequences at once (64 streams of n = 1..3 are 128 sequences):
+    # with the config's 64, a short stream could wait behind long ones that never finish
+    # before the signal, and never see its first event.
+    host = start_server([f"server.shutdown_grace_period_s={LOAD_GRACE_S}", "scheduler.max_num_seqs=160"])
     code = None
     try:
         async def scenario():
