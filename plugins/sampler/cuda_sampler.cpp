@@ -72,10 +72,6 @@ int64_t CudaSampler::upload(const pllm_sample_batch& batch, SampleKernelArgs& ar
   const int64_t vocab = check_batch(batch, [&](const pllm_device& d) { return accepts(d); }, where.c_str());
   const auto n = std::size_t(batch.num_rows);
   PAGEDLLM_CUDA_CHECK(cudaSetDevice(device_));
-  if (counts_.size() < std::size_t(vocab)) {
-    counts_.assign(std::size_t(vocab), 0);
-    in_history_.assign(std::size_t(vocab), 0);
-  }
   rows_.resize(n);
   penalties_.clear();
   for (std::size_t r = 0; r < n; ++r) {
@@ -85,26 +81,9 @@ int64_t CudaSampler::upload(const pllm_sample_batch& batch, SampleKernelArgs& ar
     d = DeviceRow{p.temperature, p.top_p,   p.min_p,          p.repetition_penalty, p.frequency_penalty,
                   p.presence_penalty, p.top_k, p.num_top_logprobs, row.logits_row,      int32_t(penalties_.size()),
                   0, 0, row_key(p.seed, row.random_offset)};
-    if (p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f) continue;
-    // The row's distinct prompt + output tokens with their output counts.
-    touched_.clear();
-    auto touch = [&](int32_t id) {
-      if (!in_history_[std::size_t(id)]) {
-        in_history_[std::size_t(id)] = 1;
-        touched_.push_back(id);
-      }
-    };
-    for (int32_t i = 0; i < row.num_prompt_tokens; ++i) touch(row.prompt_token_ids[i]);
-    for (int32_t i = 0; i < row.num_output_tokens; ++i) {
-      touch(row.output_token_ids[i]);
-      ++counts_[std::size_t(row.output_token_ids[i])];
-    }
-    for (int32_t id : touched_) {
-      penalties_.push_back({id, counts_[std::size_t(id)]});
-      in_history_[std::size_t(id)] = 0;
-      counts_[std::size_t(id)] = 0;
-    }
-    d.penalty_count = int32_t(touched_.size());
+    if (!has_penalties(p)) continue;
+    d.penalty_count = history_.for_each_token(
+        row, vocab, [&](int32_t id, int32_t output_count) { penalties_.push_back({id, output_count}); });
   }
 
   // One host-to-device copy: rows, then penalty entries.

@@ -14,6 +14,7 @@
 
 #include "pagedllm/sdk.h"
 #include "plugins/sampler/sampler_kernels.h"
+#include "plugins/sampler/token_history.h"
 
 namespace pagedllm::sampler {
 
@@ -45,9 +46,7 @@ class CudaSampler {
   int device_;
   cudaStream_t stream_ = nullptr;
   Buffer inputs_, staged_inputs_{true}, logits_copy_, work_, outputs_, staged_outputs_{true}, top_keys_, probs_;
-  std::vector<int32_t> counts_;
-  std::vector<uint8_t> in_history_;
-  std::vector<int32_t> touched_;
+  TokenHistory history_;
   std::vector<DeviceRow> rows_;
   std::vector<PenaltyEntry> penalties_;
 };

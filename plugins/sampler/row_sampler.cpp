@@ -14,10 +14,6 @@ namespace {
   throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "sampler: row " + std::to_string(row) + ": " + message);
 }
 
-bool has_penalties(const pllm_sampling_params& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-}
-
 // log(sum(exp(raw))), stable: max first, then a double sum.
 double log_sum_exp(const float* raw, int64_t vocab) {
   float m = raw[0];
@@ -80,30 +76,10 @@ void RowSampler::penalize(const pllm_sample_row& row, const float* raw, int64_t 
   logits_.assign(raw, raw + vocab);
   const pllm_sampling_params& p = *row.params;
   if (!has_penalties(p)) return;
-  if (counts_.size() < std::size_t(vocab)) {
-    counts_.resize(std::size_t(vocab), 0);
-    in_history_.resize(std::size_t(vocab), 0);
-  }
-  // Distinct tokens of prompt + output, and output counts; the scratch is
-  // reset through touched_ so a row costs O(history), not O(vocab).
-  touched_.clear();
-  auto touch = [&](int32_t id) {
-    if (!in_history_[std::size_t(id)]) {
-      in_history_[std::size_t(id)] = 1;
-      touched_.push_back(id);
-    }
-  };
-  for (int32_t i = 0; i < row.num_prompt_tokens; ++i) touch(row.prompt_token_ids[i]);
-  for (int32_t i = 0; i < row.num_output_tokens; ++i) {
-    touch(row.output_token_ids[i]);
-    ++counts_[std::size_t(row.output_token_ids[i])];
-  }
-  for (int32_t id : touched_) {
+  history_.for_each_token(row, vocab, [&](int32_t id, int32_t output_count) {
     float& l = logits_[std::size_t(id)];
-    l = penalized(l, p.repetition_penalty, p.frequency_penalty, p.presence_penalty, counts_[std::size_t(id)]);
-    in_history_[std::size_t(id)] = 0;
-    counts_[std::size_t(id)] = 0;
-  }
+    l = penalized(l, p.repetition_penalty, p.frequency_penalty, p.presence_penalty, output_count);
+  });
 }
 
 int32_t RowSampler::argmax(int64_t vocab) const {

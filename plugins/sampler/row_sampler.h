@@ -18,6 +18,7 @@
 
 #include "pagedllm/sdk.h"
 #include "plugins/sampler/sampling_math.h"
+#include "plugins/sampler/token_history.h"
 
 namespace pagedllm::sampler {
 
@@ -47,9 +48,7 @@ class RowSampler {
   int32_t argmax(int64_t vocab) const;
 
   std::vector<float> logits_;
-  std::vector<int32_t> counts_;
-  std::vector<uint8_t> in_history_;
-  std::vector<int32_t> touched_;
+  TokenHistory history_;
   std::vector<int32_t> kept_;
   std::vector<double> weights_;
   std::vector<int32_t> order_;  // top-N scratch when N is large
