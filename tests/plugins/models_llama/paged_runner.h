@@ -195,6 +195,45 @@ class Attention {
   pagedllm::AttentionInstance instance_;
 };
 
+// NaN K/V into `slots` slots of layers [0, num_layers), through the backend's
+// write path (one single-token sequence per slot), so a read of a slot the step
+// did not write shows up as NaN.
+inline void poison_every_slot(Attention& attention, const Placement& placement, const pllm_model_info& info,
+                              int32_t num_layers, int32_t slots, int32_t block_size, int32_t max_blocks_per_seq) {
+  const pagedllm::tools::HostBatch b = pagedllm::tools::every_slot_batch(slots, block_size, max_blocks_per_seq);
+  const pllm_batch batch = b.view();
+  const int64_t heads = info.num_heads, kv_heads = info.num_kv_heads, d = info.head_dim;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  pllm_tensor query{}, key{}, output{};
+  std::vector<float> q, kv, out;  // the host tensors' memory, on the CPU
+  if (placement.device.type == PLLM_DEVICE_CPU) {
+    q.assign(std::size_t(slots * heads * d), 0.0f);
+    out.resize(q.size());
+    kv.assign(std::size_t(slots * kv_heads * d), nan);
+    auto view = [&](std::vector<float>& data, int64_t h) {
+      return pagedllm::llama::tensor_view(data.data(), PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, {slots, h, d});
+    };
+    query = view(q, heads);
+    key = view(kv, kv_heads);
+    output = view(out, heads);
+  } else {
+    expect(bool(placement.device_tensor), "a device placement needs device_tensor");
+    query = placement.device_tensor(slots, heads, d, info.dtype, 0.0f);
+    key = placement.device_tensor(slots, kv_heads, d, info.dtype, nan);
+    output = placement.device_tensor(slots, heads, d, info.dtype, 0.0f);
+  }
+  pllm_attention_layer_args args{};
+  args.struct_size = sizeof args;
+  args.query = &query;
+  args.key = &key;
+  args.value = &key;
+  args.output = &output;
+  args.scale = 1.0f;
+  attention.plan(batch);
+  for (int32_t layer = 0; layer < num_layers; ++layer) attention.run(layer, args);
+  if (placement.synchronize) placement.synchronize();
+}
+
 // The args point into `path` and `options`, which must outlive the create call.
 inline pllm_model_create_args model_args(const std::string& path, const std::string& options,
                                          pllm_dtype dtype = PLLM_DTYPE_INVALID,
@@ -415,42 +454,10 @@ class PagedRunner {
     int32_t computed;
     std::vector<int32_t> blocks;
   };
-  // NaN K/V into every slot of every layer, through the backend's write path:
-  // one single-token sequence per slot.
+  // NaN K/V into every slot of every layer.
   void poison(int32_t num_blocks) {
-    const int32_t slots = num_blocks * block_size_;
-    const pagedllm::tools::HostBatch b = pagedllm::tools::every_slot_batch(slots, block_size_, kMaxBlocksPerSeq);
-    const pllm_batch batch = b.view();
-    const int64_t heads = info_.num_heads, kv_heads = info_.num_kv_heads, d = info_.head_dim;
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    pllm_tensor query{}, key{}, output{};
-    std::vector<float> q, kv, out;  // the host tensors' memory, on the CPU
-    if (placement_.device.type == PLLM_DEVICE_CPU) {
-      q.assign(std::size_t(slots * heads * d), 0.0f);
-      out.resize(q.size());
-      kv.assign(std::size_t(slots * kv_heads * d), nan);
-      auto view = [&](std::vector<float>& data, int64_t h) {
-        return pagedllm::llama::tensor_view(data.data(), PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, {slots, h, d});
-      };
-      query = view(q, heads);
-      key = view(kv, kv_heads);
-      output = view(out, heads);
-    } else {
-      expect(bool(placement_.device_tensor), "a device placement needs device_tensor");
-      query = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
-      key = placement_.device_tensor(slots, kv_heads, d, info_.dtype, nan);
-      output = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
-    }
-    pllm_attention_layer_args args{};
-    args.struct_size = sizeof args;
-    args.query = &query;
-    args.key = &key;
-    args.value = &key;
-    args.output = &output;
-    args.scale = 1.0f;
-    attention_.plan(batch);
-    for (int32_t layer = 0; layer < info_.num_layers; ++layer) attention_.run(layer, args);
-    if (placement_.synchronize) placement_.synchronize();
+    poison_every_slot(attention_, placement_, info_, info_.num_layers, num_blocks * block_size_, block_size_,
+                      kMaxBlocksPerSeq);
   }
 
   Placement placement_;

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
-#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -256,39 +255,10 @@ class EagleRunner {
  private:
   static constexpr int32_t kMaxBlocksPerSeq = 24;
 
-  // NaN K/V into every slot of every layer (target and draft), through the
-  // backend's write path: one single-token sequence per slot.
+  // NaN K/V into every slot of every layer, target and draft.
   void poison(int32_t num_blocks) {
-    const int32_t slots = num_blocks * block_size_;
-    const pagedllm::tools::HostBatch b = pagedllm::tools::every_slot_batch(slots, block_size_, kMaxBlocksPerSeq);
-    const pllm_batch v = b.view();
-    const int64_t heads = info_.num_heads, kv_heads = info_.num_kv_heads, d = info_.head_dim;
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    pllm_tensor query{}, key{}, output{};
-    std::vector<float> q, kv, out;  // the host tensors' memory, on the CPU
-    if (placement_.device.type == PLLM_DEVICE_CPU) {
-      q.assign(std::size_t(slots * heads * d), 0.0f);
-      out.resize(q.size());
-      kv.assign(std::size_t(slots * kv_heads * d), nan);
-      query = f32_tensor(q.data(), {slots, heads, d});
-      key = f32_tensor(kv.data(), {slots, kv_heads, d});
-      output = f32_tensor(out.data(), {slots, heads, d});
-    } else {
-      expect(bool(placement_.device_tensor), "a device placement needs device_tensor");
-      query = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
-      key = placement_.device_tensor(slots, kv_heads, d, info_.dtype, nan);
-      output = placement_.device_tensor(slots, heads, d, info_.dtype, 0.0f);
-    }
-    pllm_attention_layer_args args{};
-    args.struct_size = sizeof args;
-    args.query = &query;
-    args.key = &key;
-    args.value = &key;
-    args.output = &output;
-    args.scale = 1.0f;
-    attention_.plan(v);
-    for (int32_t layer = 0; layer < num_layers_; ++layer) attention_.run(layer, args);
-    if (placement_.synchronize) placement_.synchronize();
+    llama_test::poison_every_slot(attention_, placement_, info_, num_layers_, num_blocks * block_size_, block_size_,
+                                  kMaxBlocksPerSeq);
   }
 
   Placement placement_;
