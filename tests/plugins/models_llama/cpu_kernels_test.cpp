@@ -59,6 +59,11 @@ using pagedllm::plugins::ThreadPool;
 
 namespace {
 
+// The plugins that link llama_cpu run OpenBLAS single-threaded (their own pool
+// splits the work), so the kernels are tested that way too; OpenBLAS's own
+// threads would also be invisible to ThreadSanitizer's view of synchronisation.
+const bool kBlasSingleThreaded = (pagedllm::llama_cpu::use_single_threaded_blas(), true);
+
 struct Case {
   int64_t m, n, k;
   int64_t lda, ldc;  // >= k and >= n: padded rows
