@@ -104,7 +104,7 @@ std::vector<AddedToken> AddedVocabulary::parse(const Json& value, const JsonPlac
     const Json& entry = value[i];
     AddedToken token;
     const long long id = optional_integer(entry, "id", -1, at);
-    if (id < 0 || id > INT32_MAX) at.fail("missing or invalid 'id'");
+    if (id < 0 || id > kMaxTokenId) at.fail(fmt::format("missing 'id', or outside 0..{}", kMaxTokenId));
     token.id = static_cast<TokenId>(id);
     token.content = require_string(entry, "content", at);
     if (token.content.empty()) at.fail("'content' is empty");

@@ -56,7 +56,10 @@ BpeModel::BpeModel(Vocabulary vocabulary, const std::vector<std::pair<std::strin
     : vocabulary_(std::move(vocabulary)), options_(std::move(options)) {
   TokenId max_id = -1;
   for (const auto& [token, id] : vocabulary_) {
-    if (id < 0) throw TokenizerError(fmt::format("{}: vocab: token '{}' has negative id {}", source, token, id));
+    if (id < 0 || id > kMaxTokenId) {
+      throw TokenizerError(
+          fmt::format("{}: vocab: token '{}' has id {}, outside 0..{}", source, token, id, kMaxTokenId));
+    }
     max_id = std::max(max_id, id);
   }
   id_to_token_.resize(static_cast<std::size_t>(max_id + 1));
@@ -127,7 +130,12 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const Json& value, const JsonPlace
   vocabulary.reserve(vocab_json.size());
   for (const auto& [token, id] : vocab_json.items()) {
     if (!id.is_number_integer()) (place / "vocab" / token).fail("expected an integer id");
-    vocabulary.emplace(token, id.get<TokenId>());
+    // Read wide and range-checked: get<TokenId>() would wrap an id past 2^31 into the table.
+    const long long wide = id.get<long long>();
+    if (id.is_number_unsigned() ? id.get<unsigned long long>() > kMaxTokenId : wide < 0 || wide > kMaxTokenId) {
+      (place / "vocab" / token).fail(fmt::format("id {} is outside 0..{}", id.dump(), kMaxTokenId));
+    }
+    vocabulary.emplace(token, static_cast<TokenId>(wide));
   }
 
   const auto merges_it = value.find("merges");

@@ -216,6 +216,15 @@ TEST_CASE("bad tokenizer files are clear errors naming the file", "[tokenizer]")
   require_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a a a"]}})", "one space");
   require_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [], "dropout": 0.1}})", "dropout");
   require_error(R"({"model": {"type": "BPE", "vocab": {"a": "x"}, "merges": []}})", "expected an integer id");
+  // Found by fuzz_tokenizer_load: one huge id sized the id -> token table at 66 GB; an id past 2^31 wrapped.
+  require_error(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 2000000000}, "merges": []}})",
+                "model.vocab.b: id 2000000000 is outside 0..4194303");
+  require_error(R"({"model": {"type": "BPE", "vocab": {"a": 4294967296}, "merges": []}})",
+                "id 4294967296 is outside 0..4194303");
+  require_error(R"({"model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}})", "id -1 is outside");
+  require_error(R"({"added_tokens": [{"id": 4194304, "content": "<x>"}],
+                    "model": {"type": "BPE", "vocab": {}, "merges": []}})",
+                "missing 'id', or outside 0..4194303");
   require_error(R"({"model": {"type": "BPE", "vocab": {}, "merges": [], "unk_token": "<unk>"}})", "unk_token");
   require_error(R"({"normalizer": {"type": "BertNormalizer"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})",
                 "unsupported normalizer 'BertNormalizer'");
