@@ -30,7 +30,7 @@
 #include "core/engine/seeds.h"
 #include "core/engine/sequence_output.h"
 #include "core/engine/speculative_decoder.h"
-#include "core/host/plugin_check.h"
+#include "core/plugin/configured_plugins.h"
 #include "core/plugin/plugin_instance.h"
 #include "core/scheduler/scheduler.h"
 #include "core/tokenizer/tokenizer_error.h"
@@ -199,10 +199,10 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
     : config_(config),
       log_(logger("engine")),
       tokenizer_(tokenizer::Tokenizer::from_model(config.model.path.string())) {
-  const PluginCheckReport report = load_configured_plugins(config, registry);
-  if (!report.ok()) throw ConfigError(join(report.errors, "\n"));
+  const ConfiguredPlugins configured = load_configured_plugins(config, registry);
+  if (!configured.ok()) throw ConfigError(join(configured.errors, "\n"));
   const auto library_of = [&](pllm_plugin_kind kind) {
-    for (const ConfiguredPlugin& plugin : report.plugins) {
+    for (const ConfiguredPlugin& plugin : configured.plugins) {
       if (plugin.kind == kind) return std::shared_ptr<const PluginLibrary>(plugin.library);
     }
     throw ConfigError("no plugin configured for a required slot");
