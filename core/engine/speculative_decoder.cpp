@@ -247,8 +247,7 @@ pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const 
   std::vector<BatchRow> batch_rows;
   batch_rows.reserve(rows.size());
   for (const DraftRow& r : rows) {
-    batch_rows.push_back({r.tokens, r.first_position, r.block_table,
-                          r.wants_logits ? RowLogits::kLastToken : RowLogits::kNone, r.tokens.size() == 1});
+    batch_rows.push_back({r.tokens, r.first_position, r.block_table, r.wants_logits ? 1 : 0, r.tokens.size() == 1});
   }
   const BuiltBatch built = build_step_batch(batch_rows, block_size_);
 

@@ -497,10 +497,9 @@ void Scheduler::build_batch(SchedulerOutput& output) {
               : sequence.draft_token_ids[static_cast<std::size_t>(position - sequence.num_tokens())]);
     }
     // A speculative decode row needs the logits of every token to verify the drafts.
-    const RowLogits logits = row.num_samples == 0 ? RowLogits::kNone
-                             : row.is_decode      ? RowLogits::kEveryToken
-                                                  : RowLogits::kLastToken;
-    rows.push_back({row_tokens[r], row.num_computed_tokens, kv_.block_table(row.sequence_id), logits, row.is_decode});
+    const int num_logits = row.num_samples == 0 ? 0 : row.is_decode ? row.num_new_tokens : 1;
+    rows.push_back(
+        {row_tokens[r], row.num_computed_tokens, kv_.block_table(row.sequence_id), num_logits, row.is_decode});
   }
   BuiltBatch built = build_step_batch(rows, kv_.block_size());
   for (std::size_t r = 0; r < output.sequences.size(); ++r) {

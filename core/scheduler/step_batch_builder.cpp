@@ -28,6 +28,8 @@ BuiltBatch build_step_batch(std::span<const BatchRow> rows, int block_size) {
     const BatchRow& row = rows[i];
     const auto num_tokens = static_cast<int>(row.tokens.size());
     PAGEDLLM_CHECK(num_tokens > 0, "a batch row without tokens (at position {})", row.first_position);
+    PAGEDLLM_CHECK(row.num_logits >= 0 && row.num_logits <= num_tokens, "{} logits rows for a row of {} tokens",
+                   row.num_logits, num_tokens);
     for (int j = 0; j < num_tokens; ++j) {
       const int position = row.first_position + j;
       const auto block = static_cast<std::size_t>(position / block_size);
@@ -50,10 +52,9 @@ BuiltBatch build_step_batch(std::span<const BatchRow> rows, int block_size) {
 
   built.first_logits_index.assign(rows.size(), -1);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i].logits == RowLogits::kNone) continue;
-    const auto b = static_cast<std::size_t>(built.batch_row[i]);
-    const std::int32_t end = batch.query_start_loc[b + 1];
-    const std::int32_t first = rows[i].logits == RowLogits::kEveryToken ? batch.query_start_loc[b] : end - 1;
+    if (rows[i].num_logits == 0) continue;
+    const std::int32_t end = batch.query_start_loc[static_cast<std::size_t>(built.batch_row[i]) + 1];
+    const std::int32_t first = end - rows[i].num_logits;
     built.first_logits_index[i] = static_cast<int>(batch.logits_indices.size());
     for (std::int32_t t = first; t < end; ++t) batch.logits_indices.push_back(t);
   }

@@ -21,10 +21,11 @@ TEST_CASE("step batch builder: decode rows first, slots from the block tables, l
   const Ints c_tokens{30, 31}, c_table{1, 2, 4};              // prefill chunk at 8..9, no logits
   const Ints d_tokens{40, 41, 42}, d_table{6, 8};             // speculative decode at 5..7: 2 drafts
   const std::vector<BatchRow> rows{
-      {a_tokens, 0, a_table, RowLogits::kLastToken, false},
-      {b_tokens, 6, b_table, RowLogits::kLastToken, true},
-      {c_tokens, 8, c_table, RowLogits::kNone, false},
-      {d_tokens, 5, d_table, RowLogits::kEveryToken, true},
+      // tokens, first position, block table, logits rows (at the end), decode
+      {a_tokens, 0, a_table, 1, false},
+      {b_tokens, 6, b_table, 1, true},
+      {c_tokens, 8, c_table, 0, false},
+      {d_tokens, 5, d_table, 3, true},
   };
   const BuiltBatch built = build_step_batch(rows, 4);
   const StepBatch& b = built.batch;
@@ -63,8 +64,9 @@ TEST_CASE("step batch builder: random rows against a plain walk of their tokens 
       for (int j = 0; j < count; ++j) tokens[i].push_back(uniform(0, 50'000));
       const int blocks = (first + count + block_size - 1) / block_size + uniform(0, 2);  // spare blocks too
       for (int k = 0; k < blocks; ++k) tables[i].push_back(uniform(0, 10'000));
-      const RowLogits logits = static_cast<RowLogits>(uniform(0, 2));
-      rows.push_back({tokens[i], first, tables[i], logits, decode});
+      // None, the last token's, every token's, or any count in between.
+      const int num_logits = uniform(0, 2) == 0 ? 0 : uniform(0, 1) == 0 ? 1 : uniform(1, count);
+      rows.push_back({tokens[i], first, tables[i], num_logits, decode});
     }
     const BuiltBatch built = build_step_batch(rows, block_size);
     const StepBatch& b = built.batch;
@@ -116,27 +118,30 @@ TEST_CASE("step batch builder: random rows against a plain walk of their tokens 
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const std::int32_t start = b.query_start_loc[static_cast<std::size_t>(built.batch_row[i])];
       const auto count = static_cast<std::int32_t>(tokens[i].size());
-      if (rows[i].logits == RowLogits::kNone) {
+      if (rows[i].num_logits == 0) {
         REQUIRE(built.first_logits_index[i] == -1);
         continue;
       }
       REQUIRE(built.first_logits_index[i] == static_cast<int>(expected_logits.size()));
-      const std::int32_t first = rows[i].logits == RowLogits::kEveryToken ? start : start + count - 1;
+      const std::int32_t first = start + count - rows[i].num_logits;
       for (std::int32_t t = first; t < start + count; ++t) expected_logits.push_back(t);
     }
     REQUIRE(b.logits_indices == expected_logits);
   }
 }
 
-TEST_CASE("step batch builder: a position without a block, or a row without tokens, is a bug it reports") {
+TEST_CASE("step batch builder: a position without a block, a row without tokens, or more logits than tokens "
+          "is a bug it reports") {
   const Ints tokens{1, 2, 3}, short_table{4}, hole_table{4, -1}, none;
   // Positions 2..4 with block size 2 need blocks 1 and 2.
-  CHECK_THROWS_AS(build_step_batch(std::vector<BatchRow>{{tokens, 2, short_table, RowLogits::kNone, false}}, 2),
+  CHECK_THROWS_AS(build_step_batch(std::vector<BatchRow>{{tokens, 2, short_table, 0, false}}, 2),
                   InternalError);
-  CHECK_THROWS_AS(build_step_batch(std::vector<BatchRow>{{tokens, 1, hole_table, RowLogits::kNone, false}}, 2),
+  CHECK_THROWS_AS(build_step_batch(std::vector<BatchRow>{{tokens, 1, hole_table, 0, false}}, 2),
                   InternalError);
-  CHECK_THROWS_AS(build_step_batch(std::vector<BatchRow>{{none, 0, short_table, RowLogits::kLastToken, true}}, 2),
+  CHECK_THROWS_AS(build_step_batch(std::vector<BatchRow>{{none, 0, short_table, 1, true}}, 2),
                   InternalError);
-  CHECK_THROWS_WITH(build_step_batch(std::vector<BatchRow>{{tokens, 2, short_table, RowLogits::kNone, false}}, 2),
+  const Ints long_table{4, 5, 6};
+  CHECK_THROWS_AS(build_step_batch(std::vector<BatchRow>{{tokens, 2, long_table, 4, false}}, 2), InternalError);
+  CHECK_THROWS_WITH(build_step_batch(std::vector<BatchRow>{{tokens, 2, short_table, 0, false}}, 2),
                     Catch::Contains("position 2 has no KV block"));
 }
