@@ -1,12 +1,15 @@
 #include "core/engine/kv_cache_sizing.h"
 
 #include <algorithm>
+#include <numeric>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "core/config/config_error.h"
 #include "core/engine/plugin_batch.h"
 #include "core/plugin/plugin_error.h"
+#include "core/scheduler/step_batch_builder.h"
 
 namespace pagedllm {
 namespace {
@@ -222,40 +225,24 @@ ProfilingBatch make_profiling_batch(const SchedulerConfig& scheduler, int max_mo
   const int num_tokens = static_cast<int>(std::min<std::int64_t>(scheduler.max_num_batched_tokens, capacity));
   const int num_seqs = std::min(scheduler.max_num_seqs, num_tokens);
   const int logits_per_seq = 1 + num_speculative_tokens;
-  const int longest = (num_tokens + num_seqs - 1) / num_seqs;
 
+  // Each sequence in blocks of its own, numbered from 0: the profiling cache holds just those.
   ProfilingBatch out;
-  StepBatch& b = out.batch;
-  b.block_size = block_size;
-  b.max_query_len = longest;
-  b.max_seq_len = longest;
-  b.max_blocks_per_seq = blocks_for_tokens(longest, block_size);
-  b.query_start_loc.push_back(0);
-  b.block_tables.assign(static_cast<std::size_t>(num_seqs) * static_cast<std::size_t>(b.max_blocks_per_seq),
-                        kInvalidBlockId);
+  std::vector<std::vector<BlockId>> block_tables(static_cast<std::size_t>(num_seqs));
+  std::vector<std::vector<std::int32_t>> tokens(static_cast<std::size_t>(num_seqs));
+  std::vector<BatchRow> rows;
   for (int s = 0; s < num_seqs; ++s) {
     // The first num_tokens % num_seqs sequences take one token more.
     const int length = num_tokens / num_seqs + (s < num_tokens % num_seqs ? 1 : 0);
-    const int first_block = out.num_blocks;
-    const int num_blocks = blocks_for_tokens(length, block_size);
-    for (int i = 0; i < num_blocks; ++i) {
-      b.block_tables[static_cast<std::size_t>(s) * static_cast<std::size_t>(b.max_blocks_per_seq) +
-                     static_cast<std::size_t>(i)] = first_block + i;
-    }
-    out.num_blocks += num_blocks;
-    const int first_row = b.num_tokens();
-    for (int p = 0; p < length; ++p) {
-      b.token_ids.push_back(0);
-      b.positions.push_back(p);
-      b.slot_mapping.push_back(static_cast<std::int64_t>(first_block + p / block_size) * block_size +
-                               p % block_size);
-      if (num_speculative_tokens > 0) out.hidden_indices.push_back(first_row + p);
-    }
-    for (int row = first_row + std::max(0, length - logits_per_seq); row < first_row + length; ++row) {
-      b.logits_indices.push_back(row);
-    }
-    b.seq_lens.push_back(length);
-    b.query_start_loc.push_back(b.num_tokens());
+    std::vector<BlockId>& table = block_tables[static_cast<std::size_t>(s)];
+    for (int i = 0; i < blocks_for_tokens(length, block_size); ++i) table.push_back(out.num_blocks++);
+    tokens[static_cast<std::size_t>(s)].assign(static_cast<std::size_t>(length), 0);
+    rows.push_back({tokens[static_cast<std::size_t>(s)], 0, table, std::min(length, logits_per_seq), false});
+  }
+  out.batch = build_step_batch(rows, block_size).batch;
+  if (num_speculative_tokens > 0) {
+    out.hidden_indices.resize(static_cast<std::size_t>(out.batch.num_tokens()));
+    std::iota(out.hidden_indices.begin(), out.hidden_indices.end(), 0);
   }
   return out;
 }

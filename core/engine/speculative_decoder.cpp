@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 
 #include "core/config/config_error.h"
+#include "core/engine/plugin_batch.h"
 #include "core/engine/seeds.h"
+#include "core/scheduler/step_batch_builder.h"
 
 namespace pagedllm {
 namespace {
@@ -238,80 +240,36 @@ void SpeculativeDecoder::forget(RequestId request) {
 
 pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const pllm_tensor* features,
                                           const std::int32_t* feature_rows) {
-  // Single-token rows first, as pllm_batch orders decodes.
-  std::vector<std::size_t> order(rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) order[i] = i;
-  std::stable_partition(order.begin(), order.end(), [&](std::size_t i) { return rows[i].tokens.size() == 1; });
   PAGEDLLM_CHECK(features != nullptr ||
                      std::all_of(rows.begin(), rows.end(), [](const DraftRow& r) { return r.tokens.size() == 1; }),
                  "a draft chain continues single-token rows only");
+  // Single-token rows are the batch's decodes; the logits follow the caller's row order.
+  std::vector<BatchRow> batch_rows;
+  batch_rows.reserve(rows.size());
+  for (const DraftRow& r : rows) {
+    batch_rows.push_back({r.tokens, r.first_position, r.block_table, r.wants_logits ? 1 : 0, r.tokens.size() == 1});
+  }
+  const BuiltBatch built = build_step_batch(batch_rows, block_size_);
 
-  std::vector<std::int32_t> token_ids, positions, query_start_loc{0}, seq_lens, block_tables, logits_indices;
-  std::vector<std::int64_t> slot_mapping;
-  std::vector<std::int32_t> reordered_feature_rows;
-  std::size_t max_blocks = 0;
-  for (const DraftRow& r : rows) max_blocks = std::max(max_blocks, r.block_table.size());
-  pllm_batch batch{};
-  batch.struct_size = sizeof(pllm_batch);
-  // Features follow the batch's row order; the caller's order is restored for logits.
-  std::vector<std::size_t> feature_source;
-  std::size_t caller_token = 0;
-  std::vector<std::size_t> first_token_of(rows.size());
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    first_token_of[i] = caller_token;
-    caller_token += rows[i].tokens.size();
-  }
-  for (const std::size_t i : order) {
-    const DraftRow& r = rows[i];
-    const int count = static_cast<int>(r.tokens.size());
-    for (int j = 0; j < count; ++j) {
-      const int position = r.first_position + j;
-      const auto block = static_cast<std::size_t>(position / block_size_);
-      PAGEDLLM_CHECK(block < r.block_table.size() && r.block_table[block] >= 0,
-                     "draft position {} has no KV block", position);
-      token_ids.push_back(r.tokens[static_cast<std::size_t>(j)]);
-      positions.push_back(position);
-      slot_mapping.push_back(static_cast<std::int64_t>(r.block_table[block]) * block_size_ +
-                             position % block_size_);
-      feature_source.push_back(first_token_of[i] + static_cast<std::size_t>(j));
-    }
-    if (count == 1) ++batch.num_decode_seqs;
-    query_start_loc.push_back(static_cast<std::int32_t>(token_ids.size()));
-    seq_lens.push_back(r.first_position + count);
-    batch.max_query_len = std::max(batch.max_query_len, count);
-    batch.max_seq_len = std::max(batch.max_seq_len, r.first_position + count);
-    block_tables.insert(block_tables.end(), r.block_table.begin(), r.block_table.end());
-    block_tables.insert(block_tables.end(), max_blocks - r.block_table.size(), -1);
-  }
-  // Logits rows in the caller's row order.
-  std::vector<std::size_t> batch_row_of(rows.size());
-  for (std::size_t b = 0; b < order.size(); ++b) batch_row_of[order[b]] = b;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i].wants_logits) logits_indices.push_back(query_start_loc[batch_row_of[i] + 1] - 1);
-  }
-
-  // Feature rows in the batch's order: indices into the target's hidden
+  // Feature rows in the batch's token order: indices into the target's hidden
   // states (which the draft gathers on its device), or into the chain.
-  for (const std::size_t source : feature_source) reordered_feature_rows.push_back(feature_rows[source]);
-
-  batch.num_seqs = static_cast<std::int32_t>(rows.size());
-  batch.num_tokens = static_cast<std::int32_t>(token_ids.size());
-  batch.block_size = block_size_;
-  batch.max_blocks_per_seq = static_cast<std::int32_t>(max_blocks);
-  batch.token_ids = token_ids.data();
-  batch.positions = positions.data();
-  batch.slot_mapping = slot_mapping.data();
-  batch.query_start_loc = query_start_loc.data();
-  batch.seq_lens = seq_lens.data();
-  batch.block_tables = block_tables.data();
-  batch.num_logits = static_cast<std::int32_t>(logits_indices.size());
-  batch.logits_indices = logits_indices.data();
+  std::vector<std::int32_t> batch_feature_rows(built.batch.token_ids.size());
+  std::size_t caller_token = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto first = static_cast<std::size_t>(
+        built.batch.query_start_loc[static_cast<std::size_t>(built.batch_row[i])]);
+    for (std::size_t j = 0; j < rows[i].tokens.size(); ++j) {
+      batch_feature_rows[first + j] = feature_rows[caller_token++];
+    }
+  }
+  const std::vector<std::int32_t> no_hidden_rows;  // the draft returns logits only
+  const pllm_batch batch = plugin_batch_view(built.batch, no_hidden_rows);
 
   pllm_error error{};
   check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),
                     "plan (draft)");
   const pllm_attention_ref attention = attention_ref(attention_);
-  pllm_draft_args args{sizeof(pllm_draft_args), &batch, features, &attention, reordered_feature_rows.data()};
+  pllm_draft_args args{sizeof(pllm_draft_args), &batch, features, &attention, batch_feature_rows.data()};
   pllm_tensor logits{};
   logits.struct_size = sizeof logits;
   pllm_draft_output out{sizeof(pllm_draft_output), &logits};

@@ -65,9 +65,9 @@ int run(const std::vector<std::string>& args) {
   }
 
   PluginRegistry registry = make_plugin_registry(config);
-  const PluginCheckReport report = load_configured_plugins(config, registry);
-  for (const auto& error : report.errors) fmt::print(stderr, "pagedllm-host: config error: {}\n", error);
-  if (!report.ok()) return kExitUsageError;
+  const ConfiguredPlugins configured = load_configured_plugins(config, registry);
+  for (const auto& error : configured.errors) fmt::print(stderr, "pagedllm-host: config error: {}\n", error);
+  if (!configured.ok()) return kExitUsageError;
 
   if (options.generate) {
     try {
@@ -81,7 +81,7 @@ int run(const std::vector<std::string>& args) {
   if (options.check) {
     fmt::print("pagedllm-host {} (plugin SDK {}): {} is valid\n\n", PAGEDLLM_HOST_VERSION, kHostSdkVersion.str(),
                *options.config_file);
-    print_check_summary(config, report, std::cout);
+    print_check_summary(config, configured, std::cout);
     return kExitOk;
   }
 

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "core/common/check.h"
+#include "core/scheduler/step_batch_builder.h"
 
 namespace pagedllm {
 
@@ -480,44 +482,30 @@ void Scheduler::schedule_waiting(StepState& step, SchedulerOutput& output) {
 void Scheduler::build_batch(SchedulerOutput& output) {
   std::stable_partition(output.sequences.begin(), output.sequences.end(),
                         [](const ScheduledSequence& row) { return row.is_decode; });
-  StepBatch& batch = output.batch;
-  batch.block_size = kv_.block_size();
-  batch.query_start_loc.push_back(0);
-  for (const ScheduledSequence& row : output.sequences) {
-    batch.max_blocks_per_seq = std::max(
-        batch.max_blocks_per_seq, static_cast<std::int32_t>(kv_.block_table(row.sequence_id).size()));
-  }
-  for (ScheduledSequence& row : output.sequences) {
+  // A decode row's new tokens are the sequence's last token and then its drafts.
+  std::vector<std::vector<std::int32_t>> row_tokens(output.sequences.size());
+  std::vector<BatchRow> rows;
+  rows.reserve(output.sequences.size());
+  for (std::size_t r = 0; r < output.sequences.size(); ++r) {
+    const ScheduledSequence& row = output.sequences[r];
     const Sequence& sequence = *group(row.request_id).find_sequence(row.sequence_id);
-    if (row.is_decode) ++batch.num_decode_seqs;
     for (int i = 0; i < row.num_new_tokens; ++i) {
       const int position = row.num_computed_tokens + i;
-      const std::int32_t token =
+      row_tokens[r].push_back(
           position < sequence.num_tokens()
               ? sequence.token_ids[static_cast<std::size_t>(position)]
-              : sequence.draft_token_ids[static_cast<std::size_t>(position - sequence.num_tokens())];
-      batch.token_ids.push_back(token);
-      batch.positions.push_back(position);
-      batch.slot_mapping.push_back(kv_.slot(row.sequence_id, position));
+              : sequence.draft_token_ids[static_cast<std::size_t>(position - sequence.num_tokens())]);
     }
-    const int end = batch.num_tokens();
-    if (row.num_samples > 0) {
-      row.first_logits_index = static_cast<int>(batch.logits_indices.size());
-      // A speculative decode row needs the logits of every token to verify the drafts.
-      const int first_sampled = row.is_decode ? end - row.num_new_tokens : end - 1;
-      for (int index = first_sampled; index < end; ++index) batch.logits_indices.push_back(index);
-    }
-    batch.query_start_loc.push_back(end);
-    const int seq_len = row.num_computed_tokens + row.num_new_tokens;
-    batch.seq_lens.push_back(seq_len);
-    batch.max_query_len = std::max(batch.max_query_len, row.num_new_tokens);
-    batch.max_seq_len = std::max(batch.max_seq_len, seq_len);
-    const auto table = kv_.block_table(row.sequence_id);
-    batch.block_tables.insert(batch.block_tables.end(), table.begin(), table.end());
-    batch.block_tables.insert(batch.block_tables.end(),
-                              static_cast<std::size_t>(batch.max_blocks_per_seq) - table.size(),
-                              kInvalidBlockId);
+    // A speculative decode row needs the logits of every token to verify the drafts.
+    const int num_logits = row.num_samples == 0 ? 0 : row.is_decode ? row.num_new_tokens : 1;
+    rows.push_back(
+        {row_tokens[r], row.num_computed_tokens, kv_.block_table(row.sequence_id), num_logits, row.is_decode});
   }
+  BuiltBatch built = build_step_batch(rows, kv_.block_size());
+  for (std::size_t r = 0; r < output.sequences.size(); ++r) {
+    output.sequences[r].first_logits_index = built.first_logits_index[r];
+  }
+  output.batch = std::move(built.batch);
 }
 
 // ---- Update -----------------------------------------------------------------

@@ -19,7 +19,7 @@
 
 #include "core/config/config.h"
 #include "core/engine/engine.h"
-#include "core/host/plugin_check.h"
+#include "core/plugin/configured_plugins.h"
 #include "tests/support/temp_dir.h"
 
 using namespace pagedllm;

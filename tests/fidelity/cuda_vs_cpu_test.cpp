@@ -45,7 +45,7 @@
 
 #include "core/config/config.h"
 #include "core/engine/engine.h"
-#include "core/host/plugin_check.h"
+#include "core/plugin/configured_plugins.h"
 #include "tests/support/cuda_device.h"
 #include "tests/support/temp_dir.h"
 

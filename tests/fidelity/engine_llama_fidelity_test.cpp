@@ -66,7 +66,7 @@
 
 #include "core/config/config.h"
 #include "core/engine/engine.h"
-#include "core/host/plugin_check.h"
+#include "core/plugin/configured_plugins.h"
 #include "tests/support/python.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"

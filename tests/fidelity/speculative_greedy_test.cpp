@@ -25,7 +25,7 @@
 
 #include "core/config/config.h"
 #include "core/engine/engine.h"
-#include "core/host/plugin_check.h"
+#include "core/plugin/configured_plugins.h"
 #ifdef PAGEDLLM_SPECULATIVE_ON_CUDA
 #include "tests/support/cuda_device.h"
 #endif

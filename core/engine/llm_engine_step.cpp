@@ -1,0 +1,254 @@
+// One engine step (docs/architecture.md "One engine step"): schedule, block
+// operations, plan, forward, sampling (and verification of drafts), ending
+// requests whose logits are not finite, scheduler update, publishing, drafting.
+
+#include "core/engine/llm_engine.h"
+
+#include <algorithm>
+#include <iterator>
+
+#include <fmt/format.h>
+
+#include "core/engine/plugin_batch.h"
+#include "core/engine/seeds.h"
+
+namespace pagedllm {
+namespace {
+
+std::vector<pllm_block_copy> to_block_copies(const std::vector<BlockMapping>& mappings) {
+  std::vector<pllm_block_copy> copies;
+  copies.reserve(mappings.size());
+  for (const BlockMapping& m : mappings) copies.push_back({m.src, m.dst});
+  return copies;
+}
+
+}  // namespace
+
+bool LlmEngine::step() {
+  SchedulerOutput output = scheduler_->schedule();
+  if (output.empty()) return false;
+  const auto started = Clock::now();
+  step_started_ns_ = started.time_since_epoch().count();
+
+  for (const ScheduledSequence& row : output.sequences) {
+    LiveRequest& request = live(row.request_id);
+    if (!request.first_scheduled) {
+      request.first_scheduled = started;
+      request.num_cached_prompt_tokens = row.num_computed_tokens;
+      update_metrics([&](EngineMetrics& m) { m.queue_time.observe(seconds_between(request.arrival, started)); });
+    }
+  }
+
+  run_block_operations(output);
+
+  std::vector<std::int32_t> first_hidden_row;
+  const std::vector<std::int32_t> hidden_rows = hidden_indices(output, first_hidden_row);
+  const pllm_batch batch = plugin_batch_view(output.batch, hidden_rows);
+
+  pllm_error error{};
+  check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),
+                    "plan");
+  pllm_tensor logits{}, hidden{};
+  logits.struct_size = hidden.struct_size = sizeof(pllm_tensor);
+  pllm_forward_output forward{sizeof(pllm_forward_output), &logits, &hidden};
+  const pllm_attention_ref attention = attention_ref(attention_);
+  check_plugin_call(model_instance_.api().forward(model_instance_.get(), &batch, &attention, &forward, &error),
+                    error, model_instance_.library(), "forward");
+
+  StepSamples sampled;
+  std::vector<SequenceSample> samples;
+  if (batch.num_logits > 0) {
+    if (logits.dtype != PLLM_DTYPE_F32 || logits.ndim != 2 || logits.shape[0] != batch.num_logits ||
+        logits.shape[1] != model_info_.vocab_size) {
+      throw PluginCallError(PLLM_ERROR_INTERNAL,
+                            fmt::format("plugin '{}': forward returned logits that are not f32 [{}, {}]",
+                                        model_instance_.library().name(), batch.num_logits,
+                                        model_info_.vocab_size));
+    }
+    std::vector<RequestId> faulty;
+    samples = sample(output, logits, sampled, faulty);
+    if (speculative_) {
+      std::vector<SequenceSample> verified = verify_drafts(output, logits, faulty);
+      samples.insert(samples.end(), std::make_move_iterator(verified.begin()),
+                     std::make_move_iterator(verified.end()));
+    }
+    if (!faulty.empty()) {
+      // A faulty request's other rows (its other sequences) commit nothing either.
+      std::unordered_set<SequenceId> dropped;
+      for (const ScheduledSequence& row : output.sequences) {
+        if (std::find(faulty.begin(), faulty.end(), row.request_id) != faulty.end()) dropped.insert(row.sequence_id);
+      }
+      std::erase_if(samples, [&](const SequenceSample& s) { return dropped.contains(s.sequence_id); });
+      end_requests_with_non_finite_logits(faulty);
+    }
+  }
+  const UpdateResult result = scheduler_->update(output, samples);
+  publish(result, sampled);
+  if (speculative_ && batch.num_hidden > 0) {
+    if (hidden.dtype != PLLM_DTYPE_F32 || hidden.ndim != 2 || hidden.shape[0] != batch.num_hidden ||
+        hidden.shape[1] != model_info_.hidden_size || hidden.strides[1] != 1) {
+      throw PluginCallError(PLLM_ERROR_INTERNAL,
+                            fmt::format("plugin '{}': forward returned hidden states that are not f32 [{}, {}]",
+                                        model_instance_.library().name(), batch.num_hidden,
+                                        model_info_.hidden_size));
+    }
+    propose_drafts(output, hidden, first_hidden_row);
+  }
+
+  const auto finished = Clock::now();
+  const std::int64_t duration = (finished - started).count();
+  if (duration > longest_step_ns_) longest_step_ns_ = duration;
+  step_started_ns_ = 0;
+  const SchedulerStats stats = scheduler_->stats();
+  update_metrics([&](EngineMetrics& m) { m.scheduler = stats; });
+  return true;
+}
+
+void LlmEngine::end_requests_with_non_finite_logits(const std::vector<RequestId>& flagged) {
+  std::vector<RequestId> faulty = flagged;
+  std::sort(faulty.begin(), faulty.end());
+  faulty.erase(std::unique(faulty.begin(), faulty.end()), faulty.end());
+  for (const RequestId id : faulty) {
+    const std::string error = fmt::format("plugin '{}': forward returned non-finite logits (NaN or +inf, or all "
+                                          "-inf) for this request; it was ended, the engine serves the others",
+                                          model_instance_.library().name());
+    log_->error("request {}: {}", id, error);
+    scheduler_->abort(id);
+    RequestOutput out;
+    end_request(id, live(id), out, FinishReason::kAborted, error);
+  }
+}
+
+void LlmEngine::run_block_operations(const SchedulerOutput& output) {
+  pllm_error error{};
+  const auto run = [&](auto fn, const std::vector<BlockMapping>& mappings, const char* what) {
+    if (mappings.empty()) return;
+    const std::vector<pllm_block_copy> copies = to_block_copies(mappings);
+    check_plugin_call(fn(attention_.get(), copies.data(), static_cast<std::int64_t>(copies.size()), &error),
+                      error, attention_.library(), what);
+  };
+  run(attention_.api().swap_out, output.blocks_to_swap_out, "swap_out");
+  run(attention_.api().swap_in, output.blocks_to_swap_in, "swap_in");
+  run(attention_.api().copy_blocks, output.blocks_to_copy, "copy_blocks");
+}
+
+std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, const pllm_tensor& logits,
+                                              StepSamples& sampled, std::vector<RequestId>& faulty) {
+  // One sampler row per token to sample. A prompt that completes for an n > 1
+  // request is sampled n times from the same logits row, once per sequence.
+  struct Slot {
+    std::size_t row = 0;  // index into output.sequences
+    int sequence_index = 0;
+    int logits_row = 0;
+    const Sequence* sequence = nullptr;  // the row's sequence (the parent when forking)
+  };
+  std::vector<Slot> slots;
+  for (std::size_t r = 0; r < output.sequences.size(); ++r) {
+    const ScheduledSequence& row = output.sequences[r];
+    if (row.num_samples == 0 || row.num_draft_tokens > 0) continue;  // drafts: verify_drafts()
+    const SequenceGroup* state = scheduler_->request_state(row.request_id);
+    if (state == nullptr) continue;
+    int index = 0;
+    for (std::size_t s = 0; s < state->sequences.size(); ++s) {
+      if (state->sequences[s].id == row.sequence_id) index = static_cast<int>(s);
+    }
+    const Sequence* sequence = &state->sequences[static_cast<std::size_t>(index)];
+    for (int j = 0; j < row.num_samples; ++j) {
+      slots.push_back({r, row.num_samples > 1 ? j : index, row.first_logits_index, sequence});
+    }
+  }
+
+  if (slots.empty()) return {};
+  std::vector<pllm_sample_row> rows(slots.size());
+  int max_top = 0;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    const ScheduledSequence& row = output.sequences[slots[i].row];
+    LiveRequest& request = live(row.request_id);
+    const SamplingOptions& options = request.request.sampling;
+    const int index = slots[i].sequence_index;
+    if (static_cast<int>(request.params.size()) <= index) {
+      request.params.resize(static_cast<std::size_t>(options.n));
+      for (int s = 0; s < options.n; ++s) {
+        pllm_sampling_params& p = request.params[static_cast<std::size_t>(s)];
+        p.struct_size = sizeof(pllm_sampling_params);
+        p.temperature = options.temperature;
+        p.top_p = options.top_p;
+        p.top_k = std::max(0, options.top_k);
+        p.min_p = options.min_p;
+        p.presence_penalty = options.presence_penalty;
+        p.frequency_penalty = options.frequency_penalty;
+        p.repetition_penalty = options.repetition_penalty;
+        p.seed = sequence_seed(request.seed, s);
+        p.num_top_logprobs = options.logprobs.value_or(0);
+      }
+    }
+    max_top = std::max(max_top, options.logprobs.value_or(0));
+    const Sequence* sequence = slots[i].sequence;
+    const std::size_t prompt_len = request.request.prompt_token_ids.size();
+    const bool forking = row.num_samples > 1;
+    pllm_sample_row& out = rows[i];
+    out.struct_size = sizeof(pllm_sample_row);
+    out.params = &request.params[static_cast<std::size_t>(index)];
+    out.prompt_token_ids = request.request.prompt_token_ids.data();
+    out.num_prompt_tokens = static_cast<std::int32_t>(prompt_len);
+    // Output tokens so far: none at the prompt; after it, the sequence's tail
+    // (after recompute preemption a prefill row also continues a sequence).
+    const std::size_t num_outputs = forking ? 0 : sequence->token_ids.size() - prompt_len;
+    out.output_token_ids = sequence->token_ids.data() + prompt_len;
+    out.num_output_tokens = static_cast<std::int32_t>(num_outputs);
+    out.random_offset = num_outputs;
+    // The sampler gathers the row on the model's device.
+    out.logits_row = slots[i].logits_row;
+  }
+
+  const std::size_t n = slots.size();
+  std::vector<std::int32_t> tokens(n);
+  std::vector<float> logprobs(n);
+  std::vector<std::int32_t> top_tokens(n * static_cast<std::size_t>(max_top));
+  std::vector<float> top_logprobs(n * static_cast<std::size_t>(max_top));
+  std::vector<std::int32_t> status(n);
+  pllm_sample_batch batch{sizeof(pllm_sample_batch), static_cast<std::int32_t>(n), sizeof(pllm_sample_row),
+                          rows.data(), &logits};
+  pllm_sample_output out{sizeof(pllm_sample_output), tokens.data(), logprobs.data(), max_top,
+                         max_top > 0 ? top_tokens.data() : nullptr, max_top > 0 ? top_logprobs.data() : nullptr,
+                         status.data()};
+  pllm_error error{};
+  check_plugin_call(sampler_.api().sample(sampler_.get(), &batch, &out, &error), error, sampler_.library(),
+                    "sample");
+
+  std::vector<SequenceSample> samples;
+  for (std::size_t i = 0; i < n; ++i) {
+    const ScheduledSequence& row = output.sequences[slots[i].row];
+    if (status[i] == PLLM_SAMPLE_NON_FINITE_LOGITS) {
+      faulty.push_back(row.request_id);
+      continue;
+    }
+    if (status[i] != PLLM_SAMPLE_OK) {
+      throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': sample returned row status {}",
+                                                             sampler_.library().name(), status[i]));
+    }
+    if (tokens[i] < 0 || tokens[i] >= model_info_.vocab_size) {
+      throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': sampled token {} outside the "
+                                                             "vocabulary of {}",
+                                                             sampler_.library().name(), tokens[i],
+                                                             model_info_.vocab_size));
+    }
+    if (samples.empty() || samples.back().sequence_id != row.sequence_id) {
+      samples.push_back({row.sequence_id, {}, {}});
+    }
+    samples.back().token_ids.push_back(tokens[i]);
+    SampledToken& token = sampled[{row.request_id, slots[i].sequence_index}];
+    token.token = tokens[i];
+    token.logprob.token_id = tokens[i];
+    token.logprob.logprob = logprobs[i];
+    const int wanted = live(row.request_id).request.sampling.logprobs.value_or(0);
+    for (int k = 0; k < wanted; ++k) {
+      const std::size_t at = i * static_cast<std::size_t>(max_top) + static_cast<std::size_t>(k);
+      if (top_tokens[at] < 0) break;
+      token.logprob.top.emplace_back(top_tokens[at], top_logprobs[at]);
+    }
+  }
+  return samples;
+}
+
+}  // namespace pagedllm
