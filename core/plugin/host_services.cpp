@@ -51,13 +51,15 @@ void HostServices::progress(void* context, const char* task, uint64_t done, uint
   const std::string name = task ? task : "";
   const int percent = total ? static_cast<int>(100 * std::min(done, total) / total) : 100;
   // Log each task in steps of 10%: its start, every tenth, its end. Reports may
-  // come from several of the plugin's threads at once.
+  // come from several of the plugin's threads at once, each its own task, so
+  // each task keeps its own step (interleaved tasks would otherwise log every call).
   const std::lock_guard lock(self->progress_mutex_);
-  if (name != self->last_task_ || percent / 10 != self->last_percent_ / 10) {
+  const auto [entry, first_report] = self->logged_tenth_.try_emplace(name, percent / 10);
+  if (first_report || entry->second != percent / 10) {
     self->logger_->info("{}: {}% ({}/{})", name, percent, done, total);
-    self->last_task_ = name;
-    self->last_percent_ = percent;
+    entry->second = percent / 10;
   }
+  if (percent == 100) self->logged_tenth_.erase(entry);
 }
 
 }  // namespace pagedllm

@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 
 #include <spdlog/logger.h>
 
@@ -33,8 +34,8 @@ class HostServices {
   pllm_host_api api_{};
   // Last progress percentage reported per task, so progress is logged in steps.
   std::mutex progress_mutex_;
-  std::string last_task_;
-  int last_percent_ = -1;
+  // Per task, the tenth of its progress last logged; a task leaves when it reaches 100%.
+  std::unordered_map<std::string, int> logged_tenth_;
 };
 
 }  // namespace pagedllm

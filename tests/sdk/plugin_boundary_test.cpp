@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -177,9 +178,21 @@ TEST_CASE("host services may be called from several plugin threads at once", "[s
   }
   for (auto& thread : threads) thread.join();
   logger("threaded_plugin")->sinks().pop_back();
+  // Each task logs its own tenths (0%, 10%, ..., 100%) however the threads interleave: 4 x 11 + 4 lines fit the ring.
   int done = 0;
-  for (const std::string& line : ring->last_formatted()) done += line.find("done task") != std::string::npos;
+  std::map<std::string, int> progress_lines;
+  for (const std::string& line : ring->last_formatted()) {
+    done += line.find("done task") != std::string::npos;
+    for (int t = 0; t < 4; ++t) {
+      const std::string task = "task " + std::to_string(t) + ": ";
+      progress_lines[task] += line.find(task) != std::string::npos;
+    }
+  }
   CHECK(done == 4);
+  for (const auto& [task, lines] : progress_lines) {
+    INFO(task);
+    CHECK(lines == 11);
+  }
 }
 
 namespace {
