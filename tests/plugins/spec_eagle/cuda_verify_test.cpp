@@ -220,7 +220,8 @@ TEST_CASE("spec_eagle: verify on cuda:0 gives the host rejection sampler's token
   CHECK(bonus > rows_checked / 8);
 }
 
-TEST_CASE("spec_eagle: verify on cuda:0 refuses what the host refuses, with its message", "[spec_eagle][cuda][verify]") {
+TEST_CASE("spec_eagle: verify on cuda:0 refuses what the host refuses, with its message",
+          "[spec_eagle][cuda][verify]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();
   Speculator& spec = cuda_speculator();
   Call c = random_call(99, 2 * kNumKinds, 3, 64);
