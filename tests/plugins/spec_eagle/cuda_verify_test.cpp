@@ -8,7 +8,10 @@
 // a truncated target (p = 0 on ids q proposes); one-hot p; greedy rows with
 // ties. Drafts are drawn from q, so acceptances and rejections both occur at
 // every position (counted). Invalid values and a row without mass give the
-// host's message. In the emulated build the emulator's copy counters show the
+// host's message. The output distribution is tested on the device too: the
+// chi-square of rejection_sampler_test.cpp on fewer rows (kDeviceTrials; the
+// same alpha per test, so the same bound on a false failure, less power). In
+// the emulated build the emulator's copy counters show the
 // only copy down is the tokens and 20 bytes a sequence.
 
 #include <catch2/catch.hpp>
@@ -26,6 +29,7 @@
 
 #include "pagedllm/sdk/cpp/rejection_sampler.hpp"
 #include "tests/plugins/spec_eagle/eagle_harness.h"
+#include "tests/plugins/spec_eagle/rejection_cases.h"
 #include "tests/support/cuda_device.h"
 #ifdef PAGEDLLM_CUDA_EMULATION
 #include "plugins/cuda_common/emulation/copy_counters.h"
@@ -106,7 +110,7 @@ struct Call {
   }
 };
 
-std::vector<float> random_dist(std::mt19937_64& rng, int64_t vocab) {
+std::vector<float> skewed_dist(std::mt19937_64& rng, int64_t vocab) {
   std::uniform_real_distribution<float> u(0.0f, 1.0f);
   std::vector<float> d(static_cast<std::size_t>(vocab));
   float total = 0.0f;
@@ -141,7 +145,7 @@ Call random_call(uint64_t seed, int64_t rows, int64_t k, int64_t vocab) {
     c.offsets[std::size_t(s)] = rng() % 100000;
     c.greedy[std::size_t(s)] = kind == kGreedy;
     for (int64_t i = 0; i <= k; ++i) {
-      std::vector<float> p = random_dist(rng, vocab), q = random_dist(rng, vocab);
+      std::vector<float> p = skewed_dist(rng, vocab), q = skewed_dist(rng, vocab);
       switch (kind) {
         case kEqual:
           q = p;
@@ -290,6 +294,34 @@ TEST_CASE("spec_eagle: verify takes p and q on its device or both in host memory
     FAIL("verify accepted p and q on different devices");
   } catch (const pagedllm::PluginCallError& e) {
     CHECK_THAT(std::string(e.what()), Contains("target_probs and draft_probs must be on the same device"));
+  }
+}
+
+TEST_CASE("spec_eagle: verify on cuda:0 keeps the target's distribution (chi-square)", "[spec_eagle][cuda][verify]") {
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  Speculator& spec = cuda_speculator();
+  constexpr int64_t kDeviceTrials = 20'000;
+  for (int family = 0; family < 5; ++family) {
+    for (const int64_t k : {int64_t(1), int64_t(3)}) {
+      const Case c = make_case(family, k);
+      INFO(c.name << ", K = " << k);
+      Rows r = sample_rows(c, kDeviceTrials, 300 + uint64_t(family) * 10 + uint64_t(k));
+      const DeviceFloats dp(r.p), dq(r.q);
+      pllm_verify_output out = r.output();
+      spec.verify(r.args(kVocab, dp.data(), dq.data(), {PLLM_DEVICE_CUDA, 0}), out);
+      std::vector<int64_t> first(kVocab, 0), second(kVocab, 0);
+      for (int64_t s = 0; s < r.n; ++s) {
+        REQUIRE(r.count(s) >= 1);
+        for (int64_t j = 0; j + 1 < r.count(s); ++j) REQUIRE(r.token(s, j) == r.drafts[std::size_t(s * k + j)]);
+        ++first[std::size_t(r.token(s, 0))];
+        if (r.count(s) >= 2) ++second[std::size_t(r.token(s, 1))];
+      }
+      const ChiSquare c1 = chi_square(first, c.p[0]), c2 = chi_square(second, c.p[1]);
+      std::printf("on cuda:0: %-38s K=%lld  token 1: chi2 %7.2f df %d  token 2: chi2 %7.2f df %d (critical %.2f)\n",
+                  c.name.c_str(), static_cast<long long>(k), c1.statistic, c1.df, c2.statistic, c2.df, c1.critical());
+      CHECK(c1.passes());
+      CHECK(c2.passes());
+    }
   }
 }
 
