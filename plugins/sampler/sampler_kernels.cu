@@ -216,7 +216,10 @@ __global__ void sample_rows_kernel(SampleKernelArgs a) {
   if (threadIdx.x == 0) *result = {chosen, PLLM_SAMPLE_OK, float(double(raw[chosen]) - lse)};
 
   // ---- the top-N raw logprobs: a radix select of the N-th key, then rank the N ----
-  const int32_t n = int64_t(row.num_top) < vocab ? row.num_top : int32_t(vocab);
+  // A row may ask for more than the call's capacity: it gets max_top (its
+  // slots, and its share of top_keys, hold no more).
+  const int32_t wanted = row.num_top < a.max_top ? row.num_top : a.max_top;
+  const int32_t n = int64_t(wanted) < vocab ? wanted : int32_t(vocab);
   if (n <= 0) {
     for (int j = int(threadIdx.x); j < a.max_top; j += int(blockDim.x)) {
       top_ids[j] = -1;
