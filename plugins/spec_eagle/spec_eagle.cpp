@@ -1,7 +1,8 @@
 // spec_eagle: EAGLE-1 speculative decoding on the CPU or on CUDA. This file
 // is the SDK glue: options, create, info, draft and verify; the draft model is
 // eagle_head.h on the CPU and cuda_eagle_head.h on CUDA (built with CUDA
-// only), the rejection sampler pagedllm/sdk/cpp/rejection_sampler.hpp.
+// only), the rejection sampler pagedllm/sdk/cpp/rejection_sampler.hpp (and
+// cuda_verifier.h for p and q on the CUDA device).
 
 #include <memory>
 #include <string>
