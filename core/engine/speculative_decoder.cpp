@@ -30,7 +30,8 @@ pllm_tensor f32_tensor(const float* data, std::initializer_list<std::int64_t> sh
   return t;
 }
 
-bool is_greedy(const pllm_sampling_params& params) { return params.temperature == 0.0f; }
+// The sampler's definition (sampler.h): a row it samples greedily is verified greedily.
+bool is_greedy(const pllm_sampling_params& params) { return pllm_is_greedy(&params) != 0; }
 
 }  // namespace
 

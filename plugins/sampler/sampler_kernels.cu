@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "pagedllm/sdk/sampler.h"
+#include "plugins/cuda_common/block_reduce.cuh"
 #include "plugins/cuda_common/cuda_check.h"
 #include "plugins/cuda_common/launch.cuh"
 #include "plugins/sampler/sampling_math.h"
@@ -12,7 +13,11 @@
 namespace pagedllm::sampler {
 namespace {
 
-constexpr int kMaxThreads = 1024;
+using cuda::block_reduce;
+using cuda::Max;
+using cuda::Or;
+using cuda::Sum;
+constexpr int kMaxThreads = cuda::kMaxBlockThreads;
 constexpr int kRadixBins = 256;
 
 // A row element's place in (value desc, id asc) as one integer, larger first:
@@ -22,23 +27,6 @@ __device__ uint64_t rank_key(float value, int32_t id) {
 }
 __device__ int32_t id_of(uint64_t key) { return int32_t(0xffffffffu - uint32_t(key & 0xffffffffu)); }
 
-// Scratch every block reduction shares (16 bytes per thread).
-__device__ unsigned char* reduce_scratch() {
-  __shared__ uint64_t scratch[kMaxThreads * 2];
-  return reinterpret_cast<unsigned char*>(scratch);
-}
-
-struct Sum {
-  template <class T>
-  __device__ T operator()(T a, T b) const { return a + b; }
-};
-struct Max {
-  template <class T>
-  __device__ T operator()(T a, T b) const { return a > b ? a : b; }
-};
-struct Or {
-  __device__ int operator()(int a, int b) const { return a | b; }
-};
 // The better of two (score, id) candidates: higher score, then lower id.
 struct Scored {
   double score;
@@ -49,21 +37,6 @@ struct Best {
     return (a.score > b.score || (a.score == b.score && a.id < b.id)) ? a : b;
   }
 };
-
-// Tree reduction over the block (blockDim.x a power of two); every thread gets the result.
-template <class T, class Op>
-__device__ T block_reduce(T v, Op op) {
-  T* s = reinterpret_cast<T*>(reduce_scratch());
-  s[threadIdx.x] = v;
-  __syncthreads();
-  for (unsigned stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride) s[threadIdx.x] = op(s[threadIdx.x], s[threadIdx.x + stride]);
-    __syncthreads();
-  }
-  const T result = s[0];
-  __syncthreads();
-  return result;
-}
 
 // Radix select over the 64-bit rank keys, 8 bits a pass from the top: the key
 // K* of the element at which the weights of the eligible elements, taken in
@@ -243,7 +216,10 @@ __global__ void sample_rows_kernel(SampleKernelArgs a) {
   if (threadIdx.x == 0) *result = {chosen, PLLM_SAMPLE_OK, float(double(raw[chosen]) - lse)};
 
   // ---- the top-N raw logprobs: a radix select of the N-th key, then rank the N ----
-  const int32_t n = int64_t(row.num_top) < vocab ? row.num_top : int32_t(vocab);
+  // A row may ask for more than the call's capacity: it gets max_top (its
+  // slots, and its share of top_keys, hold no more).
+  const int32_t wanted = row.num_top < a.max_top ? row.num_top : a.max_top;
+  const int32_t n = int64_t(wanted) < vocab ? wanted : int32_t(vocab);
   if (n <= 0) {
     for (int j = int(threadIdx.x); j < a.max_top; j += int(blockDim.x)) {
       top_ids[j] = -1;

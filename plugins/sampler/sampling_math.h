@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "pagedllm/sdk/sampler.h"
+
 #ifdef __CUDACC__
 #define PAGEDLLM_SAMPLER_HD __host__ __device__
 #else
@@ -29,7 +31,7 @@
 
 namespace pagedllm::sampler {
 
-inline constexpr float kGreedyTemperature = 1e-5f;
+inline constexpr float kGreedyTemperature = PLLM_GREEDY_TEMPERATURE;  // pagedllm/sdk/sampler.h
 
 PAGEDLLM_SAMPLER_HD inline uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

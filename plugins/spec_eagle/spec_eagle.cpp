@@ -1,7 +1,8 @@
 // spec_eagle: EAGLE-1 speculative decoding on the CPU or on CUDA. This file
 // is the SDK glue: options, create, info, draft and verify; the draft model is
 // eagle_head.h on the CPU and cuda_eagle_head.h on CUDA (built with CUDA
-// only), the rejection sampler pagedllm/sdk/cpp/rejection_sampler.hpp.
+// only), the rejection sampler pagedllm/sdk/cpp/rejection_sampler.hpp (and
+// cuda_verifier.h for p and q on the CUDA device).
 
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "plugins/spec_eagle/eagle_head.h"
 #ifdef PAGEDLLM_HAVE_CUDA
 #include "plugins/spec_eagle/cuda_eagle_head.h"
+#include "plugins/spec_eagle/cuda_verifier.h"
 #endif
 
 namespace pagedllm::spec_eagle {
@@ -50,6 +52,12 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
     if (!target.info) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: no target model");
     head_ = load_head(args, target, threads,
                       load_draft_vocab(args.draft_path, options.draft_vocab_size, target.info->vocab_size));
+#ifdef PAGEDLLM_HAVE_CUDA
+    if (args.device.type == PLLM_DEVICE_CUDA) {
+      verifier_ = std::make_unique<CudaVerifier>(args.device.index);
+      device_index_ = args.device.index;
+    }
+#endif
     const auto& c = head_->config();
     info_.struct_size = sizeof info_;
     info_.num_draft_layers = c.num_layers;
@@ -83,10 +91,36 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
 
   void draft(const pllm_draft_args& args, pllm_draft_output& out) { head_->draft(args, out); }
 
-  void verify(const pllm_verify_args& args, pllm_verify_output& out) { pllm::verify_drafts(args, out); }
+  // p and q in host memory: the host's rejection sampler. On CUDA they may
+  // also be on the head's device, where the sampler wrote them: the same
+  // algorithm runs there (cuda_verifier.h) and only the tokens come back.
+  void verify(const pllm_verify_args& args, pllm_verify_output& out) {
+#ifdef PAGEDLLM_HAVE_CUDA
+    if (verifier_) {
+      const std::string where = "CPU or cuda:" + std::to_string(device_index_);
+      const pllm::VerifyShape shape = pllm::check_verify_args(
+          args, out,
+          [&](const pllm_device& d) {
+            return d.type == PLLM_DEVICE_CPU || (d.type == PLLM_DEVICE_CUDA && d.index == device_index_);
+          },
+          where.c_str());
+      if (shape.p.device.type == PLLM_DEVICE_CUDA) {
+        verifier_->verify(args, shape, out);
+      } else {
+        pllm::verify_on_host(args, shape, out);
+      }
+      return;
+    }
+#endif
+    pllm::verify_drafts(args, out);
+  }
 
  private:
   std::unique_ptr<DraftHead> head_;
+#ifdef PAGEDLLM_HAVE_CUDA
+  std::unique_ptr<CudaVerifier> verifier_;
+  int32_t device_index_ = 0;
+#endif
   pllm_speculator_info info_{};
 };
 

@@ -25,7 +25,9 @@ extern "C" {
  *      logit is divided by it, a negative one multiplied (HF, vLLM);
  *   2. frequency_penalty and presence_penalty over output tokens (OpenAI):
  *      l -= frequency * count + presence * (count > 0);
- *   3. temperature < 1e-5: greedy, the argmax (ties: lowest id), done;
+ *   3. temperature < PLLM_GREEDY_TEMPERATURE (1e-5): greedy, the argmax (ties:
+ *      lowest id), done (pllm_is_greedy; a speculator's caller marks such rows
+ *      greedy in pllm_verify_args by the same test);
  *   4. divide by temperature, then min_p (keep p >= min_p * p_max), top_k, top_p
  *      (the smallest prefix, in (logit desc, id asc) order, whose mass reaches
  *      top_p of what is left), then draw from what is kept with the row's
@@ -54,6 +56,14 @@ typedef struct pllm_sampling_params {
   uint64_t seed;
   int32_t num_top_logprobs; /* alternatives to report per token; 0 = none */
 } pllm_sampling_params;
+
+/* Below this temperature a row is greedy: every sampler and core use this one
+ * definition. */
+#define PLLM_GREEDY_TEMPERATURE 1e-5f
+
+static inline int pllm_is_greedy(const pllm_sampling_params* params) {
+  return params->temperature < PLLM_GREEDY_TEMPERATURE;
+}
 
 /* One token to sample: which logits row, its request's parameters and token
  * history (for penalties). Host memory. */

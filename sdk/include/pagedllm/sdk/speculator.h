@@ -98,8 +98,11 @@ typedef struct pllm_verify_args {
   int32_t max_draft_tokens;        /* K: the row stride of the arrays below */
   const int32_t* num_drafts;       /* [num_seqs], each in 0..K */
   const int32_t* draft_token_ids;  /* [num_seqs * K] */
-  const pllm_tensor* draft_probs;  /* [num_seqs, K, vocab] f32: q_1..q_K, host memory */
-  const pllm_tensor* target_probs; /* [num_seqs, K + 1, vocab] f32: p_1..p_{K+1}, host memory */
+  /* p and q: f32 with contiguous vocab rows, both in host memory or both on
+   * the speculator's device (a speculator that verifies there, spec_eagle on
+   * CUDA, copies down only the output ids; one that does not refuses them). */
+  const pllm_tensor* draft_probs;  /* [num_seqs, K, vocab]: q_1..q_K */
+  const pllm_tensor* target_probs; /* [num_seqs, K + 1, vocab]: p_1..p_{K+1} */
   const uint8_t* greedy;           /* [num_seqs] */
   const uint64_t* seeds;           /* [num_seqs] */
   const uint64_t* random_offsets;  /* [num_seqs]: index of d_1 in the request's output */
