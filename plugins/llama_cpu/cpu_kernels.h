@@ -44,10 +44,10 @@ constexpr int64_t kDotRowsMaxRows = 16;
 // ldc floats apart. The n output columns are split between the pool's
 // threads. Up to kDotRowsMaxRows rows each slice runs the kernel above of the
 // instruction set active_isa() picks (cpu_isa.h); past that, on avx512bf16,
-// 16-bit weights go through a packed vdpbf16ps GEMM with the rows of `a`
-// rounded to bf16 (and f16 weights rounded to bf16), f32 accumulation; on the
-// other levels (and f32 weights), single-threaded OpenBLAS sgemm, on tiles of
-// 16-bit weights widened to f32 first.
+// bf16 weights go through a packed vdpbf16ps GEMM with the rows of `a`
+// rounded to bf16, f32 accumulation; otherwise (other levels, f32 and f16
+// weights), single-threaded OpenBLAS sgemm, on tiles of 16-bit weights
+// widened to f32 first.
 //
 // int8 weights (weights.h), weight-only: the same, the int8 values widened to
 // f32 and each output multiplied by its column's scale (past kDotRowsMaxRows:

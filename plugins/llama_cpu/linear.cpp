@@ -53,11 +53,10 @@ struct Kernels {
   void (*widen_bf16)(const Bf16*, int64_t, float*);
   void (*widen_f16)(const F16*, int64_t, float*);
   void (*widen_i8)(const I8*, const float*, int64_t, int64_t, float*);
-  // Many rows of 16-bit weights on vdpbf16ps (null below avx512bf16): the
+  // Many rows of bf16 weights on vdpbf16ps (null below avx512bf16): the
   // activations rounded to bf16 once per call, then the packed GEMM.
   void (*round_rows_bf16)(const float*, int64_t, int64_t, int64_t, uint16_t*, int64_t);
   void (*gemm_dp_bf16)(const uint16_t*, int64_t, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool);
-  void (*gemm_dp_f16)(const uint16_t*, int64_t, int64_t, const F16*, int64_t, int64_t, float*, int64_t, bool);
 };
 
 namespace isa_scalar {
@@ -188,8 +187,6 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, c
     case PLLM_DTYPE_F16:
       if (few) {
         kern.dot_rows_f16(a, lda, m, static_cast<const F16*>(ws), cols, k, o, ldc, accumulate);
-      } else if (ra.data) {
-        kern.gemm_dp_f16(ra.data, ra.ldr, m, static_cast<const F16*>(ws), cols, k, o, ldc, accumulate);
       } else {
         gemm_widened(kern.widen_f16, a, lda, m, static_cast<const F16*>(ws), cols, k, o, ldc, accumulate);
       }
@@ -253,7 +250,7 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
     qa = {q.data(), ldq, scales.data()};
   }
   Bf16Rows ra{nullptr, 0};
-  if ((w.dtype == PLLM_DTYPE_BF16 || w.dtype == PLLM_DTYPE_F16) && m > kDotRowsMaxRows && kern.round_rows_bf16) {
+  if (w.dtype == PLLM_DTYPE_BF16 && m > kDotRowsMaxRows && kern.round_rows_bf16) {
     thread_local std::vector<uint16_t> rounded;
     const int64_t ldr = (k + 1) / 2 * 2;
     rounded.resize(std::size_t(m * ldr));

@@ -3,7 +3,7 @@
 // set the CPU has (cpu_isa.h's levels, forced one after the other with
 // set_isa_cap: scalar, avx2, avx512, avx512vnni, avx512bf16) and all of its
 // paths (its own kernel up to kDotRowsMaxRows rows; past that, OpenBLAS sgemm
-// on tiles widened to f32, or on avx512bf16 for 16-bit weights the vdpbf16ps
+// on tiles widened to f32, or on avx512bf16 for bf16 weights the vdpbf16ps
 // GEMM), and the kernel's promise that a row's result does not depend on the
 // batch it is in. 16-bit weights are widened exactly, so on every path but
 // vdpbf16ps a bf16/f16 result must equal, bit for bit, the f32 kernel's on
@@ -16,15 +16,14 @@
 // is no worse than sequential (d <= k). So |got - ref| <= 2e-5 * sum |a_i w_i|
 // (d = 335 at the 2^-24 rate) holds for every case here.
 //
-// The vdpbf16ps GEMM multiplies bf16 activations by bf16 weights: the
+// The vdpbf16ps GEMM multiplies bf16 activations by the bf16 weights: the
 // reference for it is the float64 product of the activations rounded to bf16
 // (plugins/common/float16_rounding.h's rounding, not the kernel's conversion
-// instruction) and of the weights (bf16 as they are; f16 rounded to bf16). The
-// products of two bf16 numbers are exact in f32, and each output lane adds
-// them in order of k, one rounding per product plus one for `accumulate`:
-// d <= k + 1 (301 at k = 300), inside the same 2e-5 bound. The rounding
-// itself is the accuracy cost (up to 2^-9 of each activation, and of each f16
-// weight): measured on a model in docs/benchmarks.md.
+// instruction) and the weights. The products of two bf16 numbers are exact in
+// f32, and each output lane adds them in order of k, one rounding per product
+// plus one for `accumulate`: d <= k + 1 (301 at k = 300), inside the same
+// 2e-5 bound. The rounding itself is the accuracy cost (up to 2^-9 of each
+// activation): measured on a model in docs/benchmarks.md.
 //
 // int8 weights (quantization: int8_*): the quantization itself against a
 // naive float64 one (exact equality: both round w / s in double), the W8A8
@@ -143,21 +142,19 @@ void check_against_float64(ThreadPool& pool, const Case& c, pllm_dtype dtype, ui
   std::vector<float> out = random_floats(std::size_t(c.m * c.ldc), seed + 2);
   const std::vector<float> before = out;
   linear(pool, a.data(), c.lda, c.m, w.ref(), c.n, c.k, out.data(), c.ldc, c.accumulate);
-  // The vdpbf16ps GEMM's operands: both rounded to bf16.
-  const bool dp = dtype != PLLM_DTYPE_F32 && pagedllm::llama_cpu::active_isa() == Isa::kAvx512Bf16 &&
+  // The vdpbf16ps GEMM's activations: rounded to bf16.
+  const bool dp = dtype == PLLM_DTYPE_BF16 && pagedllm::llama_cpu::active_isa() == Isa::kAvx512Bf16 &&
                   c.m > kDotRowsMaxRows;
-  const auto to_bf16 = [](float x) { return pllm::bf16_to_f32(pagedllm::plugins::f32_to_bf16(x)); };
-  std::vector<float> a_ref = a, w_ref = w.wide;
+  std::vector<float> a_ref = a;
   if (dp) {
-    for (float& x : a_ref) x = to_bf16(x);
-    for (float& x : w_ref) x = to_bf16(x);
+    for (float& x : a_ref) x = pllm::bf16_to_f32(pagedllm::plugins::f32_to_bf16(x));
   }
   double worst = 0.0;
   for (int64_t r = 0; r < c.m; ++r) {
     for (int64_t j = 0; j < c.n; ++j) {
       double exact = 0.0, magnitude = 0.0;
       for (int64_t i = 0; i < c.k; ++i) {
-        const double product = double(a_ref[std::size_t(r * c.lda + i)]) * double(w_ref[std::size_t(j * c.k + i)]);
+        const double product = double(a_ref[std::size_t(r * c.lda + i)]) * double(w.wide[std::size_t(j * c.k + i)]);
         exact += product;
         magnitude += std::abs(product);
       }

@@ -7,10 +7,10 @@
 //   build/bin/llama_cpu_linear_bench int8       int8 weights, W8A8 (vpdpbusd) and
 //       weight-only, against bf16 on the same shapes, at the best level the
 //       CPU has (W8A8 also at avx512, without VNNI: the portable integer loop)
-//   build/bin/llama_cpu_linear_bench gemm       many rows (16 to 512) of bf16 and
-//       f16 weights: the vdpbf16ps GEMM (avx512bf16, activations rounded to
-//       bf16) against the exact path (avx512vnni: OpenBLAS SGEMM on tiles
-//       widened to f32) and f32 weights' SGEMM, GFLOP/s and the fraction of the
+//   build/bin/llama_cpu_linear_bench gemm       many rows (16 to 512) of bf16
+//       weights: the vdpbf16ps GEMM (avx512bf16, activations rounded to bf16)
+//       against the exact path (avx512vnni: OpenBLAS SGEMM on tiles widened
+//       to f32) and f32 weights' SGEMM, GFLOP/s and the fraction of the
 //       peak of vdpbf16ps and of the f32 FMA measured on this core (a loop of
 //       independent instructions, no memory)
 //   build/bin/llama_cpu_linear_bench blas       linear() against the OpenBLAS call
@@ -251,7 +251,7 @@ int gemm_bench() {
   std::printf("peak on one core, measured: vdpbf16ps %.1f GFLOP/s, f32 FMA (zmm) %.1f GFLOP/s\n", dp_peak, fma_peak);
   std::printf("linear() past %lld rows, one thread, best of 2 to 10 calls; GFLOP/s = 2 m n k / time;\n",
               static_cast<long long>(pagedllm::llama_cpu::kDotRowsMaxRows));
-  std::printf("%% peak: of vdpbf16ps for dp, of the f32 FMA for SGEMM; x old: the same dtype's SGEMM time / this time\n");
+  std::printf("%% peak: of vdpbf16ps for dp, of the f32 FMA for SGEMM; x old: bf16's widened SGEMM time / this time\n");
   std::printf("%-10s %4s %-5s %-22s %10s %8s %7s %7s\n", "shape", "rows", "dtype", "path", "us", "GFLOP/s", "% peak",
               "x old");
   struct Shape {
@@ -264,11 +264,10 @@ int gemm_bench() {
   for (const Shape& s : shapes) {
     const auto count = std::size_t(s.n * s.k);
     std::vector<float> w32(count), a(std::size_t(512 * s.k)), out(std::size_t(512 * s.n));
-    std::vector<uint16_t> wbf16(count), wf16(count);
+    std::vector<uint16_t> wbf16(count);
     for (std::size_t i = 0; i < count; ++i) {
       w32[i] = normal(rng) * 0.02f;
       wbf16[i] = pagedllm::plugins::f32_to_bf16(w32[i]);
-      wf16[i] = pagedllm::plugins::f32_to_f16(w32[i]);
     }
     for (float& x : a) x = normal(rng);
     for (const int64_t m : {16, 32, 64, 128, 256, 512}) {
@@ -284,8 +283,6 @@ int gemm_bench() {
           {"f32", "SGEMM", {w32.data(), PLLM_DTYPE_F32}, Isa::kAvx512Vnni},
           {"bf16", "widened + SGEMM (old)", {wbf16.data(), PLLM_DTYPE_BF16}, Isa::kAvx512Vnni},
           {"bf16", "vdpbf16ps", {wbf16.data(), PLLM_DTYPE_BF16}, Isa::kAvx512Bf16},
-          {"f16", "widened + SGEMM (old)", {wf16.data(), PLLM_DTYPE_F16}, Isa::kAvx512Vnni},
-          {"f16", "vdpbf16ps", {wf16.data(), PLLM_DTYPE_F16}, Isa::kAvx512Bf16},
       };
       double old_us = 0.0;
       for (const Path& path : paths) {
