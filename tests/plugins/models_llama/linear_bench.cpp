@@ -245,7 +245,8 @@ int gemm_bench() {
   pagedllm::plugins::ThreadPool pool(1);
   const Isa best = pagedllm::llama_cpu::detected_isa();
   if (best < Isa::kAvx512Bf16) {
-    std::printf("this CPU has no AVX512-BF16 (best level %s): nothing to compare\n", pagedllm::llama_cpu::isa_name(best));
+    std::printf("this CPU has no AVX512-BF16 (best level %s): nothing to compare\n",
+                pagedllm::llama_cpu::isa_name(best));
     return 0;
   }
   const double dp_peak = peak_dpbf16_gflops(), fma_peak = peak_fma_gflops();
