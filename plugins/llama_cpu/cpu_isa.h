@@ -8,15 +8,18 @@
 //   avx512      AVX-512 F/BW/VL/DQ + FMA + F16C
 //   avx512vnni  avx512 + AVX512-VNNI: int8 weights with int8 activations
 //               (quantization: int8_w8a8) through vpdpbusd
-//   avx512bf16  avx512vnni + AVX512-BF16: bf16 weights through vdpbf16ps
+//   avx512bf16  avx512vnni + AVX512-BF16: products of more than
+//               kDotRowsMaxRows rows (prefill, large batches) of bf16
+//               weights through vdpbf16ps, the activations rounded to bf16
 //               (every CPU with AVX512-BF16 also has VNNI)
 //
 // PAGEDLLM_CPU_ISA=<name> (read once, at the first use) caps the level: the
 // kernels used are those of min(cap, what the CPU has). An unknown name is an
-// error naming the variable and the choices. Without it the cap is avx512vnni:
-// the exact vdpbf16ps kernel (three bf16 parts per activation) measured
-// slower than widening bf16 in registers (docs/benchmarks.md), so
-// avx512bf16 is opt-in.
+// error naming the variable and the choices. Without it there is no cap
+// (kDefaultCap is the highest level). avx512vnni is the exact path at AVX-512
+// width: bf16 weights widened to f32, f32 activations, at any row count
+// (the vdpbf16ps GEMM runs at about twice its speed past 16 rows:
+// docs/benchmarks.md).
 
 #include <optional>
 #include <string_view>
@@ -24,7 +27,7 @@
 namespace pagedllm::llama_cpu {
 
 enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAvx512Bf16 = 4 };
-inline constexpr Isa kDefaultCap = Isa::kAvx512Vnni;
+inline constexpr Isa kDefaultCap = Isa::kAvx512Bf16;
 
 const char* isa_name(Isa isa);
 // The name's level, or nullopt for an unknown name.

@@ -43,8 +43,11 @@ constexpr int64_t kDotRowsMaxRows = 16;
 // bf16 or f16 (widened exactly; f32 accumulation). Rows of a and out are lda /
 // ldc floats apart. The n output columns are split between the pool's
 // threads. Up to kDotRowsMaxRows rows each slice runs the kernel above of the
-// instruction set active_isa() picks (cpu_isa.h); past that, single-threaded
-// OpenBLAS sgemm, on tiles of 16-bit weights widened to f32 first.
+// instruction set active_isa() picks (cpu_isa.h); past that, on avx512bf16,
+// bf16 weights go through a packed vdpbf16ps GEMM with the rows of `a`
+// rounded to bf16, f32 accumulation; otherwise (other levels, f32 and f16
+// weights), single-threaded OpenBLAS sgemm, on tiles of 16-bit weights
+// widened to f32 first.
 //
 // int8 weights (weights.h), weight-only: the same, the int8 values widened to
 // f32 and each output multiplied by its column's scale (past kDotRowsMaxRows:

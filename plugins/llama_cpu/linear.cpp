@@ -6,7 +6,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -54,6 +53,10 @@ struct Kernels {
   void (*widen_bf16)(const Bf16*, int64_t, float*);
   void (*widen_f16)(const F16*, int64_t, float*);
   void (*widen_i8)(const I8*, const float*, int64_t, int64_t, float*);
+  // Many rows of bf16 weights on vdpbf16ps (null below avx512bf16): the
+  // activations rounded to bf16 once per call, then the packed GEMM.
+  void (*round_rows_bf16)(const float*, int64_t, int64_t, int64_t, uint16_t*, int64_t);
+  void (*gemm_dp_bf16)(const uint16_t*, int64_t, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool);
 };
 
 namespace isa_scalar {
@@ -148,9 +151,17 @@ struct QuantizedRows {
   const float* scales;
 };
 
+// The activations of a vdpbf16ps GEMM, rounded to bf16 once per linear() call
+// (data null when the product does not use it).
+struct Bf16Rows {
+  const uint16_t* data;
+  int64_t ldr;
+};
+
 // One column slice [n0, n0 + cols) of linear().
-void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, const QuantizedRows& qa, WeightsRef w,
-                  int64_t n0, int64_t cols, int64_t k, float* out, int64_t ldc, bool accumulate) {
+void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, const QuantizedRows& qa,
+                  const Bf16Rows& ra, WeightsRef w, int64_t n0, int64_t cols, int64_t k, float* out, int64_t ldc,
+                  bool accumulate) {
   const WeightsRef slice = w.rows_from(n0, k);
   const void* ws = slice.data;
   float* o = out + n0;
@@ -167,6 +178,8 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, c
     case PLLM_DTYPE_BF16:
       if (few) {
         kern.dot_rows_bf16(a, lda, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
+      } else if (ra.data) {
+        kern.gemm_dp_bf16(ra.data, ra.ldr, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
       } else {
         gemm_widened(kern.widen_bf16, a, lda, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
       }
@@ -236,6 +249,14 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
     quantize_activations_u8(a, lda, m, k, q.data(), ldq, scales.data());
     qa = {q.data(), ldq, scales.data()};
   }
+  Bf16Rows ra{nullptr, 0};
+  if (w.dtype == PLLM_DTYPE_BF16 && m > kDotRowsMaxRows && kern.round_rows_bf16) {
+    thread_local std::vector<uint16_t> rounded;
+    const int64_t ldr = (k + 1) / 2 * 2;
+    rounded.resize(std::size_t(m * ldr));
+    kern.round_rows_bf16(a, lda, m, k, rounded.data(), ldr);
+    ra = {rounded.data(), ldr};
+  }
   // Column slices, 16-column multiples. Few rows (decode): the GEMM streams w
   // and each slice costs the same wherever it is cut, so two slices per thread
   // balance a thread slowed by a neighbour. Many rows (prefill): every slice
@@ -243,15 +264,17 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
   // the calling thread: waking the pool costs more than they do.
   constexpr int64_t kInlineMacs = int64_t(1) << 17;
   const int64_t threads = pool.size();
-  // W8A8 never re-packs the activations: two slices per thread at any m.
+  // W8A8 and the vdpbf16ps GEMM never re-pack the activations: two slices per
+  // thread at any m.
+  const bool own_gemm = w8a8 || ra.data;
   const int64_t target =
-      threads == 1 || m * n * k < kInlineMacs ? 1 : (m <= kDotRowsMaxRows || w8a8 ? 2 * threads : threads);
+      threads == 1 || m * n * k < kInlineMacs ? 1 : (m <= kDotRowsMaxRows || own_gemm ? 2 * threads : threads);
   int64_t slice = (n + target - 1) / target;
   slice = std::max<int64_t>(64, (slice + 15) / 16 * 16);
   const int64_t slices = (n + slice - 1) / slice;
   pool.parallel_for(slices, [&](int64_t s, int) {
     const int64_t n0 = s * slice;
-    linear_slice(kern, a, lda, m, qa, w, n0, std::min(slice, n - n0), k, out, ldc, accumulate);
+    linear_slice(kern, a, lda, m, qa, ra, w, n0, std::min(slice, n - n0), k, out, ldc, accumulate);
   });
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // Weight matrices of the CPU forward in their compute dtype: f32, bf16 or f16
 // (16-bit patterns), or int8 (quantization: int8*). linear() reads bf16/f16
-// weights directly, widening them exactly to f32 in registers, so a 16-bit
+// weights directly, widening them exactly to f32 in registers (or, for bf16
+// past 16 rows on AVX512-BF16, multiplying them on vdpbf16ps), so a 16-bit
 // model streams half the bytes of its f32 widening per token. Norm weights are
 // always f32.
 //

@@ -93,7 +93,11 @@ std::string LlamaModel::describe() const {
   const std::string weights =
       quantization_ ? std::string("int8 weights (") + quantization_name(quantization_) + ")"
                     : std::string(plugins::dtype_name(weight_dtype_)) + " weights";
-  return "the CPU, " + weights + ", f32 activations, " +
+  // linear() rounds the activations of bf16 products past kDotRowsMaxRows rows on avx512bf16 (cpu_kernels.h).
+  const bool bf16_gemm =
+      !quantization_ && weight_dtype_ == PLLM_DTYPE_BF16 && llama_cpu::active_isa() == llama_cpu::Isa::kAvx512Bf16;
+  return "the CPU, " + weights + (bf16_gemm ? ", f32 activations (bf16 in products of more than 16 rows), " :
+                                              ", f32 activations, ") +
          llama_cpu::isa_name(llama_cpu::active_isa()) + " kernels, " + std::to_string(pool_.size()) + " threads";
 }
 

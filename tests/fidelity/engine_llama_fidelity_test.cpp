@@ -38,7 +38,9 @@
 // =float64) stays at <= 1.7e-5 for the engine and <= 1.4e-5 for transformers
 // in float32; the worst engine - HF(f32) difference over every model and path
 // is 2.0e-5 (3.4e-5 with other prompts; printed by the test), at most 0.15 of
-// the tolerance.
+// the tolerance. (ctest runs this with PAGEDLLM_CPU_ISA=avx512vnni, the exact
+// path: on the avx512bf16 level bf16 prefills round activations to bf16,
+// which test_models_llama checks against the oracle with its own tolerance.)
 // A real bug moves logprobs by 1e-2 or more (one wrong context token, RoPE
 // angle or norm weight: see the models_llama detection test), 100x the
 // tolerance. A greedy token may differ only where transformers' top two logits

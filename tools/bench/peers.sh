@@ -25,7 +25,10 @@
 #
 # Results go to $PEERS_DIR/results/*.json and a summary to stdout, with the load average before and after
 # each run (everything runs under `nice`; the machine is shared). Threads: $PEERS_THREADS (default 2) for
-# every engine.
+# every engine. Narrower runs: $PEERS_STREAMS (default "1 8 32": the server workloads), $PEERS_PAGEDLLM
+# (default "bf16 int8": pagedllm's variants; f16 = model.dtype f16; NAME@LEVEL runs NAME with
+# PAGEDLLM_CPU_ISA=LEVEL, e.g. bf16@avx512vnni, the exact path without the vdpbf16ps prefill GEMM) and
+# $PEERS_GGUF (default "f16 q8_0": llama.cpp's types).
 #
 # Why llama.cpp is driven in process and not through pagedllm-bench: llama-cpp-python's OpenAI server takes
 # text prompts only (no token-id prompts, no /tokenize: pagedllm-bench's exact prompt lengths need both),
@@ -41,6 +44,9 @@ PYTHON=${PAGEDLLM_PYTHON:-$ROOT/.venv/bin/python}
 [[ -x $PYTHON ]] || PYTHON=/work/main/.venv/bin/python
 BASE_PYTHON=${PEERS_BASE_PYTHON:-python3.11}
 THREADS=${PEERS_THREADS:-2}
+read -r -a SERVER_STREAMS <<<"${PEERS_STREAMS:-1 8 32}"
+read -r -a PAGEDLLM_VARIANTS <<<"${PEERS_PAGEDLLM:-bf16 int8}"
+read -r -a GGUF_TYPES <<<"${PEERS_GGUF:-f16 q8_0}"
 TORCH_INDEX=${PEERS_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
 MODEL=${PEERS_MODEL:-$PEERS_DIR/model}
 RESULTS=$PEERS_DIR/results
@@ -85,7 +91,7 @@ make_model() {
 
 convert() {
   local type
-  for type in f16 q8_0; do
+  for type in "${GGUF_TYPES[@]}"; do
     [[ -e $PEERS_DIR/model-$type.gguf ]] && continue
     log "converting to $type GGUF"
     nice -n 10 "$PYTHON" "$ROOT/tools/bench/hf_to_gguf.py" "$MODEL" "$PEERS_DIR/model-$type.gguf" --type "$type"
@@ -96,10 +102,12 @@ convert() {
 bench_workloads() {
   local port=$1 name=$2 streams
   local bench=("$BUILD/bin/pagedllm-bench" --url "http://127.0.0.1:$port" --seed 1 --input-len 512 --output-len 128)
-  echo "$name one-stream load $(load)"
-  nice -n 10 "${bench[@]}" --num-requests 3 --concurrency 1 --json "$RESULTS/$name-1.json" | tail -12
-  for streams in 8 32; do
+  for streams in "${SERVER_STREAMS[@]}"; do
     echo "$name $streams-streams load $(load)"
+    if [[ $streams == 1 ]]; then
+      nice -n 10 "${bench[@]}" --num-requests 3 --concurrency 1 --json "$RESULTS/$name-1.json" | tail -12
+      continue
+    fi
     nice -n 10 "${bench[@]}" --num-requests "$streams" --concurrency "$streams" --json "$RESULTS/$name-$streams.json" \
       | tail -12
   done
@@ -118,14 +126,24 @@ wait_ready() {
 }
 
 run_pagedllm() {
-  local quantization port=8731 pid
-  for quantization in none int8; do
-    nice -n 10 "$BUILD/bin/pagedllm-host" --config "$ROOT/configs/serve.yaml" --set "model.path=$MODEL" \
+  local variant name level quantization dtype port=8731 pid
+  for variant in "${PAGEDLLM_VARIANTS[@]}"; do
+    name=${variant%@*}
+    level=${variant#"$name"}
+    level=${level#@}
+    quantization=none dtype=auto
+    case $name in
+      int8) quantization=int8 ;;
+      f16 | f32) dtype=$name ;;
+    esac
+    # Result names: pagedllm-<variant> with '@' as '-' (plot_peers.py splits names at the last '-').
+    PAGEDLLM_CPU_ISA=$level nice -n 10 "$BUILD/bin/pagedllm-host" --config "$ROOT/configs/serve.yaml" \
+      --set "model.path=$MODEL" --set "model.dtype=$dtype" \
       --set "model.options.num_threads=$THREADS" --set "model.options.quantization=$quantization" \
       --set "attention.options.num_threads=$THREADS" --set "server.port=$port" \
-      --set "cache.kv_cache_bytes=2GiB" >"$RESULTS/pagedllm-$quantization.log" 2>&1 &
+      --set "cache.kv_cache_bytes=2GiB" >"$RESULTS/pagedllm-${variant/@/-}.log" 2>&1 &
     pid=$!
-    if wait_ready "$port" "$pid"; then bench_workloads "$port" "pagedllm-$quantization"; fi
+    if wait_ready "$port" "$pid"; then bench_workloads "$port" "pagedllm-${variant/@/-}"; fi
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
   done
@@ -133,7 +151,7 @@ run_pagedllm() {
 
 run_llamacpp() {
   local type
-  for type in f16 q8_0; do
+  for type in "${GGUF_TYPES[@]}"; do
     echo "llamacpp-$type one-stream load $(load)"
     nice -n 10 "$PEERS_DIR/venv-llamacpp/bin/python" "$ROOT/tools/bench/peers_llamacpp.py" \
       "$PEERS_DIR/model-$type.gguf" --threads "$THREADS" --prefill 512 --decode 128 \

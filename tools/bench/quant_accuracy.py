@@ -10,8 +10,13 @@ For each variant, build/bin/llama_quant_eval prefills the same windows of the pi
 stream. Against the f32 variant (the checkpoint's bf16 weights widened exactly) this reports the logit
 deviation (max and mean |delta| over every position and vocabulary entry), top-1 agreement (argmax
 equal) and the held-out perplexity of each (next-token cross entropy over every window position but
-the last), with decode tok/s measured in the same run. --speed-model adds decode tok/s on a larger
-model (no accuracy: random weights), e.g. one made by tools/testing/make_tiny_llama.py.
+the last), with decode tok/s measured in the same run. --speed-model adds prefill tok/s (the same
+windows) and decode tok/s on a larger model (no accuracy: random weights), e.g. one made by
+tools/testing/make_tiny_llama.py.
+
+A variant NAME@LEVEL runs NAME with PAGEDLLM_CPU_ISA=LEVEL (plugins/llama_cpu/cpu_isa.h):
+bf16@avx512vnni is bf16 on the exact path (f32 activations in every product), where plain bf16 on
+a CPU with AVX512-BF16 prefills through vdpbf16ps on bf16-rounded activations.
 """
 import argparse
 import json
@@ -27,7 +32,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "train"))
 import bpe  # noqa: E402
 import corpus  # noqa: E402
 
-VARIANTS = ["f32", "bf16", "int8_w8a8", "int8_weight_only"]
+VARIANTS = ["f32", "bf16", "bf16@avx512vnni", "int8_w8a8", "int8_weight_only"]
 
 
 def heldout_windows(model_dir, windows, length):
@@ -46,9 +51,13 @@ def heldout_windows(model_dir, windows, length):
 
 
 def run_variant(build, model_dir, variant, tokens_file, logits_file, decode_steps, threads):
-    cmd = [os.path.join(build, "bin", "llama_quant_eval"), model_dir, variant, tokens_file, logits_file,
+    name, _, level = variant.partition("@")
+    env = dict(os.environ)
+    if level:
+        env["PAGEDLLM_CPU_ISA"] = level
+    cmd = [os.path.join(build, "bin", "llama_quant_eval"), model_dir, name, tokens_file, logits_file,
            str(decode_steps), str(threads)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -104,21 +113,22 @@ def main():
                 entry["mean_abs_logit_delta"] = float(delta.mean())
                 entry["top1_agreement"] = float((logits.argmax(-1) == reference.argmax(-1)).mean())
             if args.speed_model:
-                entry["speed_model_decode_tok_s"] = run_variant(args.build, args.speed_model, variant, empty_file,
-                                                                os.devnull, args.decode_steps,
-                                                                args.threads)["decode_tok_s"]
+                speed = run_variant(args.build, args.speed_model, variant, tokens_file, os.devnull,
+                                    args.decode_steps, args.threads)
+                entry["speed_model_prefill_tok_s"] = speed["prefill_tok_s"]
+                entry["speed_model_decode_tok_s"] = speed["decode_tok_s"]
             results["variants"][variant] = entry
             print(variant, json.dumps(entry), flush=True)
     results["load_average_end"] = os.getloadavg()
     print(f"load average {results['load_average_start']} -> {results['load_average_end']}")
     print(f"| variant | perplexity | max abs logit delta | mean abs delta | top-1 agreement | decode tok/s |"
-          + (" speed model decode tok/s |" if args.speed_model else ""))
+          + (" speed model prefill tok/s | speed model decode tok/s |" if args.speed_model else ""))
     for name, e in results["variants"].items():
         row = (f"| {name} | {e['perplexity']:.3f} | {e.get('max_abs_logit_delta', 0):.4f} | "
                f"{e.get('mean_abs_logit_delta', 0):.5f} | {100 * e.get('top1_agreement', 1):.2f} % | "
                f"{e['decode_tok_s']:.1f} |")
         if args.speed_model:
-            row += f" {e['speed_model_decode_tok_s']:.2f} |"
+            row += f" {e['speed_model_prefill_tok_s']:.1f} | {e['speed_model_decode_tok_s']:.2f} |"
         print(row)
     if args.output:
         with open(args.output, "w") as f:

@@ -41,17 +41,29 @@
 // only catches gross errors (a lost scale or offset correction moves logits
 // by orders of magnitude more); the W8A8 arithmetic itself is checked exactly
 // against float64 in test_llama_cpu_kernels.
+//
+// bf16 checkpoints on a CPU with AVX512-BF16 (the avx512bf16 level, the
+// default where the CPU has it): products of more than 16 rows (prefills) run
+// on vdpbf16ps with the activations rounded to bf16 (up to 2^-9 of each
+// element), which the oracle does not reproduce: those checkpoints are held
+// to twice the deviation measured on these random models (worst 0.119 on
+// logits, 0.046 on hidden states), like W8A8; on the trained embedded model:
+// docs/benchmarks.md. The GEMM's arithmetic is checked against float64 in
+// test_llama_cpu_kernels, and the other levels (PAGEDLLM_CPU_ISA=avx512vnni
+// and below, the ctest variants of the 16-bit case) keep the f32 tolerances.
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "plugins/llama_cpu/cpu_isa.h"
 #include "tests/plugins/models_llama/llama_harness.h"
 
 using namespace llama_test;
@@ -61,6 +73,26 @@ namespace {
 
 constexpr Tolerance kLogitsTolerance{1e-4, 1e-5};
 constexpr Tolerance kHiddenTolerance{5e-5, 1e-5};
+constexpr Tolerance kBf16GemmLogitsTolerance{0.25, 0.0};
+constexpr Tolerance kBf16GemmHiddenTolerance{0.1, 0.0};
+
+// Whether the plugin rounds this checkpoint's activations to bf16 in its
+// prefill GEMMs: bf16 weights (config.json's dtype) on the avx512bf16 level
+// (this process's llama_cpu reads PAGEDLLM_CPU_ISA and the CPU as the plugin's
+// copy does).
+bool bf16_gemm(const std::filesystem::path& model) {
+  if (pagedllm::llama_cpu::active_isa() != pagedllm::llama_cpu::Isa::kAvx512Bf16) return false;
+  std::ifstream in(model / "config.json");
+  const nlohmann::json config = nlohmann::json::parse(in);
+  const std::string dtype = config.value("dtype", config.value("torch_dtype", "float32"));
+  return dtype == "bfloat16";
+}
+
+// A checker of `model`'s rows with the tolerances of the path it runs on.
+Checker checker_for(const std::filesystem::path& model, const OracleOutput& oracle) {
+  if (bf16_gemm(model)) return Checker{oracle, kBf16GemmLogitsTolerance, kBf16GemmHiddenTolerance};
+  return Checker{oracle, kLogitsTolerance, kHiddenTolerance};
+}
 
 struct Variant {
   const char* name;
@@ -82,7 +114,7 @@ void run_scenario(const std::filesystem::path& model, const std::vector<std::vec
     INFO(v.name);
     PagedRunner runner(model, v.model, v.attention);
     for (const auto& s : sequences) runner.add_sequence(s);
-    Checker checker{oracle, kLogitsTolerance, kHiddenTolerance};
+    Checker checker = checker_for(model, oracle);
     for (std::size_t i = 0; i < steps.size(); ++i) {
       INFO("step " << i);
       checker.check_all(runner.step(steps[i]));
@@ -228,7 +260,7 @@ TEST_CASE("models_llama: checkpoints written by transformers, shaped like real o
       INFO(v.name);
       PagedRunner runner(dir.path() / presets[i], v.model, v.attention);
       for (const auto& s : sequences[i]) runner.add_sequence(s);
-      Checker checker{oracle, kLogitsTolerance, kHiddenTolerance};
+      Checker checker = checker_for(dir.path() / presets[i], oracle);
       for (std::size_t step = 0; step < kMixedSteps.size(); ++step) {
         INFO("step " << step);
         checker.check_all(runner.step(kMixedSteps[step]));

@@ -7,6 +7,12 @@
 //   build/bin/llama_cpu_linear_bench int8       int8 weights, W8A8 (vpdpbusd) and
 //       weight-only, against bf16 on the same shapes, at the best level the
 //       CPU has (W8A8 also at avx512, without VNNI: the portable integer loop)
+//   build/bin/llama_cpu_linear_bench gemm       many rows (16 to 512) of bf16
+//       weights: the vdpbf16ps GEMM (avx512bf16, activations rounded to bf16)
+//       against the exact path (avx512vnni: OpenBLAS SGEMM on tiles widened
+//       to f32) and f32 weights' SGEMM, GFLOP/s and the fraction of the
+//       peak of vdpbf16ps and of the f32 FMA measured on this core (a loop of
+//       independent instructions, no memory)
 //   build/bin/llama_cpu_linear_bench blas       linear() against the OpenBLAS call
 //       it made before it had its own kernel for few rows (sgemv for one row,
 //       sgemm otherwise), embedded model and 1B shapes, 1 to 32 rows
@@ -16,6 +22,7 @@
 // measured in the same run.
 
 #include <cblas.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <chrono>
@@ -181,6 +188,122 @@ int dtypes_bench() {
   return 0;
 }
 
+// (-Wpsabi: the AVX-512 vectors below never cross a call between code built
+// with and without AVX-512; everything is inlined in the target region.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bf16")
+// The peak of one instruction on this core: GFLOP/s of a loop over 16
+// independent register accumulators (no memory traffic), the best of 100
+// short runs (the least disturbed). vdpbf16ps does 16 lanes x 2 products x 2
+// flops, the f32 FMA 16 x 2. (Sixteen named variables: an array of them went
+// through the stack in every iteration.)
+#define PEAK_ACCUMULATORS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15)
+#define PEAK_LOOP(flops_per_instruction, op)                                                                    \
+  [&] {                                                                                                         \
+    constexpr int64_t kIterations = 100'000;                                                                    \
+    double best = 0.0;                                                                                          \
+    for (int round = 0; round < 100; ++round) {                                                                 \
+      PEAK_ACCUMULATORS(PEAK_DECLARE)                                                                           \
+      const auto start = std::chrono::steady_clock::now();                                                      \
+      for (int64_t i = 0; i < kIterations; ++i) {                                                               \
+        PEAK_ACCUMULATORS(op)                                                                                   \
+        asm volatile("" : "+v"(acc0), "+v"(acc1), "+v"(acc2), "+v"(acc3), "+v"(acc4), "+v"(acc5), "+v"(acc6),   \
+                          "+v"(acc7));                                                                          \
+        asm volatile("" : "+v"(acc8), "+v"(acc9), "+v"(acc10), "+v"(acc11), "+v"(acc12), "+v"(acc13),           \
+                          "+v"(acc14), "+v"(acc15));                                                            \
+      }                                                                                                         \
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();         \
+      best = std::max(best, (flops_per_instruction) * 16.0 * double(kIterations) / s / 1e9);                    \
+    }                                                                                                           \
+    return best;                                                                                                \
+  }()
+#define PEAK_DECLARE(i) __m512 acc##i = _mm512_setzero_ps();
+#define PEAK_DPBF16(i) acc##i = _mm512_dpbf16_ps(acc##i, x, x);
+#define PEAK_FMA(i) acc##i = _mm512_fmadd_ps(x, x, acc##i);
+
+double peak_dpbf16_gflops() {
+  const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));  // bf16 pairs of 1.0
+  return PEAK_LOOP(64.0, PEAK_DPBF16);
+}
+double peak_fma_gflops() {
+  const __m512 x = _mm512_set1_ps(1.0f);
+  return PEAK_LOOP(32.0, PEAK_FMA);
+}
+#undef PEAK_ACCUMULATORS
+#undef PEAK_LOOP
+#undef PEAK_DECLARE
+#undef PEAK_DPBF16
+#undef PEAK_FMA
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
+
+int gemm_bench() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  pagedllm::llama_cpu::use_single_threaded_blas();
+  pagedllm::plugins::ThreadPool pool(1);
+  const Isa best = pagedllm::llama_cpu::detected_isa();
+  if (best < Isa::kAvx512Bf16) {
+    std::printf("this CPU has no AVX512-BF16 (best level %s): nothing to compare\n",
+                pagedllm::llama_cpu::isa_name(best));
+    return 0;
+  }
+  const double dp_peak = peak_dpbf16_gflops(), fma_peak = peak_fma_gflops();
+  std::printf("peak on one core, measured: vdpbf16ps %.1f GFLOP/s, f32 FMA (zmm) %.1f GFLOP/s\n", dp_peak, fma_peak);
+  std::printf("linear() past %lld rows, one thread, best of 2 to 10 calls; GFLOP/s = 2 m n k / time;\n",
+              static_cast<long long>(pagedllm::llama_cpu::kDotRowsMaxRows));
+  std::printf("%% peak: of vdpbf16ps for dp, of the f32 FMA for SGEMM; x old: bf16's widened SGEMM time / this time\n");
+  std::printf("%-10s %4s %-5s %-22s %10s %8s %7s %7s\n", "shape", "rows", "dtype", "path", "us", "GFLOP/s", "% peak",
+              "x old");
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"1B qkv", 3072, 2048}, {"1B down", 2048, 8192}};
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  for (const Shape& s : shapes) {
+    const auto count = std::size_t(s.n * s.k);
+    std::vector<float> w32(count), a(std::size_t(512 * s.k)), out(std::size_t(512 * s.n));
+    std::vector<uint16_t> wbf16(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      w32[i] = normal(rng) * 0.02f;
+      wbf16[i] = pagedllm::plugins::f32_to_bf16(w32[i]);
+    }
+    for (float& x : a) x = normal(rng);
+    for (const int64_t m : {16, 32, 64, 128, 256, 512}) {
+      const double flops = 2.0 * double(m) * double(s.n) * double(s.k);
+      const int calls = int(std::clamp(3e9 / flops, 2.0, 10.0));
+      struct Path {
+        const char* dtype;
+        const char* name;
+        WeightsRef w;
+        Isa isa;
+      };
+      const Path paths[] = {
+          {"f32", "SGEMM", {w32.data(), PLLM_DTYPE_F32}, Isa::kAvx512Vnni},
+          {"bf16", "widened + SGEMM (old)", {wbf16.data(), PLLM_DTYPE_BF16}, Isa::kAvx512Vnni},
+          {"bf16", "vdpbf16ps", {wbf16.data(), PLLM_DTYPE_BF16}, Isa::kAvx512Bf16},
+      };
+      double old_us = 0.0;
+      for (const Path& path : paths) {
+        pagedllm::llama_cpu::set_isa_cap(path.isa);
+        const double us = best_of_us(calls, [&] {
+          pagedllm::llama_cpu::linear(pool, a.data(), s.k, m, path.w, s.n, s.k, out.data(), s.n, false);
+        });
+        const bool dp = path.isa == Isa::kAvx512Bf16 && m > pagedllm::llama_cpu::kDotRowsMaxRows;
+        if (!dp) old_us = us;
+        const double gflops = flops / us / 1e3;
+        std::printf("%-10s %4lld %-5s %-22s %10.1f %8.2f %6.1f%% %6.2fx\n", s.name, static_cast<long long>(m),
+                    path.dtype, path.name, us, gflops, 100.0 * gflops / (dp ? dp_peak : fma_peak), old_us / us);
+      }
+    }
+  }
+  pagedllm::llama_cpu::set_isa_cap(std::nullopt);
+  return 0;
+}
+
 int blas_bench() {
   pagedllm::llama_cpu::use_single_threaded_blas();
   pagedllm::plugins::ThreadPool pool(1);
@@ -224,6 +347,7 @@ int main(int argc, char** argv) {
   if (mode == "dtypes") return dtypes_bench();
   if (mode == "blas") return blas_bench();
   if (mode == "int8") return int8_bench();
-  std::fprintf(stderr, "usage: llama_cpu_linear_bench [dtypes|int8|blas]\n");
+  if (mode == "gemm") return gemm_bench();
+  std::fprintf(stderr, "usage: llama_cpu_linear_bench [dtypes|int8|gemm|blas]\n");
   return 2;
 }
