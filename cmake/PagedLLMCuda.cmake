@@ -5,7 +5,7 @@
 # Two ways to build the CUDA plugins (docs/architecture.md "CUDA emulation"):
 #   PAGEDLLM_CUDA_EMULATION=ON (the default, what CI runs): every CUDA source
 #     is compiled by the host compiler and linked against
-#     libpagedllm_cuda_emulation.so (plugins/cuda_common/emulation): a SIMT
+#     libpagedllm_cuda_emulation.so (plugins/lib/cuda_emulation): a SIMT
 #     emulator for the kernels, a CUDA runtime and cuBLAS stand-in over host
 #     memory, on an emulated cuda:0. Only the toolkit's headers are needed.
 #     When nvcc is there too, the .cu files are also compiled by it
@@ -55,7 +55,7 @@ endif()
 
 # pagedllm_cuda_sources(<target> <sources...>): adds CUDA sources (.cu) to
 # <target>: compiled by nvcc, or in the emulated build by the host compiler
-# with plugins/cuda_common/emulation/cuda_emulation.h included first.
+# with cuda_emulation/cuda_emulation.h included first.
 # pagedllm_cuda_nvcc_check collects them for nvcc in the emulated build.
 set_property(GLOBAL PROPERTY PAGEDLLM_CUDA_CHECK_SOURCES "")
 function(pagedllm_cuda_sources target)
@@ -69,7 +69,7 @@ function(pagedllm_cuda_sources target)
     target_sources(${target} PRIVATE ${path})
     set_source_files_properties(${path} PROPERTIES
       LANGUAGE CXX
-      COMPILE_OPTIONS "-include;${PROJECT_SOURCE_DIR}/plugins/cuda_common/emulation/cuda_emulation.h;-Wno-unknown-pragmas")
+      COMPILE_OPTIONS "-include;${PROJECT_SOURCE_DIR}/plugins/lib/cuda_emulation/include/cuda_emulation/cuda_emulation.h;-Wno-unknown-pragmas")
   endforeach()
 endfunction()
 

@@ -1,4 +1,4 @@
-// plugins/llama_cpu's linear() against a float64 dot product over the
+// plugins/lib/llama_cpu's linear() against a float64 dot product over the
 // widened weights, for f32, bf16 and f16 weights, through every instruction
 // set the CPU has (cpu_isa.h's levels, forced one after the other with
 // set_isa_cap: scalar, avx2, avx512, avx512bf16) and both of its paths (its
@@ -43,12 +43,12 @@
 #include <string>
 #include <vector>
 
-#include "plugins/common/dtype_name.h"
-#include "plugins/common/float16_rounding.h"
+#include "common/dtype_name.h"
+#include "common/float16_rounding.h"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
-#include "plugins/llama_cpu/cpu_isa.h"
-#include "plugins/llama_cpu/cpu_kernels.h"
-#include "plugins/llama_cpu/weight_loader.h"
+#include "llama_cpu/cpu_isa.h"
+#include "llama_cpu/cpu_kernels.h"
+#include "llama_cpu/weight_loader.h"
 
 using pagedllm::llama_cpu::Int8Compute;
 using pagedllm::llama_cpu::Isa;
