@@ -5,7 +5,7 @@
 //
 // In a CUDA build it is exactly my_kernel<T><<<grid, block, shared_bytes,
 // stream>>>(args...). In the emulated build (PAGEDLLM_CUDA_EMULATION, the
-// .cu file compiled by the host compiler with emulation/cuda_emulation.h) it
+// .cu file compiled by the host compiler with cuda_emulation/cuda_emulation.h) it
 // hands the kernel to the SIMT emulator, which checks the configuration and
 // the stream ordering of the buffers the arguments point into, and runs
 // every block before returning. Either way a bad launch is the thread's last
