@@ -5,7 +5,7 @@
 # Two ways to build the CUDA plugins (docs/architecture.md "CUDA emulation"):
 #   PAGEDLLM_CUDA_EMULATION=ON (the default, what CI runs): every CUDA source
 #     is compiled by the host compiler and linked against
-#     libpagedllm_cuda_emulation.so (plugins/cuda_common/emulation): a SIMT
+#     libpagedllm_cuda_emulation.so (plugins/lib/cuda_emulation): a SIMT
 #     emulator for the kernels, a CUDA runtime and cuBLAS stand-in over host
 #     memory, on an emulated cuda:0. Only the toolkit's headers are needed.
 #     When nvcc is there too, the .cu files are also compiled by it
@@ -53,23 +53,31 @@ else()
   message(STATUS "pagedllm: CUDA plugins ${PAGEDLLM_HAVE_CUDA}")
 endif()
 
+# What an emulated .cu file is compiled with first (-include): the emulator's
+# device-side half (plugins/lib/cuda_emulation).
+set(PAGEDLLM_CUDA_EMULATION_HEADER
+  ${PROJECT_SOURCE_DIR}/plugins/lib/cuda_emulation/include/cuda_emulation/cuda_emulation.h)
+
 # pagedllm_cuda_sources(<target> <sources...>): adds CUDA sources (.cu) to
 # <target>: compiled by nvcc, or in the emulated build by the host compiler
-# with plugins/cuda_common/emulation/cuda_emulation.h included first.
-# pagedllm_cuda_nvcc_check collects them for nvcc in the emulated build.
+# with PAGEDLLM_CUDA_EMULATION_HEADER included first.
+# pagedllm_cuda_nvcc_check collects them, and the targets whose include
+# directories they need, for nvcc in the emulated build.
 set_property(GLOBAL PROPERTY PAGEDLLM_CUDA_CHECK_SOURCES "")
+set_property(GLOBAL PROPERTY PAGEDLLM_CUDA_CHECK_TARGETS "")
 function(pagedllm_cuda_sources target)
   if(NOT PAGEDLLM_CUDA_EMULATION)
     target_sources(${target} PRIVATE ${ARGN})
     return()
   endif()
+  set_property(GLOBAL APPEND PROPERTY PAGEDLLM_CUDA_CHECK_TARGETS ${target})
   foreach(source IN LISTS ARGN)
     get_filename_component(path ${source} ABSOLUTE)
     set_property(GLOBAL APPEND PROPERTY PAGEDLLM_CUDA_CHECK_SOURCES ${path})
     target_sources(${target} PRIVATE ${path})
     set_source_files_properties(${path} PROPERTIES
       LANGUAGE CXX
-      COMPILE_OPTIONS "-include;${PROJECT_SOURCE_DIR}/plugins/cuda_common/emulation/cuda_emulation.h;-Wno-unknown-pragmas")
+      COMPILE_OPTIONS "-include;${PAGEDLLM_CUDA_EMULATION_HEADER};-Wno-unknown-pragmas")
   endforeach()
 endfunction()
 

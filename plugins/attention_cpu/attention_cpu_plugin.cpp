@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "pagedllm/sdk.hpp"
-#include "plugins/attention_cpu/dtype_convert.h"
-#include "plugins/attention_cpu/kv_cache.h"
-#include "plugins/attention_cpu/paged_attention.h"
+#include "dtype_convert.h"
+#include "kv_cache.h"
+#include "paged_attention.h"
 #include "pagedllm/sdk/cpp/paged_batch_check.hpp"
-#include "plugins/common/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace pagedllm::attention_cpu {
 namespace {

@@ -1,13 +1,13 @@
 #pragma once
 // f16 / bf16 <-> f32 conversions for the CPU attention backend. Storage types
 // are plain 16-bit patterns; arithmetic always happens in f32. f16/bf16 -> f32
-// are the SDK's (float_convert.hpp), f32 -> f16/bf16 plugins/common's
+// are the SDK's (float_convert.hpp), f32 -> f16/bf16 plugins/lib/common's
 // (float16_rounding.h).
 
 #include <cstdint>
 
-#include "plugins/common/dtype_name.h"
-#include "plugins/common/float16_rounding.h"
+#include "common/dtype_name.h"
+#include "common/float16_rounding.h"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
 #include "pagedllm/sdk/tensor.h"
 

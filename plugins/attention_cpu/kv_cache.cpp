@@ -1,4 +1,4 @@
-#include "plugins/attention_cpu/kv_cache.h"
+#include "kv_cache.h"
 
 #include <cstring>
 #include <limits>

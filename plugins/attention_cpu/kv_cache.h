@@ -16,7 +16,7 @@
 #include <span>
 
 #include "pagedllm/sdk.h"
-#include "plugins/common/kv_cache_geometry.h"
+#include "common/kv_cache_geometry.h"
 
 namespace pagedllm::attention_cpu {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "pagedllm/sdk.h"
-#include "plugins/common/thread_pool.h"
+#include "common/thread_pool.h"
 
 namespace pagedllm::attention_cpu {
 

@@ -36,9 +36,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "plugins/attention_cpu/dtype_convert.h"
-#include "plugins/common/fast_exp.h"
-#include "plugins/attention_cpu/paged_attention.h"
+#include "dtype_convert.h"
+#include "common/fast_exp.h"
+#include "paged_attention.h"
 
 namespace pagedllm::attention_cpu {
 namespace {

@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "plugins/attention_cpu/dtype_convert.h"
-#include "plugins/attention_cpu/paged_attention.h"
+#include "dtype_convert.h"
+#include "paged_attention.h"
 
 namespace pagedllm::attention_cpu {
 namespace {

@@ -21,13 +21,13 @@
 #include <string>
 
 #include "pagedllm/sdk.hpp"
-#include "plugins/attention_cuda/cuda_handles.h"
-#include "plugins/attention_cuda/device_kv_cache.h"
-#include "plugins/attention_cuda/kernels.h"
-#include "plugins/attention_cuda/step_metadata.h"
-#include "plugins/common/dtype_name.h"
+#include "cuda_handles.h"
+#include "device_kv_cache.h"
+#include "kernels.h"
+#include "step_metadata.h"
+#include "common/dtype_name.h"
 #include "pagedllm/sdk/cpp/paged_batch_check.hpp"
-#include "plugins/cuda_common/cuda_check.h"
+#include "cuda_common/cuda_check.h"
 
 namespace pagedllm::attention_cuda {
 namespace {

@@ -1,10 +1,10 @@
 // Launching the K/V write kernel (cache_write_kernels.cuh).
 
-#include "plugins/attention_cuda/cache_write_kernels.cuh"
-#include "plugins/attention_cuda/dtype_traits.cuh"
-#include "plugins/attention_cuda/kernels.h"
-#include "plugins/cuda_common/cuda_check.h"
-#include "plugins/cuda_common/launch.cuh"
+#include "cache_write_kernels.cuh"
+#include "dtype_traits.cuh"
+#include "kernels.h"
+#include "cuda_common/cuda_check.h"
+#include "cuda_common/launch.cuh"
 
 namespace pagedllm::attention_cuda {
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <algorithm>
 
-#include "plugins/cuda_common/cuda_check.h"
+#include "cuda_common/cuda_check.h"
 
 namespace pagedllm::attention_cuda {
 

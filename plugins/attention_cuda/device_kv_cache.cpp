@@ -1,10 +1,10 @@
-#include "plugins/attention_cuda/device_kv_cache.h"
+#include "device_kv_cache.h"
 
 #include <limits>
 #include <string>
 
 #include "pagedllm/sdk/cpp/paged_batch_check.hpp"
-#include "plugins/cuda_common/cuda_check.h"
+#include "cuda_common/cuda_check.h"
 
 namespace pagedllm::attention_cuda {
 namespace {

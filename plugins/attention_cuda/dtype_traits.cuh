@@ -1,11 +1,11 @@
 #pragma once
 // 16-byte vector loads of the cache's element types, converted to f32 (all
-// arithmetic is f32; the conversions are plugins/cuda_common's).
+// arithmetic is f32; the conversions are plugins/lib/cuda_common's).
 
 #include <cstdint>
 #include <type_traits>
 
-#include "plugins/cuda_common/dtype_convert.cuh"
+#include "cuda_common/dtype_convert.cuh"
 
 namespace pagedllm::attention_cuda {
 

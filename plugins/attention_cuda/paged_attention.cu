@@ -2,11 +2,11 @@
 
 #include <string>
 
-#include "plugins/attention_cuda/dtype_traits.cuh"
-#include "plugins/attention_cuda/kernels.h"
-#include "plugins/attention_cuda/paged_attention_kernels.cuh"
-#include "plugins/cuda_common/cuda_check.h"
-#include "plugins/cuda_common/launch.cuh"
+#include "dtype_traits.cuh"
+#include "kernels.h"
+#include "paged_attention_kernels.cuh"
+#include "cuda_common/cuda_check.h"
+#include "cuda_common/launch.cuh"
 
 namespace pagedllm::attention_cuda {
 namespace {

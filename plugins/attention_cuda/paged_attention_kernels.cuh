@@ -21,8 +21,8 @@
 
 #include <cmath>
 
-#include "plugins/attention_cuda/dtype_traits.cuh"
-#include "plugins/attention_cuda/kernels.h"
+#include "dtype_traits.cuh"
+#include "kernels.h"
 
 namespace pagedllm::attention_cuda::device {
 

@@ -1,4 +1,4 @@
-#include "plugins/attention_cuda/step_metadata.h"
+#include "step_metadata.h"
 
 #include <algorithm>
 #include <cstring>

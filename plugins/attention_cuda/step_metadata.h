@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "pagedllm/sdk.h"
-#include "plugins/attention_cuda/cuda_handles.h"
-#include "plugins/attention_cuda/kernels.h"
+#include "cuda_handles.h"
+#include "kernels.h"
 
 namespace pagedllm::attention_cuda {
 

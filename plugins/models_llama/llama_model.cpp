@@ -1,4 +1,4 @@
-#include "plugins/models_llama/llama_model.h"
+#include "llama_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,12 +6,12 @@
 #include <string>
 
 #include "pagedllm/sdk.hpp"
-#include "plugins/common/dtype_name.h"
+#include "common/dtype_name.h"
 #include "pagedllm/sdk/cpp/model_batch_check.hpp"
-#include "plugins/llama_cpu/cpu_isa.h"
-#include "plugins/llama_cpu/cpu_kernels.h"
-#include "plugins/llama_cpu/rope.h"
-#include "plugins/llama_cpu/weight_loader.h"
+#include "llama_cpu/cpu_isa.h"
+#include "llama_cpu/cpu_kernels.h"
+#include "llama_cpu/rope.h"
+#include "llama_cpu/weight_loader.h"
 
 namespace pagedllm::models_llama {
 

@@ -5,7 +5,7 @@
 // attention backend core passes in.
 //
 // Weights are copied once at load (the checkpoint is unmapped afterwards)
-// into the fused layout of plugins/llama_common/weight_layout.h, the matrices
+// into the fused layout of llama_common/weight_layout.h, the matrices
 // in the weight dtype (the embedding's stored dtype by default: f32, bf16 or
 // f16; model.dtype f32 widens), the norms in f32; activations, accumulation
 // and the KV cache are f32. Every HF tensor is a contiguous row range of a
@@ -27,10 +27,10 @@
 #include <vector>
 
 #include "pagedllm/sdk.h"
-#include "plugins/common/thread_pool.h"
-#include "plugins/llama_cpu/buffer.h"
-#include "plugins/llama_cpu/decoder_layer.h"
-#include "plugins/llama_common/llama_forward.h"
+#include "common/thread_pool.h"
+#include "llama_cpu/buffer.h"
+#include "llama_cpu/decoder_layer.h"
+#include "llama_common/llama_forward.h"
 
 namespace pagedllm::models_llama {
 

@@ -1,19 +1,19 @@
 // models_llama: the Llama-family architecture (HF LlamaForCausalLM: Llama 2/3,
 // TinyLlama, GQA models; an HF directory or a GGUF file) on the CPU or on a CUDA
 // device. This file is the SDK glue: options, create, info, forward and get_tensor; the CPU model is
-// llama_model.h, the CUDA one plugins/llama_cuda (built with CUDA only).
+// llama_model.h, the CUDA one plugins/lib/llama_cuda (built with CUDA only).
 
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "pagedllm/sdk.hpp"
-#include "plugins/common/thread_pool.h"
-#include "plugins/common/dtype_name.h"
-#include "plugins/llama_cpu/cpu_isa.h"
-#include "plugins/models_llama/llama_model.h"
+#include "common/thread_pool.h"
+#include "common/dtype_name.h"
+#include "llama_cpu/cpu_isa.h"
+#include "llama_model.h"
 #ifdef PAGEDLLM_HAVE_CUDA
-#include "plugins/llama_cuda/cuda_llama_model.h"
+#include "llama_cuda/cuda_llama_model.h"
 #endif
 
 namespace pagedllm::models_llama {

@@ -1,13 +1,13 @@
-#include "plugins/sampler/cuda_sampler.h"
+#include "cuda_sampler.h"
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
 
-#include "plugins/cuda_common/cuda_check.h"
-#include "plugins/sampler/sample_batch_check.h"
-#include "plugins/sampler/sampling_math.h"
+#include "cuda_common/cuda_check.h"
+#include "sample_batch_check.h"
+#include "sampling_math.h"
 
 namespace pagedllm::sampler {
 namespace {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "pagedllm/sdk.h"
-#include "plugins/sampler/sampler_kernels.h"
-#include "plugins/sampler/token_history.h"
+#include "sampler_kernels.h"
+#include "token_history.h"
 
 namespace pagedllm::sampler {
 

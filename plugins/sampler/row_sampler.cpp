@@ -1,4 +1,4 @@
-#include "plugins/sampler/row_sampler.h"
+#include "row_sampler.h"
 
 #include <algorithm>
 #include <cmath>

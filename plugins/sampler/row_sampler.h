@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "pagedllm/sdk.h"
-#include "plugins/sampler/sampling_math.h"
-#include "plugins/sampler/token_history.h"
+#include "sampling_math.h"
+#include "token_history.h"
 
 namespace pagedllm::sampler {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "pagedllm/sdk.hpp"
-#include "plugins/sampler/row_sampler.h"
+#include "row_sampler.h"
 
 namespace pagedllm::sampler {
 

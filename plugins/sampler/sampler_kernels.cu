@@ -1,14 +1,14 @@
-#include "plugins/sampler/sampler_kernels.h"
+#include "sampler_kernels.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "pagedllm/sdk/sampler.h"
-#include "plugins/cuda_common/block_reduce.cuh"
-#include "plugins/cuda_common/cuda_check.h"
-#include "plugins/cuda_common/launch.cuh"
-#include "plugins/sampler/sampling_math.h"
+#include "cuda_common/block_reduce.cuh"
+#include "cuda_common/cuda_check.h"
+#include "cuda_common/launch.cuh"
+#include "sampling_math.h"
 
 namespace pagedllm::sampler {
 namespace {

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "pagedllm/sdk.hpp"
-#include "plugins/common/thread_pool.h"
-#include "plugins/sampler/row_sampler.h"
-#include "plugins/sampler/sample_batch_check.h"
+#include "common/thread_pool.h"
+#include "row_sampler.h"
+#include "sample_batch_check.h"
 #ifdef PAGEDLLM_HAVE_CUDA
-#include "plugins/sampler/cuda_sampler.h"
+#include "cuda_sampler.h"
 #endif
 
 namespace pagedllm::sampler {

@@ -1,4 +1,4 @@
-#include "plugins/spec_eagle/cuda_eagle_head.h"
+#include "cuda_eagle_head.h"
 
 #include <cuda_runtime_api.h>
 
@@ -11,19 +11,19 @@
 #include <utility>
 
 #include "pagedllm/sdk.hpp"
-#include "plugins/common/dtype_name.h"
-#include "plugins/cuda_common/cuda_check.h"
-#include "plugins/llama_common/rope_freq.h"
-#include "plugins/llama_common/tensor_view.h"
-#include "plugins/llama_common/weight_layout.h"
-#include "plugins/llama_cuda/cuda_context.h"
-#include "plugins/llama_cuda/decoder_layer.h"
-#include "plugins/llama_cuda/device_memory.h"
-#include "plugins/llama_cuda/llama_kernels.h"
-#include "plugins/llama_cuda/weight_upload.h"
-#include "plugins/spec_eagle/draft_inputs.h"
-#include "plugins/spec_eagle/draft_vocab.h"
-#include "plugins/spec_eagle/eagle_config.h"
+#include "common/dtype_name.h"
+#include "cuda_common/cuda_check.h"
+#include "llama_common/rope_freq.h"
+#include "llama_common/tensor_view.h"
+#include "llama_common/weight_layout.h"
+#include "llama_cuda/cuda_context.h"
+#include "llama_cuda/decoder_layer.h"
+#include "llama_cuda/device_memory.h"
+#include "llama_cuda/llama_kernels.h"
+#include "llama_cuda/weight_upload.h"
+#include "draft_inputs.h"
+#include "draft_vocab.h"
+#include "eagle_config.h"
 
 namespace pagedllm::spec_eagle {
 namespace {

@@ -5,7 +5,7 @@
 // The weights (fc, fc.bias, layers.0) are resident on the device in the
 // target's compute dtype (F32, F16 or BF16); the embedding and lm_head are the
 // target's device tensors (get_tensor), read in place. The decoder layer, the
-// GEMMs and the kernels are models_llama's CUDA ones (plugins/llama_cuda), on
+// GEMMs and the kernels are models_llama's CUDA ones (plugins/lib/llama_cuda), on
 // the head's own stream; attention goes through the backend core passes, as KV
 // layer target num_layers. Features arrive as host f32 rows and go up with the
 // step's int32 inputs in one copy; the predicted features stay on the device
@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "pagedllm/sdk.h"
-#include "plugins/spec_eagle/draft_head.h"
+#include "draft_head.h"
 
 namespace pagedllm::spec_eagle {
 

@@ -1,12 +1,12 @@
-#include "plugins/spec_eagle/cuda_verifier.h"
+#include "cuda_verifier.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
-#include "plugins/cuda_common/cuda_check.h"
-#include "plugins/llama_cuda/device_memory.h"
-#include "plugins/spec_eagle/verify_kernels.h"
+#include "cuda_common/cuda_check.h"
+#include "llama_cuda/device_memory.h"
+#include "verify_kernels.h"
 
 namespace pagedllm::spec_eagle {
 

@@ -14,7 +14,7 @@
 
 #include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/rejection_sampler.hpp"
-#include "plugins/llama_cuda/device_memory.h"
+#include "llama_cuda/device_memory.h"
 
 namespace pagedllm::spec_eagle {
 

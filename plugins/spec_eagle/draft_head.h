@@ -13,7 +13,7 @@
 // draft vocabulary, logits only for its ids (-inf elsewhere).
 
 #include "pagedllm/sdk.h"
-#include "plugins/llama_common/llama_config.h"
+#include "llama_common/llama_config.h"
 
 namespace pagedllm::spec_eagle {
 

@@ -1,4 +1,4 @@
-#include "plugins/spec_eagle/draft_inputs.h"
+#include "draft_inputs.h"
 
 #include <cstddef>
 #include <string>

@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "pagedllm/sdk.h"
-#include "plugins/llama_common/llama_config.h"
+#include "llama_common/llama_config.h"
 
 namespace pagedllm::spec_eagle {
 

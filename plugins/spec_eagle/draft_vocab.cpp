@@ -1,4 +1,4 @@
-#include "plugins/spec_eagle/draft_vocab.h"
+#include "draft_vocab.h"
 
 #include <algorithm>
 #include <fstream>

@@ -1,4 +1,4 @@
-#include "plugins/spec_eagle/eagle_config.h"
+#include "eagle_config.h"
 
 #include <fstream>
 #include <sstream>
@@ -8,7 +8,7 @@
 
 #include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
-#include "plugins/common/dtype_name.h"
+#include "common/dtype_name.h"
 
 namespace pagedllm::spec_eagle {
 namespace {

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "pagedllm/sdk.h"
-#include "plugins/llama_common/llama_config.h"
+#include "llama_common/llama_config.h"
 
 namespace pagedllm::spec_eagle {
 

@@ -1,16 +1,16 @@
-#include "plugins/spec_eagle/eagle_head.h"
+#include "eagle_head.h"
 
 #include <cstring>
 #include <string>
 
 #include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
-#include "plugins/llama_cpu/cpu_kernels.h"
-#include "plugins/llama_cpu/rope.h"
-#include "plugins/llama_cpu/weight_loader.h"
-#include "plugins/spec_eagle/draft_inputs.h"
-#include "plugins/spec_eagle/draft_vocab.h"
-#include "plugins/spec_eagle/eagle_config.h"
+#include "llama_cpu/cpu_kernels.h"
+#include "llama_cpu/rope.h"
+#include "llama_cpu/weight_loader.h"
+#include "draft_inputs.h"
+#include "draft_vocab.h"
+#include "eagle_config.h"
 
 namespace pagedllm::spec_eagle {
 

@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "pagedllm/sdk.h"
-#include "plugins/common/thread_pool.h"
-#include "plugins/llama_cpu/buffer.h"
-#include "plugins/llama_cpu/decoder_layer.h"
-#include "plugins/llama_cpu/weights.h"
-#include "plugins/llama_common/llama_config.h"
-#include "plugins/spec_eagle/draft_head.h"
-#include "plugins/spec_eagle/draft_vocab.h"
+#include "common/thread_pool.h"
+#include "llama_cpu/buffer.h"
+#include "llama_cpu/decoder_layer.h"
+#include "llama_cpu/weights.h"
+#include "llama_common/llama_config.h"
+#include "draft_head.h"
+#include "draft_vocab.h"
 
 namespace pagedllm::spec_eagle {
 

@@ -10,13 +10,13 @@
 
 #include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/rejection_sampler.hpp"
-#include "plugins/common/thread_pool.h"
-#include "plugins/spec_eagle/eagle_config.h"
-#include "plugins/spec_eagle/draft_vocab.h"
-#include "plugins/spec_eagle/eagle_head.h"
+#include "common/thread_pool.h"
+#include "eagle_config.h"
+#include "draft_vocab.h"
+#include "eagle_head.h"
 #ifdef PAGEDLLM_HAVE_CUDA
-#include "plugins/spec_eagle/cuda_eagle_head.h"
-#include "plugins/spec_eagle/cuda_verifier.h"
+#include "cuda_eagle_head.h"
+#include "cuda_verifier.h"
 #endif
 
 namespace pagedllm::spec_eagle {

@@ -1,12 +1,12 @@
-#include "plugins/spec_eagle/verify_kernels.h"
+#include "verify_kernels.h"
 
 #include <cmath>
 #include <cstdint>
 
 #include "pagedllm/sdk/cpp/rejection_sampler.hpp"
-#include "plugins/cuda_common/block_reduce.cuh"
-#include "plugins/cuda_common/cuda_check.h"
-#include "plugins/cuda_common/launch.cuh"
+#include "cuda_common/block_reduce.cuh"
+#include "cuda_common/cuda_check.h"
+#include "cuda_common/launch.cuh"
 
 namespace pagedllm::spec_eagle {
 namespace {

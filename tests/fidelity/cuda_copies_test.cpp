@@ -1,7 +1,7 @@
 // What crosses from the device in a served run (SDK 2.0's contract): the engine
 // on the emulated cuda:0 (models_llama on llama_cuda, attention_cuda, the CUDA
 // sampler) serves requests while the emulator counts every copy between host
-// and device memory (plugins/cuda_common/emulation/copy_counters.h). sampler.h
+// and device memory (cuda_emulation/copy_counters.h). sampler.h
 // says only sampled ids, their raw logprobs, a status, and the requested top
 // logprobs cross: 12 + 8 N bytes per sampled token, for N top logprobs. Before
 // 2.0 every step copied its logits rows down (pagedllm-tiny's vocabulary of
@@ -22,7 +22,7 @@
 #include "core/config/config.h"
 #include "core/engine/engine.h"
 #include "core/plugin/configured_plugins.h"
-#include "plugins/cuda_common/emulation/copy_counters.h"
+#include "cuda_emulation/copy_counters.h"
 #include "tests/support/temp_dir.h"
 
 using namespace pagedllm;

@@ -26,7 +26,7 @@ inline std::string cuda_device_unavailable_reason() {
 }
 
 // True when cuda:0 is the CUDA emulator's (the emulated build,
-// plugins/cuda_common/emulation) and PAGEDLLM_CUDA_EMULATION_FULL is not 1:
+// plugins/lib/cuda_emulation) and PAGEDLLM_CUDA_EMULATION_FULL is not 1:
 // device tests then use smaller shapes, which the emulator runs in CI time.
 // scripts/cuda_emulation_full.sh runs the GPU-sized shapes under emulation.
 inline bool emulated_small_shapes() {

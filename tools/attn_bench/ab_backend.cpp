@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/plugin/plugin_error.h"
-#include "plugins/common/dtype_name.h"
+#include "common/dtype_name.h"
 #include "tools/attn_bench/device_side.h"
 
 namespace pagedllm::attn_bench {

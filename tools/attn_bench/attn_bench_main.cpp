@@ -23,7 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/plugin/plugin_registry.h"
-#include "plugins/common/dtype_name.h"
+#include "common/dtype_name.h"
 #include "tools/attn_bench/ab_backend.h"
 #include "tools/attn_bench/bench_cases.h"
 #include "tools/attn_bench/device_side.h"

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "plugins/common/dtype_name.h"
+#include "common/dtype_name.h"
 #include "tools/attn_bench/device_side.h"
 
 namespace pagedllm::attn_bench {

@@ -14,7 +14,7 @@ the last), with decode tok/s measured in the same run. --speed-model adds prefil
 windows) and decode tok/s on a larger model (no accuracy: random weights), e.g. one made by
 tools/testing/make_tiny_llama.py.
 
-A variant NAME@LEVEL runs NAME with PAGEDLLM_CPU_ISA=LEVEL (plugins/llama_cpu/cpu_isa.h):
+A variant NAME@LEVEL runs NAME with PAGEDLLM_CPU_ISA=LEVEL (llama_cpu/cpu_isa.h):
 bf16@avx512vnni is bf16 on the exact path (f32 activations in every product), where plain bf16 on
 a CPU with AVX512-BF16 prefills through vdpbf16ps on bf16-rounded activations.
 """

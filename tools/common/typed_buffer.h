@@ -11,7 +11,7 @@
 
 #include "pagedllm/sdk.h"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
-#include "plugins/common/float16_rounding.h"
+#include "common/float16_rounding.h"
 
 namespace pagedllm::tools {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "pagedllm/sdk.hpp"
-#include "plugins/spec_eagle/draft_vocab.h"
+#include "draft_vocab.h"
 #include "tools/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

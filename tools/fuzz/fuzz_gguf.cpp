@@ -18,7 +18,7 @@
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/tokenizer_error.h"
 #include "pagedllm/sdk/cpp/gguf.hpp"
-#include "plugins/llama_common/llama_config.h"
+#include "llama_common/llama_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   // The reader maps a path; an anonymous in-memory file gives it one.

@@ -15,9 +15,9 @@
 
 #include "core/engine/generation_config.h"
 #include "pagedllm/sdk.hpp"
-#include "plugins/llama_common/llama_config.h"
-#include "plugins/llama_common/rope_freq.h"
-#include "plugins/llama_common/weight_layout.h"
+#include "llama_common/llama_config.h"
+#include "llama_common/rope_freq.h"
+#include "llama_common/weight_layout.h"
 #include "tools/fuzz/fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -16,7 +16,7 @@
 #include "core/plugin/plugin_instance.h"
 #include "core/plugin/plugin_registry.h"
 #include "pagedllm/sdk.h"
-#include "plugins/attention_cpu/dtype_convert.h"
+#include "dtype_convert.h"
 #include "tools/common/host_batch.h"
 #include "tools/common/layer_tensors.h"
 #include "tools/common/typed_buffer.h"

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <random>
 
-#include "plugins/attention_cpu/dtype_convert.h"
+#include "dtype_convert.h"
 
 using namespace pagedllm::attention_cpu;
 

@@ -1,6 +1,6 @@
 // attention_cuda's kernels (paged_attention_kernels.cuh, cache_write_kernels.cuh)
 // compiled as host code and launched straight into the SIMT emulator
-// (plugins/cuda_common/emulation; this file is compiled with
+// (plugins/lib/cuda_emulation; this file is compiled with
 // cuda_emulation.h included first, as the emulated build's .cu files are),
 // through the same Scenario as the plugin tests: NaN-poisoned pool, permuted
 // block tables, chunked prefill, a mixed step, a decode-only step, read-only
@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "plugins/attention_cuda/cache_write_kernels.cuh"
-#include "plugins/attention_cuda/paged_attention_kernels.cuh"
-#include "plugins/attention_cuda/step_metadata.h"
-#include "plugins/cuda_common/launch.cuh"
+#include "cache_write_kernels.cuh"
+#include "paged_attention_kernels.cuh"
+#include "step_metadata.h"
+#include "cuda_common/launch.cuh"
 #include "tests/plugins/attention_cpu/paged_scenario.h"
 
 using namespace attention_test;

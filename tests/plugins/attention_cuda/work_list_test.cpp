@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "plugins/attention_cuda/step_metadata.h"
+#include "step_metadata.h"
 #include "tests/plugins/attention_cpu/attention_harness.h"
 
 using pagedllm::attention_cuda::kTileRows;

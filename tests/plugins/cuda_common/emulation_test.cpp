@@ -1,4 +1,4 @@
-// The CUDA emulator itself (plugins/cuda_common/emulation): what a kernel sees
+// The CUDA emulator itself (plugins/lib/cuda_emulation): what a kernel sees
 // (3-D coordinates, shared memory poisoned for every block, shuffles, votes,
 // atomics, block order), what it reports instead of hanging (a divergent
 // __syncthreads or shuffle, naming the kernel), the runtime's checks (stream
@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "plugins/cuda_common/launch.cuh"
+#include "cuda_common/launch.cuh"
 
 // gcc's and clang's spellings of "built with AddressSanitizer".
 #if defined(__SANITIZE_ADDRESS__)

@@ -1,4 +1,4 @@
-// plugins/llama_cpu's linear() against a float64 dot product over the
+// plugins/lib/llama_cpu's linear() against a float64 dot product over the
 // widened weights, for f32, bf16 and f16 weights, through every instruction
 // set the CPU has (cpu_isa.h's levels, forced one after the other with
 // set_isa_cap: scalar, avx2, avx512, avx512vnni, avx512bf16) and all of its
@@ -22,7 +22,7 @@
 //
 // The vdpbf16ps GEMM multiplies bf16 activations by the bf16 weights: the
 // reference for it is the float64 product of the activations rounded to bf16
-// (plugins/common/float16_rounding.h's rounding, not the kernel's conversion
+// (common/float16_rounding.h's rounding, not the kernel's conversion
 // instruction) and the weights. The products of two bf16 numbers are exact in
 // f32, and each output lane adds them in order of k, one rounding per product
 // plus one for `accumulate`: d <= k + 1 (301 at k = 300), inside the same
@@ -53,12 +53,12 @@
 #include <string>
 #include <vector>
 
-#include "plugins/common/dtype_name.h"
-#include "plugins/common/float16_rounding.h"
+#include "common/dtype_name.h"
+#include "common/float16_rounding.h"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
-#include "plugins/llama_cpu/cpu_isa.h"
-#include "plugins/llama_cpu/cpu_kernels.h"
-#include "plugins/llama_cpu/weight_loader.h"
+#include "llama_cpu/cpu_isa.h"
+#include "llama_cpu/cpu_kernels.h"
+#include "llama_cpu/weight_loader.h"
 
 using pagedllm::llama_cpu::Int8Compute;
 using pagedllm::llama_cpu::Isa;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "plugins/llama_common/tensor_view.h"
+#include "llama_common/tensor_view.h"
 #include "tests/plugins/models_llama/paged_runner.h"
 
 namespace llama_test {

@@ -1,4 +1,4 @@
-// models_llama on CUDA (plugins/llama_cuda) through the real plugin .so files:
+// models_llama on CUDA (plugins/lib/llama_cuda) through the real plugin .so files:
 // the CUDA model with attention_cuda on cuda:0 against the HF transformers
 // oracle (tools/testing/hf_oracle.py, float32) over paged batches (prefill, chunked prefill, decode, mixed; the
 // cache's unused slots hold NaN), in f32, bf16 and f16; f32 greedy decoding

@@ -63,7 +63,7 @@
 #include <string>
 #include <vector>
 
-#include "plugins/llama_cpu/cpu_isa.h"
+#include "llama_cpu/cpu_isa.h"
 #include "tests/plugins/models_llama/llama_harness.h"
 
 using namespace llama_test;

@@ -33,10 +33,10 @@
 #include <cstring>
 #include <string>
 
-#include "plugins/common/float16_rounding.h"
-#include "plugins/llama_cpu/cpu_isa.h"
-#include "plugins/llama_cpu/cpu_kernels.h"
-#include "plugins/llama_cpu/weight_loader.h"
+#include "common/float16_rounding.h"
+#include "llama_cpu/cpu_isa.h"
+#include "llama_cpu/cpu_kernels.h"
+#include "llama_cpu/weight_loader.h"
 
 namespace {
 

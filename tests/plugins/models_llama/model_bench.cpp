@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "plugins/common/thread_pool.h"
+#include "common/thread_pool.h"
 #include "tests/plugins/models_llama/paged_runner.h"
 #ifdef PAGEDLLM_HAVE_CUDA
 #include "tests/plugins/models_llama/cuda_placement.h"

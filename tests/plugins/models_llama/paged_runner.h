@@ -33,7 +33,7 @@
 #include "core/plugin/plugin_registry.h"
 #include "pagedllm/sdk.h"
 #include "pagedllm/sdk/cpp/safetensors.hpp"
-#include "plugins/llama_common/tensor_view.h"
+#include "llama_common/tensor_view.h"
 #include "tests/support/python.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"

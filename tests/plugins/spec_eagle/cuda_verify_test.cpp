@@ -32,7 +32,7 @@
 #include "tests/plugins/spec_eagle/rejection_cases.h"
 #include "tests/support/cuda_device.h"
 #ifdef PAGEDLLM_CUDA_EMULATION
-#include "plugins/cuda_common/emulation/copy_counters.h"
+#include "cuda_emulation/copy_counters.h"
 #endif
 
 using namespace eagle_test;

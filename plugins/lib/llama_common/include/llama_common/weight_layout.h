@@ -1,0 +1,100 @@
+#pragma once
+// Where the checkpoint tensors of an HF LlamaForCausalLM go in the fused
+// layout both forwards keep (the CPU one in f32 host memory, the CUDA one in
+// the compute dtype on the device), and the check of a checkpoint against a
+// list of wanted tensors made before anything is allocated:
+//
+//   embed      [vocab, hidden]                                 model.embed_tokens.weight
+//   per layer  qkv      [(heads + 2 kv_heads) * head_dim, hidden]  q_proj | k_proj | v_proj rows
+//              o        [hidden, heads * head_dim]
+//              gate_up  [2 * intermediate, hidden]                  gate_proj | up_proj rows
+//              down     [hidden, intermediate]
+//              input_norm, post_norm [hidden]
+//   norm       [hidden]
+//   lm_head    [vocab, hidden]  (absent when tied to the embedding)
+//
+// Fusing q/k/v and gate/up makes one GEMM of each group; every HF tensor is a
+// contiguous row range of a fused matrix.
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pagedllm/sdk.hpp"
+#include "llama_common/llama_config.h"
+#include "llama_common/weight_source.h"
+
+namespace pagedllm::llama {
+
+enum class Matrix { kEmbed, kNorm, kLmHead, kInputNorm, kQkv, kO, kPostNorm, kGateUp, kDown };
+
+// One checkpoint tensor: rows [first_row, first_row + shape[0]) of `matrix`
+// (of decoder layer `layer`; -1 for embed, norm and lm_head), whose rows are
+// shape[1] wide (1 for a vector).
+struct WeightSlot {
+  std::string name;
+  std::vector<int64_t> shape;
+  Matrix matrix;
+  int32_t layer;
+  int64_t first_row;
+
+  int64_t width() const { return shape.size() > 1 ? shape[1] : 1; }
+};
+
+// The member of a decoder layer's weights (any struct with input_norm, qkv,
+// o, post_norm, gate_up and down: the CPU's f32 vectors, the CUDA device
+// pointers) that holds matrix `m`; PLLM_ERROR_INTERNAL for embed, norm, lm_head.
+template <class Layer>
+auto& decoder_layer_matrix(Layer& layer, Matrix m) {
+  switch (m) {
+    case Matrix::kInputNorm: return layer.input_norm;
+    case Matrix::kQkv: return layer.qkv;
+    case Matrix::kO: return layer.o;
+    case Matrix::kPostNorm: return layer.post_norm;
+    case Matrix::kGateUp: return layer.gate_up;
+    case Matrix::kDown: return layer.down;
+    case Matrix::kEmbed:
+    case Matrix::kNorm:
+    case Matrix::kLmHead:
+      break;
+  }
+  throw pllm::Error(PLLM_ERROR_INTERNAL, "llama: not a decoder layer matrix");
+}
+
+// The tensors of the decoder layer named `prefix` ("model.layers.3.",
+// "layers.0."); EAGLE's layer has no input_layernorm.
+std::vector<WeightSlot> decoder_layer_slots(const LlamaConfig& c, const std::string& prefix, int32_t layer,
+                                            bool input_layernorm);
+
+// Every tensor of the model: embed, the layers, norm, and lm_head unless tied.
+std::vector<WeightSlot> model_slots(const LlamaConfig& c);
+
+struct CheckedTensors {
+  std::vector<const SourceTensor*> views;  // in the order of the parts
+  uint64_t stored_bytes = 0;                                 // bytes the parts take in the checkpoint
+  std::vector<std::string> unused;                           // checkpoint tensors no part named
+};
+
+// Requires every part (anything with .name and .shape) in `checkpoint` with
+// exactly its shape: a pllm::Error naming the file and tensor otherwise.
+template <class Parts>
+CheckedTensors check_checkpoint(const WeightSource& checkpoint, const Parts& parts) {
+  CheckedTensors checked;
+  std::set<std::string_view> used;
+  for (const auto& part : parts) {
+    checked.views.push_back(&checkpoint.require(part.name, part.shape));
+    checked.stored_bytes += checked.views.back()->nbytes;
+    used.insert(part.name);
+  }
+  for (const std::string& name : checkpoint.names()) {
+    if (!used.count(name)) checked.unused.push_back(name);
+  }
+  return checked;
+}
+
+// "a, b, c": the unused names for a log line.
+std::string join_names(const std::vector<std::string>& names);
+
+}  // namespace pagedllm::llama

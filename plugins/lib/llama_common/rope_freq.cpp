@@ -1,0 +1,43 @@
+#include "llama_common/rope_freq.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace pagedllm::llama {
+
+std::vector<double> rope_inv_freq(const LlamaConfig& config) {
+  const int64_t half = config.head_dim / 2;
+  std::vector<double> inv_freq(static_cast<std::size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    inv_freq[std::size_t(i)] = 1.0 / std::pow(config.rope_theta, double(2 * i) / double(config.head_dim));
+  }
+  const RopeScaling& s = config.rope_scaling;
+  switch (s.type) {
+    case RopeScaling::Type::kNone:
+      break;
+    case RopeScaling::Type::kLinear:
+      for (double& f : inv_freq) f /= s.factor;
+      break;
+    case RopeScaling::Type::kFactors:
+      for (std::size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] /= s.freq_factors[i];
+      break;
+    case RopeScaling::Type::kLlama3: {
+      const double low_freq_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
+      const double high_freq_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
+      for (double& f : inv_freq) {
+        const double wavelen = 2.0 * std::numbers::pi / f;
+        if (wavelen > low_freq_wavelen) {
+          f /= s.factor;
+        } else if (wavelen >= high_freq_wavelen) {
+          const double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
+                                (s.high_freq_factor - s.low_freq_factor);
+          f = (1.0 - smooth) * f / s.factor + smooth * f;
+        }
+      }
+      break;
+    }
+  }
+  return inv_freq;
+}
+
+}  // namespace pagedllm::llama

@@ -1,0 +1,41 @@
+#include "llama_common/weight_layout.h"
+
+namespace pagedllm::llama {
+
+std::vector<WeightSlot> decoder_layer_slots(const LlamaConfig& c, const std::string& prefix, int32_t layer,
+                                            bool input_layernorm) {
+  const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size(), kv = c.kv_size();
+  std::vector<WeightSlot> slots;
+  if (input_layernorm) slots.push_back({prefix + "input_layernorm.weight", {h}, Matrix::kInputNorm, layer, 0});
+  slots.push_back({prefix + "self_attn.q_proj.weight", {q, h}, Matrix::kQkv, layer, 0});
+  slots.push_back({prefix + "self_attn.k_proj.weight", {kv, h}, Matrix::kQkv, layer, q});
+  slots.push_back({prefix + "self_attn.v_proj.weight", {kv, h}, Matrix::kQkv, layer, q + kv});
+  slots.push_back({prefix + "self_attn.o_proj.weight", {h, q}, Matrix::kO, layer, 0});
+  slots.push_back({prefix + "post_attention_layernorm.weight", {h}, Matrix::kPostNorm, layer, 0});
+  slots.push_back({prefix + "mlp.gate_proj.weight", {inter, h}, Matrix::kGateUp, layer, 0});
+  slots.push_back({prefix + "mlp.up_proj.weight", {inter, h}, Matrix::kGateUp, layer, inter});
+  slots.push_back({prefix + "mlp.down_proj.weight", {h, inter}, Matrix::kDown, layer, 0});
+  return slots;
+}
+
+std::vector<WeightSlot> model_slots(const LlamaConfig& c) {
+  const int64_t h = c.hidden_size, v = c.vocab_size;
+  std::vector<WeightSlot> slots;
+  slots.push_back({"model.embed_tokens.weight", {v, h}, Matrix::kEmbed, -1, 0});
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    for (WeightSlot& s : decoder_layer_slots(c, "model.layers." + std::to_string(l) + ".", l, true)) {
+      slots.push_back(std::move(s));
+    }
+  }
+  slots.push_back({"model.norm.weight", {h}, Matrix::kNorm, -1, 0});
+  if (!c.tie_word_embeddings) slots.push_back({"lm_head.weight", {v, h}, Matrix::kLmHead, -1, 0});
+  return slots;
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string joined;
+  for (const std::string& name : names) joined += (joined.empty() ? "" : ", ") + name;
+  return joined;
+}
+
+}  // namespace pagedllm::llama

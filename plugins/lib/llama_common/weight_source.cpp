@@ -1,0 +1,234 @@
+#include "llama_common/weight_source.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "pagedllm/sdk/cpp/gguf.hpp"
+#include "pagedllm/sdk/cpp/safetensors.hpp"
+
+namespace pagedllm::llama {
+namespace {
+
+std::string shape_string(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+class SafetensorsSource final : public WeightSource {
+ public:
+  explicit SafetensorsSource(const std::filesystem::path& dir) : checkpoint_(dir) {
+    for (const std::string& name : checkpoint_.names()) {
+      const pllm::safetensors::TensorView& view = *checkpoint_.find(name);
+      SourceTensor t;
+      t.name = name;
+      t.shape = view.shape;
+      t.dtype = view.dtype;
+      t.data = view.data;
+      t.nbytes = view.nbytes;
+      t.where = view.where();
+      t.convert = [&view](int64_t first, int64_t count, float* dst) { view.to_f32(first, count, dst); };
+      add(std::move(t));
+    }
+  }
+
+  const SourceTensor& require(std::string_view name, const std::vector<int64_t>& shape) const override {
+    checkpoint_.require(name, shape);  // its messages name the file, the tensor and both shapes
+    return *find(name);
+  }
+
+  std::string describe() const override {
+    const std::size_t files = checkpoint_.files().size();
+    return checkpoint_.files().front()->path().parent_path().string() + " (" + std::to_string(files) + " file" +
+           (files == 1 ? "" : "s") + ")";
+  }
+
+ private:
+  pllm::safetensors::Checkpoint checkpoint_;
+};
+
+// GGUF's name of HF tensor `hf` ("" when it has none) and back.
+std::string gguf_name(std::string_view hf) {
+  if (hf == "model.embed_tokens.weight") return "token_embd.weight";
+  if (hf == "model.norm.weight") return "output_norm.weight";
+  if (hf == "lm_head.weight") return "output.weight";
+  constexpr std::string_view kLayers = "model.layers.";
+  if (!hf.starts_with(kLayers)) return "";
+  const std::string_view rest = hf.substr(kLayers.size());
+  const std::size_t dot = rest.find('.');
+  if (dot == std::string_view::npos || dot == 0) return "";
+  const std::string_view layer = rest.substr(0, dot), member = rest.substr(dot + 1);
+  static const std::pair<std::string_view, std::string_view> kMembers[] = {
+      {"input_layernorm.weight", "attn_norm.weight"},   {"self_attn.q_proj.weight", "attn_q.weight"},
+      {"self_attn.k_proj.weight", "attn_k.weight"},     {"self_attn.v_proj.weight", "attn_v.weight"},
+      {"self_attn.o_proj.weight", "attn_output.weight"}, {"post_attention_layernorm.weight", "ffn_norm.weight"},
+      {"mlp.gate_proj.weight", "ffn_gate.weight"},       {"mlp.up_proj.weight", "ffn_up.weight"},
+      {"mlp.down_proj.weight", "ffn_down.weight"},
+  };
+  for (const auto& [hf_member, gguf_member] : kMembers) {
+    if (member == hf_member) return "blk." + std::string(layer) + "." + std::string(gguf_member);
+  }
+  return "";
+}
+
+std::string hf_name(std::string_view gguf) {
+  if (gguf == "token_embd.weight") return "model.embed_tokens.weight";
+  if (gguf == "output_norm.weight") return "model.norm.weight";
+  if (gguf == "output.weight") return "lm_head.weight";
+  constexpr std::string_view kBlk = "blk.";
+  if (!gguf.starts_with(kBlk)) return "";
+  const std::string_view rest = gguf.substr(kBlk.size());
+  const std::size_t dot = rest.find('.');
+  if (dot == std::string_view::npos || dot == 0) return "";
+  const std::string hf = "model.layers." + std::string(rest.substr(0, dot)) + ".";
+  for (const char* member : {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                             "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                             "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}) {
+    if (gguf_name(hf + member) == gguf) return hf + member;
+  }
+  return "";
+}
+
+pllm_dtype float_dtype(pllm::gguf::GgmlType type) {
+  if (type == pllm::gguf::GgmlType::F32) return PLLM_DTYPE_F32;
+  if (type == pllm::gguf::GgmlType::F16) return PLLM_DTYPE_F16;
+  if (type == pllm::gguf::GgmlType::BF16) return PLLM_DTYPE_BF16;
+  return PLLM_DTYPE_INVALID;
+}
+
+class GgufSource final : public WeightSource {
+ public:
+  GgufSource(const std::filesystem::path& path, const LlamaConfig& config) : file_(path) {
+    for (const pllm::gguf::TensorInfo& info : file_.tensors()) {
+      if (info.name == "rope_freqs.weight") continue;  // read into LlamaConfig's rope scaling
+      const std::string hf = hf_name(info.name);
+      SourceTensor t;
+      t.name = hf.empty() ? info.name : hf;
+      t.shape.assign(info.dims.rbegin(), info.dims.rend());
+      t.dtype = float_dtype(info.type);
+      t.nbytes = info.nbytes;
+      t.where = info.where();
+      // q and k rows are interleaved per head by llama.cpp's converter; 1-D tensors
+      // and anything else are read as stored.
+      int64_t permuted_heads = 0;
+      if (hf.ends_with("self_attn.q_proj.weight")) permuted_heads = config.num_heads;
+      if (hf.ends_with("self_attn.k_proj.weight")) permuted_heads = config.num_kv_heads;
+      const int64_t width = info.dims.empty() ? 1 : info.dims[0];
+      const int64_t rows = info.numel() / std::max<int64_t>(width, 1);
+      if (permuted_heads > 0 && (rows % permuted_heads != 0 || (rows / permuted_heads) % 2 != 0)) {
+        file_.fail(PLLM_ERROR_INVALID_CONFIG, "tensor '" + info.name + "' has " + std::to_string(rows) +
+                                                  " rows, not an even number per head for " +
+                                                  std::to_string(permuted_heads) + " heads");
+      }
+      t.data = t.dtype != PLLM_DTYPE_INVALID && permuted_heads == 0 ? info.data : nullptr;
+      const pllm::gguf::TensorInfo* stored = &info;
+      t.convert = [stored, width, permuted_heads](int64_t first, int64_t count, float* dst) {
+        convert_rows(*stored, width, permuted_heads, first, count, dst);
+      };
+      stored_.emplace(t.name, stored);
+      add(std::move(t));
+    }
+  }
+
+  const SourceTensor& require(std::string_view name, const std::vector<int64_t>& shape) const override {
+    const std::string stored = gguf_name(name);
+    const std::string shown = stored.empty() ? std::string(name) + "'" : stored + "' (" + std::string(name) + ")";
+    const SourceTensor* t = find(name);
+    if (!t) file_.fail(PLLM_ERROR_NOT_FOUND, "tensor '" + shown + " is missing");
+    if (t->shape != shape) {
+      // GGUF lists dims innermost first: say both orders.
+      std::vector<int64_t> dims(shape.rbegin(), shape.rend());
+      file_.fail(PLLM_ERROR_INVALID_CONFIG, "tensor '" + shown + " has shape " + shape_string(t->shape) +
+                                                ", expected " + shape_string(shape) + " (GGUF dims " +
+                                                shape_string(dims) + ")");
+    }
+    // Refused here, before anything is allocated, rather than halfway through loading.
+    const pllm::gguf::GgmlType type = stored_.at(t->name)->type;
+    if (!pllm::gguf::dequantize(type, nullptr, nullptr, 0)) {
+      file_.fail(PLLM_ERROR_UNSUPPORTED,
+                 "tensor '" + shown + " is " + pllm::gguf::type_traits(uint32_t(type))->name +
+                     ", which is not dequantized (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)");
+    }
+    return *t;
+  }
+
+  std::string describe() const override { return file_.path().string() + " (GGUF)"; }
+
+ private:
+  // HF elements [first, first + count) of a [rows, width] tensor: each HF row is
+  // dequantized whole (quantized blocks never straddle rows: dims[0] is a multiple
+  // of the block size) from the GGUF row it was permuted to.
+  static void convert_rows(const pllm::gguf::TensorInfo& info, int64_t width, int64_t permuted_heads, int64_t first,
+                           int64_t count, float* dst) {
+    thread_local std::vector<float> row;
+    row.resize(std::size_t(width));
+    const int64_t head_rows = permuted_heads > 0 ? info.numel() / width / permuted_heads : 0;
+    int64_t at = first;
+    const int64_t end = first + count;
+    while (at < end) {
+      const int64_t r = at / width, column = at % width;
+      int64_t stored_row = r;
+      if (permuted_heads > 0) {
+        const int64_t head = r / head_rows, within = r % head_rows, half = head_rows / 2;
+        stored_row = head * head_rows + 2 * (within % half) + within / half;
+      }
+      const int64_t n = std::min(width - column, end - at);
+      if (column == 0 && n == width) {
+        info.to_f32(stored_row * width, width, dst + (at - first));
+      } else {
+        info.to_f32(stored_row * width, width, row.data());
+        std::memcpy(dst + (at - first), row.data() + column, std::size_t(n) * sizeof(float));
+      }
+      at += n;
+    }
+  }
+
+  pllm::gguf::File file_;
+  std::map<std::string, const pllm::gguf::TensorInfo*, std::less<>> stored_;  // by HF name
+};
+
+}  // namespace
+
+void SourceTensor::to_f32(int64_t first, int64_t count, float* dst) const {
+  if (first < 0 || count < 0 || first > numel() || count > numel() - first) {
+    throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, where + ": elements [" + std::to_string(first) + ", " +
+                                                       std::to_string(first + count) + ") are out of range for " +
+                                                       std::to_string(numel()));
+  }
+  if (count > 0) convert(first, count, dst);
+}
+
+const SourceTensor* WeightSource::find(std::string_view name) const {
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+std::vector<std::string> WeightSource::names() const {
+  std::vector<std::string> names;
+  for (const SourceTensor& t : tensors_) names.push_back(t.name);
+  return names;
+}
+
+void WeightSource::add(SourceTensor tensor) {
+  if (index_.count(tensor.name)) {
+    throw pllm::Error(PLLM_ERROR_INVALID_CONFIG, tensor.where + ": a second tensor named '" + tensor.name + "'");
+  }
+  index_.emplace(tensor.name, tensors_.size());
+  tensors_.push_back(std::move(tensor));
+}
+
+bool is_gguf_path(const std::filesystem::path& model_path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(model_path, ec);
+}
+
+std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& model_path, const LlamaConfig& config) {
+  if (is_gguf_path(model_path)) return std::make_unique<GgufSource>(model_path, config);
+  return std::make_unique<SafetensorsSource>(model_path);
+}
+
+pllm_dtype auto_weight_dtype(const SourceTensor& embed) {
+  return pllm::is_float_dtype(embed.dtype) ? embed.dtype : PLLM_DTYPE_F16;
+}
+
+}  // namespace pagedllm::llama

@@ -1,0 +1,64 @@
+#include "llama_cpu/cpu_kernels.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "common/fast_exp.h"
+
+namespace pagedllm::llama_cpu {
+namespace {
+
+using pagedllm::plugins::exp_approx;
+
+PAGEDLLM_VECTOR_CLONES
+void swiglu_row(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + exp_approx(-gate[i])) * up[i];
+}
+
+// The sum of squares in eight double lanes: exact enough for any hidden size,
+// and still vectorised.
+PAGEDLLM_VECTOR_CLONES
+double sum_of_squares(const float* x, int64_t n) {
+  double lanes[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lanes[j] += double(x[i + j]) * double(x[i + j]);
+  }
+  double sum = 0.0;
+  for (; i < n; ++i) sum += double(x[i]) * double(x[i]);
+  for (double lane : lanes) sum += lane;
+  return sum;
+}
+
+PAGEDLLM_VECTOR_CLONES
+void scale_row(const float* x, const float* weight, float inv, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = weight[i] * (x[i] * inv);
+}
+
+}  // namespace
+
+void rms_norm(ThreadPool& pool, const float* x, int64_t ld_x, int64_t rows, int64_t dim, const float* weight,
+              float eps, float* out, int64_t ld_out) {
+  parallel_rows(pool, rows, dim, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const double mean_square = sum_of_squares(x + t * ld_x, dim) / double(dim);
+      const auto inv = static_cast<float>(1.0 / std::sqrt(mean_square + double(eps)));
+      scale_row(x + t * ld_x, weight, inv, out + t * ld_out, dim);
+    }
+  });
+}
+
+void swiglu(ThreadPool& pool, const float* gate_up, int64_t rows, int64_t inter, float* out) {
+  parallel_rows(pool, rows, inter * 4, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      const float* gate = gate_up + t * 2 * inter;
+      swiglu_row(gate, gate + inter, out + t * inter, inter);
+    }
+  });
+}
+
+}  // namespace pagedllm::llama_cpu

@@ -1,0 +1,77 @@
+#pragma once
+// One Llama decoder layer on the CPU, shared by models_llama (its every layer)
+// and spec_eagle (EAGLE's single layer, which has no input_layernorm):
+//
+//   n = input_norm ? rms(x) * w_in : x
+//   x += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n)))
+//   x += down_proj(silu(gate_proj(m)) * up_proj(m)),  m = rms(x) * w_post
+//
+// in place on x [tokens, hidden] f32, with attention (GQA, paged KV) done by
+// the backend core passed in, as KV layer `kv_layer`.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pagedllm/sdk.h"
+#include "common/thread_pool.h"
+#include "llama_cpu/buffer.h"
+#include "llama_common/llama_config.h"
+#include "llama_common/weight_layout.h"
+#include "llama_cpu/weight_loader.h"
+#include "llama_cpu/weights.h"
+
+namespace pagedllm::llama_cpu {
+
+using llama::LlamaConfig;
+
+// A layer's weights in the fused layout of llama_common/weight_layout.h:
+// the matrices in the model's weight dtype, the norms in f32; input_norm
+// empty: the layer has none.
+struct DecoderLayerWeights {
+  WeightStorage input_norm, qkv, o, post_norm, gate_up, down;
+  // Gives the matrices `dtype` (before loading; the norms stay f32).
+  void set_matrix_dtype(pllm_dtype dtype) {
+    for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_dtype(dtype);
+  }
+  // Quantizes the matrices to int8 at load instead (quantization: int8_*).
+  void set_matrix_int8(Int8Compute compute) {
+    for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_int8(compute);
+  }
+  std::size_t bytes() const {
+    return input_norm.bytes() + qkv.bytes() + o.bytes() + post_norm.bytes() + gate_up.bytes() + down.bytes();
+  }
+  // The storage of one of the layer's matrices (Matrix::kInputNorm ... kDown).
+  WeightStorage& matrix(llama::Matrix m);
+};
+
+// Appends the checkpoint tensors of the layer named `prefix` ("model.layers.3.",
+// "layers.0.") to `parts`, placed into `layer`.
+void add_decoder_layer_parts(std::vector<WeightPart>& parts, const LlamaConfig& c, const std::string& prefix,
+                             DecoderLayerWeights& layer, bool input_layernorm);
+
+// The per-step state of the layers: scratch sized for the step's rows and
+// their RoPE tables, computed once by prepare() and shared by every layer.
+class DecoderScratch {
+ public:
+  void prepare(plugins::ThreadPool& pool, const LlamaConfig& c, const std::vector<double>& inv_freq,
+               const int32_t* positions, int64_t tokens);
+  int64_t tokens() const { return tokens_; }
+
+ private:
+  friend void decoder_layer_forward(plugins::ThreadPool&, const LlamaConfig&, const DecoderLayerWeights&, float*,
+                                    DecoderScratch&, const pllm_attention_ref&, int32_t, std::string_view);
+  int64_t tokens_ = 0;
+  float *normed_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *gate_up_ = nullptr, *act_ = nullptr;
+  float *cos_ = nullptr, *sin_ = nullptr;
+  Buffer normed_buf_, qkv_buf_, attn_buf_, gate_up_buf_, act_buf_, cos_buf_, sin_buf_;
+};
+
+// Runs the layer over x [scratch.tokens(), hidden]. `who` prefixes errors (the
+// attention backend's failure, with the layer).
+void decoder_layer_forward(plugins::ThreadPool& pool, const LlamaConfig& c, const DecoderLayerWeights& layer, float* x,
+                           DecoderScratch& scratch, const pllm_attention_ref& attention, int32_t kv_layer,
+                           std::string_view who);
+
+}  // namespace pagedllm::llama_cpu

@@ -1,0 +1,52 @@
+#pragma once
+// Loading checkpoint tensors into the fused layout of the CPU forward: each
+// tensor is a row range of a (possibly fused) matrix, so q/k/v or gate/up
+// land in one matrix and make one GEMM. Each matrix is held in the dtype its
+// WeightStorage was given (f32, bf16, f16 or int8): a tensor stored in that
+// dtype (and in HF's order) is copied as is, any other is widened exactly (or
+// dequantized: GGUF) to f32 and, for a 16-bit target, rounded to nearest even;
+// for int8, quantized row by row (quantize_row_int8).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "llama_common/weight_layout.h"
+#include "llama_cpu/weights.h"
+
+namespace pagedllm::llama_cpu {
+
+// One checkpoint tensor and where its rows go: rows [first_row, first_row +
+// shape[0]) of `storage`, whose row width is shape[1] (1 for a vector).
+struct WeightPart {
+  std::string name;
+  std::vector<int64_t> shape;
+  WeightStorage* storage;
+  int64_t first_row;
+
+  int64_t width() const { return shape.size() > 1 ? shape[1] : 1; }
+  // Where the tensor lives once loaded.
+  void* data() const {
+    return static_cast<std::byte*>(storage->data()) +
+           std::size_t(first_row * width()) * weight_dtype_size(storage->dtype());
+  }
+};
+
+// One row of k weights to int8 (weights.h): s = max |w| / 127 and q = rint(w
+// / s) (round half to even), both in double, s stored as f32; sum = sum of q.
+void quantize_row_int8(const float* w, int64_t k, int8_t* q, float& scale, int32_t& sum);
+
+struct LoadedWeights {
+  uint64_t stored_bytes = 0;        // bytes the parts took in the checkpoint
+  std::vector<std::string> unused;  // checkpoint tensors no part named
+};
+
+// Checks every part's name and shape against `checkpoint` before allocating
+// anything (llama::check_checkpoint), sizes each storage once (in its dtype)
+// to hold all its parts, and converts tensor by tensor in parallel chunks of
+// whole rows on `pool`, reporting progress as "loading weights".
+LoadedWeights load_weight_parts(const llama::WeightSource& checkpoint, const std::vector<WeightPart>& parts,
+                                plugins::ThreadPool& pool);
+
+}  // namespace pagedllm::llama_cpu

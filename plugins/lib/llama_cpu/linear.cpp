@@ -1,0 +1,288 @@
+// linear(): the kernels of cpu_isa.h's levels (linear_kernels.inc, compiled
+// once per level under its own target), the run-time choice between them, and
+// the split of a product over the pool.
+
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "pagedllm/sdk.hpp"
+#include "pagedllm/sdk/cpp/float_convert.hpp"
+#include "llama_cpu/buffer.h"
+#include "llama_cpu/cpu_isa.h"
+#include "llama_cpu/cpu_kernels.h"
+
+// GCC warns that a 64-byte vector passed by value has another ABI with and
+// without AVX-512. The helpers are always inlined into the kernels, so no
+// call passes one.
+#pragma GCC diagnostic ignored "-Wpsabi"
+// GCC 12's _mm512_cvtph_ps starts from _mm512_undefined_ps(), which
+// -Wmaybe-uninitialized reports once inlined (a false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace pagedllm::llama_cpu {
+namespace {
+
+// 16-bit weight elements, distinct types so that overloads pick the widening.
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+// int8 weights (weight-only: the scales are passed next to them).
+struct I8 {
+  int8_t q;
+};
+
+// One level's entry points.
+struct Kernels {
+  void (*dot_rows_f32)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, bool);
+  void (*dot_rows_bf16)(const float*, int64_t, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool);
+  void (*dot_rows_f16)(const float*, int64_t, int64_t, const F16*, int64_t, int64_t, float*, int64_t, bool);
+  void (*dot_rows_i8)(const float*, int64_t, int64_t, const I8*, const float*, int64_t, int64_t, float*, int64_t,
+                      bool);
+  void (*dot_rows_w8a8)(const uint8_t*, int64_t, const float*, int64_t, const int8_t*, const float*, const int32_t*,
+                        int64_t, int64_t, float*, int64_t, bool);
+  void (*widen_bf16)(const Bf16*, int64_t, float*);
+  void (*widen_f16)(const F16*, int64_t, float*);
+  void (*widen_i8)(const I8*, const float*, int64_t, int64_t, float*);
+  // Many rows of bf16 weights on vdpbf16ps (null below avx512bf16): the
+  // activations rounded to bf16 once per call, then the packed GEMM.
+  void (*round_rows_bf16)(const float*, int64_t, int64_t, int64_t, uint16_t*, int64_t);
+  void (*gemm_dp_bf16)(const uint16_t*, int64_t, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool);
+};
+
+namespace isa_scalar {
+#include "linear_kernels.inc"
+}  // namespace isa_scalar
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#define LINEAR_ISA_F16C
+namespace isa_avx2 {
+#include "linear_kernels.inc"
+}  // namespace isa_avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#define LINEAR_ISA_AVX512
+namespace isa_avx512 {
+#include "linear_kernels.inc"
+}  // namespace isa_avx512
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512vnni,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#define LINEAR_ISA_VNNI
+namespace isa_avx512vnni {
+#include "linear_kernels.inc"
+}  // namespace isa_avx512vnni
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512bf16,avx512vnni,avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")
+#define LINEAR_ISA_BF16
+namespace isa_avx512bf16 {
+#include "linear_kernels.inc"
+}  // namespace isa_avx512bf16
+#pragma GCC pop_options
+#undef LINEAR_ISA_F16C
+#undef LINEAR_ISA_AVX512
+#undef LINEAR_ISA_VNNI
+#undef LINEAR_ISA_BF16
+
+const Kernels& kernels(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar: return isa_scalar::kKernels;
+    case Isa::kAvx2: return isa_avx2::kKernels;
+    case Isa::kAvx512: return isa_avx512::kKernels;
+    case Isa::kAvx512Vnni: return isa_avx512vnni::kKernels;
+    case Isa::kAvx512Bf16: return isa_avx512bf16::kKernels;
+  }
+  return isa_scalar::kKernels;
+}
+
+// More than kDotRowsMaxRows rows of 16-bit weights: SGEMM over tiles of
+// columns widened to f32 once per call (~1 MiB, L2-sized: the widening costs
+// n x k element conversions against m x n x k multiply-adds) into a buffer of
+// the thread's own.
+template <class W>
+void gemm_widened(void (*widen)(const W*, int64_t, float*), const float* a, int64_t lda, int64_t m, const W* w,
+                  int64_t n, int64_t k, float* out, int64_t ldc, bool accumulate) {
+  thread_local Buffer tile_buf;
+  const int64_t tile = std::max<int64_t>(64, ((int64_t(1) << 18) / k + 15) / 16 * 16);
+  float* tile_f32 = tile_buf.reserve(std::size_t(std::min(tile, n) * k));
+  for (int64_t j = 0; j < n; j += tile) {
+    const int64_t cols = std::min(tile, n - j);
+    widen(w + j * k, cols * k, tile_f32);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(cols), int(k), 1.0f, a, int(lda), tile_f32,
+                int(k), accumulate ? 1.0f : 0.0f, out + j, int(ldc));
+  }
+}
+
+// More than kDotRowsMaxRows rows of int8 weights (weight-only): SGEMM over
+// tiles dequantized to f32 as gemm_widened does.
+void gemm_dequantized(const Kernels& kern, const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k,
+                      float* out, int64_t ldc, bool accumulate) {
+  thread_local Buffer tile_buf;
+  const int64_t tile = std::max<int64_t>(64, ((int64_t(1) << 18) / k + 15) / 16 * 16);
+  float* tile_f32 = tile_buf.reserve(std::size_t(std::min(tile, n) * k));
+  const auto* q = static_cast<const I8*>(w.data);
+  for (int64_t j = 0; j < n; j += tile) {
+    const int64_t cols = std::min(tile, n - j);
+    kern.widen_i8(q + j * k, w.scales + j, cols, k, tile_f32);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(cols), int(k), 1.0f, a, int(lda), tile_f32,
+                int(k), accumulate ? 1.0f : 0.0f, out + j, int(ldc));
+  }
+}
+
+// The activations of a W8A8 product, quantized once per linear() call.
+struct QuantizedRows {
+  const uint8_t* data;
+  int64_t ldq;
+  const float* scales;
+};
+
+// The activations of a vdpbf16ps GEMM, rounded to bf16 once per linear() call
+// (data null when the product does not use it).
+struct Bf16Rows {
+  const uint16_t* data;
+  int64_t ldr;
+};
+
+// One column slice [n0, n0 + cols) of linear().
+void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, const QuantizedRows& qa,
+                  const Bf16Rows& ra, WeightsRef w, int64_t n0, int64_t cols, int64_t k, float* out, int64_t ldc,
+                  bool accumulate) {
+  const WeightsRef slice = w.rows_from(n0, k);
+  const void* ws = slice.data;
+  float* o = out + n0;
+  const bool few = m <= kDotRowsMaxRows;
+  switch (w.dtype) {
+    case PLLM_DTYPE_F32:
+      if (few) {
+        kern.dot_rows_f32(a, lda, m, static_cast<const float*>(ws), cols, k, o, ldc, accumulate);
+      } else {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(cols), int(k), 1.0f, a, int(lda),
+                    static_cast<const float*>(ws), int(k), accumulate ? 1.0f : 0.0f, o, int(ldc));
+      }
+      return;
+    case PLLM_DTYPE_BF16:
+      if (few) {
+        kern.dot_rows_bf16(a, lda, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
+      } else if (ra.data) {
+        kern.gemm_dp_bf16(ra.data, ra.ldr, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
+      } else {
+        gemm_widened(kern.widen_bf16, a, lda, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
+      }
+      return;
+    case PLLM_DTYPE_F16:
+      if (few) {
+        kern.dot_rows_f16(a, lda, m, static_cast<const F16*>(ws), cols, k, o, ldc, accumulate);
+      } else {
+        gemm_widened(kern.widen_f16, a, lda, m, static_cast<const F16*>(ws), cols, k, o, ldc, accumulate);
+      }
+      return;
+    case PLLM_DTYPE_I8:
+      if (w.int8_compute == Int8Compute::kW8A8) {
+        kern.dot_rows_w8a8(qa.data, qa.ldq, qa.scales, m, static_cast<const int8_t*>(ws), slice.scales,
+                           slice.row_sums, cols, k, o, ldc, accumulate);
+      } else if (few) {
+        kern.dot_rows_i8(a, lda, m, static_cast<const I8*>(ws), slice.scales, cols, k, o, ldc, accumulate);
+      } else {
+        gemm_dequantized(kern, a, lda, m, slice, cols, k, o, ldc, accumulate);
+      }
+      return;
+    case PLLM_DTYPE_FORCE_32BIT:
+    case PLLM_DTYPE_INVALID:
+    case PLLM_DTYPE_I32:
+    case PLLM_DTYPE_I64:
+    case PLLM_DTYPE_U8:
+      break;
+  }
+  throw pllm::Error(PLLM_ERROR_INTERNAL, "llama_cpu: linear() on weights of dtype " + std::to_string(int(w.dtype)));
+}
+
+}  // namespace
+
+void quantize_activations_u8(const float* a, int64_t lda, int64_t m, int64_t k, uint8_t* q, int64_t ldq,
+                             float* scales) {
+  for (int64_t r = 0; r < m; ++r) {
+    const float* ar = a + r * lda;
+    uint8_t* qr = q + r * ldq;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::abs(ar[i]));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int64_t i = 0; i < k; ++i) {
+      const float v = std::clamp(std::nearbyint(ar[i] * inv), -127.0f, 127.0f);
+      qr[i] = uint8_t(int(v) + 128);
+    }
+    std::memset(qr + k, 128, std::size_t(ldq - k));
+    scales[r] = amax / 127.0f;
+  }
+}
+
+void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k, float* out,
+            int64_t ldc, bool accumulate) {
+  if (m <= 0 || n <= 0) return;
+  const Kernels& kern = kernels(active_isa());
+  const bool w8a8 = w.dtype == PLLM_DTYPE_I8 && w.int8_compute == Int8Compute::kW8A8;
+  QuantizedRows qa{nullptr, 0, nullptr};
+  if (w8a8) {
+    if (k > kW8A8MaxK) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "llama_cpu: W8A8 product of width " + std::to_string(k) +
+                                                    " (at most " + std::to_string(kW8A8MaxK) + ")");
+    }
+    thread_local std::vector<uint8_t> q;
+    thread_local std::vector<float> scales;
+    const int64_t ldq = (k + 63) / 64 * 64;
+    q.resize(std::size_t(m * ldq));
+    scales.resize(std::size_t(m));
+    quantize_activations_u8(a, lda, m, k, q.data(), ldq, scales.data());
+    qa = {q.data(), ldq, scales.data()};
+  }
+  Bf16Rows ra{nullptr, 0};
+  if (w.dtype == PLLM_DTYPE_BF16 && m > kDotRowsMaxRows && kern.round_rows_bf16) {
+    thread_local std::vector<uint16_t> rounded;
+    const int64_t ldr = (k + 1) / 2 * 2;
+    rounded.resize(std::size_t(m * ldr));
+    kern.round_rows_bf16(a, lda, m, k, rounded.data(), ldr);
+    ra = {rounded.data(), ldr};
+  }
+  // Column slices, 16-column multiples. Few rows (decode): the GEMM streams w
+  // and each slice costs the same wherever it is cut, so two slices per thread
+  // balance a thread slowed by a neighbour. Many rows (prefill): every slice
+  // re-packs all of `a`, so one wide slice per thread. Tiny products run on
+  // the calling thread: waking the pool costs more than they do.
+  constexpr int64_t kInlineMacs = int64_t(1) << 17;
+  const int64_t threads = pool.size();
+  // W8A8 and the vdpbf16ps GEMM never re-pack the activations: two slices per
+  // thread at any m.
+  const bool own_gemm = w8a8 || ra.data;
+  const int64_t target =
+      threads == 1 || m * n * k < kInlineMacs ? 1 : (m <= kDotRowsMaxRows || own_gemm ? 2 * threads : threads);
+  int64_t slice = (n + target - 1) / target;
+  slice = std::max<int64_t>(64, (slice + 15) / 16 * 16);
+  const int64_t slices = (n + slice - 1) / slice;
+  pool.parallel_for(slices, [&](int64_t s, int) {
+    const int64_t n0 = s * slice;
+    linear_slice(kern, a, lda, m, qa, ra, w, n0, std::min(slice, n - n0), k, out, ldc, accumulate);
+  });
+}
+
+void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, const float* w, int64_t n, int64_t k, float* out,
+            int64_t ldc, bool accumulate) {
+  linear(pool, a, lda, m, WeightsRef{w, PLLM_DTYPE_F32}, n, k, out, ldc, accumulate);
+}
+
+void use_single_threaded_blas() { openblas_set_num_threads(1); }
+
+}  // namespace pagedllm::llama_cpu

@@ -1,0 +1,110 @@
+#include "llama_cpu/weight_loader.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "pagedllm/sdk.hpp"
+#include "common/float16_rounding.h"
+
+namespace pagedllm::llama_cpu {
+namespace {
+
+// Elements [first, first + count) of `view` into dst, in dst_dtype.
+void convert(const llama::SourceTensor& view, int64_t first, int64_t count, pllm_dtype dst_dtype, void* dst) {
+  if (view.dtype == dst_dtype && view.data) {
+    const std::size_t size = weight_dtype_size(dst_dtype);
+    std::memcpy(dst, view.data + std::size_t(first) * size, std::size_t(count) * size);
+    return;
+  }
+  if (dst_dtype == PLLM_DTYPE_F32) {
+    view.to_f32(first, count, static_cast<float*>(dst));
+    return;
+  }
+  constexpr int64_t kPiece = 4096;
+  float wide[kPiece];
+  auto* out = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < count; i += kPiece) {
+    const int64_t n = std::min(kPiece, count - i);
+    view.to_f32(first + i, n, wide);
+    for (int64_t j = 0; j < n; ++j) {
+      out[i + j] = dst_dtype == PLLM_DTYPE_BF16 ? plugins::f32_to_bf16(wide[j]) : plugins::f32_to_f16(wide[j]);
+    }
+  }
+}
+
+// Rows [first_row, first_row + rows) of `view` (rows of k) quantized into
+// part's int8 storage from its row `dst_row` on.
+void quantize_rows(const llama::SourceTensor& view, int64_t first_row, int64_t rows, int64_t k,
+                   WeightStorage& storage, int64_t dst_row) {
+  thread_local std::vector<float> wide;
+  wide.resize(std::size_t(k));
+  auto* q = static_cast<int8_t*>(storage.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t dst = dst_row + first_row + r;
+    view.to_f32((first_row + r) * k, k, wide.data());
+    quantize_row_int8(wide.data(), k, q + dst * k, storage.scales()[dst], storage.row_sums()[dst]);
+  }
+}
+
+}  // namespace
+
+void quantize_row_int8(const float* w, int64_t k, int8_t* q, float& scale, int32_t& sum) {
+  double amax = 0.0;
+  for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::abs(double(w[i])));
+  const double s = amax / 127.0;
+  sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const double v = s > 0.0 ? std::nearbyint(double(w[i]) / s) : 0.0;
+    q[i] = int8_t(std::clamp(v, -127.0, 127.0));
+    sum += q[i];
+  }
+  scale = float(s);
+}
+
+LoadedWeights load_weight_parts(const llama::WeightSource& checkpoint, const std::vector<WeightPart>& parts,
+                                plugins::ThreadPool& pool) {
+  const llama::CheckedTensors checked = llama::check_checkpoint(checkpoint, parts);
+  const std::vector<const llama::SourceTensor*>& views = checked.views;
+  const uint64_t total_bytes = checked.stored_bytes;
+  LoadedWeights loaded;
+  loaded.unused = checked.unused;
+
+  std::map<WeightStorage*, int64_t> sizes;
+  for (const WeightPart& part : parts) {
+    int64_t& size = sizes[part.storage];
+    size = std::max(size, (part.first_row + part.shape[0]) * part.width());
+  }
+  std::map<WeightStorage*, int64_t> widths;
+  for (const WeightPart& part : parts) widths[part.storage] = part.width();
+  for (auto& [storage, size] : sizes) storage->resize(std::size_t(size), std::size_t(widths[storage]));
+
+  pllm::report_progress("loading weights", 0, total_bytes);
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const llama::SourceTensor& view = *views[i];
+    auto* dst = static_cast<std::byte*>(parts[i].data());
+    const pllm_dtype dtype = parts[i].storage->dtype();
+    const std::size_t size = weight_dtype_size(dtype);
+    constexpr int64_t kChunk = 1 << 18;
+    const int64_t numel = view.numel();
+    if (dtype == PLLM_DTYPE_I8) {
+      const int64_t k = parts[i].width(), rows = parts[i].shape[0];
+      const int64_t chunk_rows = std::max<int64_t>(1, kChunk / k);
+      pool.parallel_for((rows + chunk_rows - 1) / chunk_rows, [&](int64_t chunk, int) {
+        const int64_t first = chunk * chunk_rows;
+        quantize_rows(view, first, std::min(chunk_rows, rows - first), k, *parts[i].storage, parts[i].first_row);
+      });
+    } else {
+      pool.parallel_for((numel + kChunk - 1) / kChunk, [&](int64_t chunk, int) {
+        const int64_t first = chunk * kChunk;
+        convert(view, first, std::min(kChunk, numel - first), dtype, dst + std::size_t(first) * size);
+      });
+    }
+    loaded.stored_bytes += view.nbytes;
+    pllm::report_progress("loading weights", loaded.stored_bytes, total_bytes);
+  }
+  return loaded;
+}
+
+}  // namespace pagedllm::llama_cpu

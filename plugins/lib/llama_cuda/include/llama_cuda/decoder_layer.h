@@ -1,0 +1,58 @@
+#pragma once
+// One Llama decoder layer on CUDA, shared by models_llama (its every layer)
+// and spec_eagle (EAGLE's single layer, which has no input_layernorm), as
+// llama_cpu/decoder_layer.h is on the CPU:
+//
+//   n = input_norm ? rms(x) * w_in : x
+//   x += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n)))
+//   x += down_proj(silu(gate_proj(m)) * up_proj(m)),  m = rms(x) * w_post
+//
+// The residual stream is kept as x plus a pending delta, so each residual add
+// fuses into the next RMSNorm (llama_kernels.h add_rms_norm): on return the
+// stream is x + delta, the delta being the MLP's output, which the next layer's
+// input norm (or the caller) adds. Everything is enqueued on the context's
+// stream in the weights' dtype; attention goes through the backend core
+// passed in, as KV layer `kv_layer`, on that stream.
+
+#include <cstdint>
+#include <string_view>
+
+#include "pagedllm/sdk.h"
+#include "llama_common/llama_config.h"
+#include "llama_common/weight_layout.h"
+#include "llama_cuda/cuda_context.h"
+#include "llama_cuda/device_memory.h"
+
+namespace pagedllm::llama_cuda {
+
+// A layer's device matrices in the fused layout of
+// llama_common/weight_layout.h; input_norm null: the layer has none.
+struct DecoderLayerWeights {
+  void *input_norm = nullptr, *qkv = nullptr, *o = nullptr, *post_norm = nullptr, *gate_up = nullptr,
+       *down = nullptr;
+  // The storage pointer of one of the layer's matrices (Matrix::kInputNorm ... kDown).
+  void*& matrix(llama::Matrix m);
+};
+
+// The device activations of a step of `tokens` rows, in the layer's dtype
+// (cos / sin, f32: the step's RoPE tables, rope_tables() of its positions).
+struct DecoderActivations {
+  int64_t tokens = 0;
+  void *x = nullptr, *delta = nullptr, *normed = nullptr, *qkv = nullptr, *attn = nullptr, *gate_up = nullptr,
+       *act = nullptr;
+  float *cos = nullptr, *sin = nullptr;
+};
+
+// The activations of up to `tokens` rows in `dtype`, taken from `carver`
+// (null pointers while it only sizes); a step sets its own `tokens`.
+DecoderActivations carve_decoder_activations(Carver& carver, const llama::LlamaConfig& c, pllm_dtype dtype,
+                                             int64_t tokens);
+
+// Runs the layer over a.x. `delta_pending`: the stream is a.x + a.delta on
+// entry (every layer after the first); a layer without input norm needs it
+// false. `who` prefixes errors (the attention backend's failure, with the layer).
+void decoder_layer_forward(const CudaContext& context, const llama::LlamaConfig& c, pllm_dtype dtype,
+                           const DecoderLayerWeights& layer, const DecoderActivations& a, bool delta_pending,
+                           const pllm_attention_ref& attention, int32_t kv_layer, std::string_view who);
+
+}  // namespace pagedllm::llama_cuda
