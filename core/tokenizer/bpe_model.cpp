@@ -129,13 +129,7 @@ std::unique_ptr<BpeModel> BpeModel::from_json(const Json& value, const JsonPlace
   Vocabulary vocabulary;
   vocabulary.reserve(vocab_json.size());
   for (const auto& [token, id] : vocab_json.items()) {
-    if (!id.is_number_integer()) (place / "vocab" / token).fail("expected an integer id");
-    // Read wide and range-checked: get<TokenId>() would wrap an id past 2^31 into the table.
-    const long long wide = id.get<long long>();
-    if (id.is_number_unsigned() ? id.get<unsigned long long>() > kMaxTokenId : wide < 0 || wide > kMaxTokenId) {
-      (place / "vocab" / token).fail(fmt::format("id {} is outside 0..{}", id.dump(), kMaxTokenId));
-    }
-    vocabulary.emplace(token, static_cast<TokenId>(wide));
+    vocabulary.emplace(token, require_token_id(id, place / "vocab" / token));
   }
 
   const auto merges_it = value.find("merges");

@@ -61,6 +61,14 @@ long long optional_integer(const Json& value, std::string_view key, long long fa
   return it->get<long long>();
 }
 
+TokenId require_token_id(const Json& value, const JsonPlace& place) {
+  if (!value.is_number_integer()) place.fail(fmt::format("expected an integer id, got {}", value.type_name()));
+  const bool in_range = value.is_number_unsigned() ? value.get<unsigned long long>() <= kMaxTokenId
+                                                   : value.get<long long>() >= 0 && value.get<long long>() <= kMaxTokenId;
+  if (!in_range) place.fail(fmt::format("id {} is outside 0..{}", value.dump(), kMaxTokenId));
+  return static_cast<TokenId>(value.get<long long>());
+}
+
 std::string component_type(const Json& value, const JsonPlace& place) {
   if (!value.is_object()) place.fail(fmt::format("expected an object, got {}", value.type_name()));
   return require_string(value, "type", place);

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/tokenizer/token_id.h"
+
 namespace pagedllm::tokenizer {
 
 using Json = nlohmann::json;
@@ -40,6 +42,9 @@ std::optional<std::string> optional_string(const Json& value, std::string_view k
 bool optional_bool(const Json& value, std::string_view key, bool fallback, const JsonPlace& place);
 long long optional_integer(const Json& value, std::string_view key, long long fallback,
                            const JsonPlace& place);
+
+// A token id: an integer in 0..kMaxTokenId, read wide (get<TokenId>() would wrap a larger one).
+TokenId require_token_id(const Json& value, const JsonPlace& place);
 
 // The "type" member of a component object.
 std::string component_type(const Json& value, const JsonPlace& place);

@@ -36,9 +36,9 @@ PostProcessor from_template(const Json& value, const JsonPlace& place) {
     }
     const Json& ids = require_field(*it, "ids", place / "special_tokens" / name);
     if (!ids.is_array()) (place / "special_tokens" / name / "ids").fail("expected an array of ids");
-    for (const Json& id : ids) {
-      if (!id.is_number_integer()) (place / "special_tokens" / name / "ids").fail("expected integer ids");
-      (seen_sequence ? suffix : prefix).push_back(id.get<TokenId>());
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      const TokenId id = require_token_id(ids[k], (place / "special_tokens" / name / "ids")[k]);
+      (seen_sequence ? suffix : prefix).push_back(id);
     }
   }
   if (!seen_sequence) (place / "single").fail("the single template has no $A sequence");
@@ -47,10 +47,8 @@ PostProcessor from_template(const Json& value, const JsonPlace& place) {
 
 TokenId token_pair_id(const Json& value, std::string_view key, const JsonPlace& place) {
   const Json& pair = require_field(value, key, place);
-  if (!pair.is_array() || pair.size() != 2 || !pair[1].is_number_integer()) {
-    (place / key).fail(R"(expected ["token", id])");
-  }
-  return pair[1].get<TokenId>();
+  if (!pair.is_array() || pair.size() != 2) (place / key).fail(R"(expected ["token", id])");
+  return require_token_id(pair[1], (place / key)[1]);
 }
 
 }  // namespace

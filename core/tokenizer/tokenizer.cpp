@@ -68,6 +68,15 @@ Tokenizer Tokenizer::from_json(const Json& root, const std::string& source) {
       added != nullptr ? AddedVocabulary::parse(*added, place / "added_tokens") : std::vector<AddedToken>{},
       tokenizer.normalizer_.get());
   tokenizer.index_tokens();
+  // A template's special ids must name tokens: an id past the vocabulary would reach the model's embedding.
+  for (const std::vector<TokenId>* ids : {&tokenizer.post_processor_.prefix(), &tokenizer.post_processor_.suffix()}) {
+    for (const TokenId id : *ids) {
+      if (!tokenizer.id_to_token(id)) {
+        (place / "post_processor")
+            .fail(fmt::format("special token id {} is neither in the vocabulary nor an added token", id));
+      }
+    }
+  }
   return tokenizer;
 }
 

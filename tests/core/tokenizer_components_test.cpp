@@ -225,6 +225,15 @@ TEST_CASE("bad tokenizer files are clear errors naming the file", "[tokenizer]")
   require_error(R"({"added_tokens": [{"id": 4194304, "content": "<x>"}],
                     "model": {"type": "BPE", "vocab": {}, "merges": []}})",
                 "missing 'id', or outside 0..4194303");
+  // Found by fuzz_tokenizer_load: a template's special id past the vocabulary came out of encode().
+  require_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                    "post_processor": {"type": "TemplateProcessing",
+                      "single": [{"SpecialToken": {"id": "<s>"}}, {"Sequence": {"id": "A"}}],
+                      "special_tokens": {"<s>": {"id": "<s>", "ids": [1]}}}})",
+                "post_processor: special token id 1 is neither in the vocabulary nor an added token");
+  require_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
+                    "post_processor": {"type": "BertProcessing", "cls": ["[CLS]", 4294967296], "sep": ["a", 0]}})",
+                "cls[1]: id 4294967296 is outside 0..4194303");
   require_error(R"({"model": {"type": "BPE", "vocab": {}, "merges": [], "unk_token": "<unk>"}})", "unk_token");
   require_error(R"({"normalizer": {"type": "BertNormalizer"}, "model": {"type": "BPE", "vocab": {}, "merges": []}})",
                 "unsupported normalizer 'BertNormalizer'");
