@@ -12,6 +12,13 @@ if [[ ${1:-} == --no-sanitize ]]; then sanitize=0; shift; fi
 
 scripts/setup.sh
 
+# A full run writes about 15 GB here (.venv 7 GB, four build trees); a full disk shows up much
+# later as a compiler's "No space left on device", so say it first.
+free_gb=$(df -Pk . | awk 'NR == 2 { print int($4 / 1048576) }')
+if ((free_gb < 16)); then
+  echo "test.sh: warning: ${free_gb} GB free in $PWD; a full run needs about 15 GB" >&2
+fi
+
 jobs=$(nproc)
 # ccache (installed by setup.sh) keeps compiled objects across builds and checkouts: paths
 # under the checkout are hashed relative to it, so a fresh clone elsewhere hits the cache.
