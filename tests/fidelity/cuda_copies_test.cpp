@@ -58,8 +58,8 @@ plugins: {{search_paths: [{plugins}]}}
 logging: {{level: warn}}
 {extra}
 )",
-                                       fmt::arg("source", PAGEDLLM_SOURCE_DIR), fmt::arg("plugins", PAGEDLLM_PLUGIN_DIR),
-                                       fmt::arg("extra", extra_yaml));
+                                       fmt::arg("source", PAGEDLLM_SOURCE_DIR),
+                                       fmt::arg("plugins", PAGEDLLM_PLUGIN_DIR), fmt::arg("extra", extra_yaml));
   const HostConfig config = load_config(dir.write("cuda.yaml", yaml), {});
   PluginRegistry registry = make_plugin_registry(config);
   std::unique_ptr<Engine> engine = Engine::create(config, registry);
