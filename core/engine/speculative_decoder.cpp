@@ -70,17 +70,18 @@ SpeculativeDecoder::ProbsBuffer::ProbsBuffer(const SpeculatorInstance& speculato
   pllm_error error{};
   check_plugin_call(api.allocate_buffer(speculator_.get(), bytes, &buffer, &error), error, speculator_.library(),
                     "allocate_buffer");
-  lent_ = buffer.data != nullptr;
   data_ = static_cast<float*>(buffer.data);
   device_ = buffer.device;
   if (buffer.data == nullptr || buffer.bytes < bytes || buffer.device.type != expected_device.type ||
       buffer.device.index != expected_device.index) {
+    if (buffer.data != nullptr) (void)api.free_buffer(speculator_.get(), buffer.data, &error);  // the error says why
     throw PluginCallError(PLLM_ERROR_INTERNAL,
-                          fmt::format("plugin '{}': allocate_buffer of {} bytes returned {} bytes at {} on {}, not "
-                                      "the model's device {}",
+                          fmt::format("plugin '{}': allocate_buffer({}) returned {} bytes at {} on {}; it must "
+                                      "return at least that many bytes on the model's device, {}",
                                       speculator_.library().name(), bytes, buffer.bytes, buffer.data,
                                       device_name(buffer.device), device_name(expected_device)));
   }
+  lent_ = true;
 }
 
 SpeculativeDecoder::ProbsBuffer::~ProbsBuffer() {

@@ -24,6 +24,9 @@
 // p and q never leave the model's device: they live in buffers the speculator
 // lends (allocate_buffer(), on its device), which the sampler's probabilities()
 // writes and verify() reads. A speculator that lends none gets host memory.
+// They are allocated on first use and grow with the batch (a power of two of
+// sequences), after the KV pool was sized: on a GPU they come out of what
+// cache.gpu_memory_utilization leaves free.
 
 #include <cstdint>
 #include <memory>
@@ -116,8 +119,8 @@ class SpeculativeDecoder {
 
    private:
     const SpeculatorInstance& speculator_;
-    bool lent_ = false;
-    std::vector<float> host_;
+    bool lent_ = false;        // data_ is the speculator's, given back through free_buffer()
+    std::vector<float> host_;  // the memory when the speculator lends none
     float* data_ = nullptr;
     std::size_t floats_ = 0;
     pllm_device device_{};
