@@ -162,6 +162,11 @@ TEST_CASE("EAGLE on the embedded model: seeded sampled speculation reproduces wh
 #ifndef PAGEDLLM_SPECULATIVE_ON_CUDA
   overrides.push_back("attention.options.num_threads=1");
 #endif
+  // A pool of 64 blocks and a 512-token profiling step: enough for these five
+  // requests, and quick to size under the CUDA emulator.
+  overrides.push_back("cache.kv_cache_bytes=" + std::to_string(64 * 7 * 2 * 2 * 32 * 4 * 16));
+  overrides.push_back("scheduler.max_num_batched_tokens=512");
+  overrides.push_back("scheduler.max_model_len=256");
   const HostConfig config = load_config(config_file, overrides);
   PluginRegistry registry = make_plugin_registry(config);
   const auto engine = Engine::create(config, registry);
