@@ -88,9 +88,10 @@ class Speculator {
     check(instance_.api().verify(instance_.get(), &args, &out, &error), error, "verify");
   }
 
-  pllm_speculator_buffer allocate_buffer(uint64_t bytes) {
+  // `struct_size`: what the caller declares of its output struct.
+  pllm_speculator_buffer allocate_buffer(uint64_t bytes, uint32_t struct_size = sizeof(pllm_speculator_buffer)) {
     pllm_speculator_buffer out{};
-    out.struct_size = sizeof out;
+    out.struct_size = struct_size;
     pllm_error error{};
     check(instance_.api().allocate_buffer(instance_.get(), bytes, &out, &error), error, "allocate_buffer");
     return out;

@@ -92,6 +92,9 @@ TEST_CASE("spec_eagle: on the CPU it lends host memory for p and q, and takes ba
   int on_stack = 0;
   CHECK_THAT(error_of([&] { spec.free_buffer(&on_stack); }), Contains("not a buffer this instance lent"));
   CHECK_THAT(error_of([&] { spec.allocate_buffer(0); }), Contains("allocate_buffer: 0 bytes"));
+  // An output struct without 2.0's fields is refused before anything is allocated.
+  CHECK_THAT(error_of([&] { spec.allocate_buffer(64, 8); }),
+             Contains("spec_eagle: allocate_buffer output: struct_size 8 is too small"));
   spec.free_buffer(b.data);
 }
 
