@@ -83,7 +83,7 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
         spec,
         create_plugin_instance<pllm_speculator_api, pllm_speculator>(library_of(PLLM_PLUGIN_KIND_SPECULATOR),
                                                                      spec_args),
-        model_info_, attention_, sampler_, config.cache.block_size);
+        model_info_, attention_, sampler_, config.cache.block_size, device);
   }
 
   // ---- the model and its tokenizer must agree ----

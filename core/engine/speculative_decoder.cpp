@@ -1,10 +1,12 @@
 #include "core/engine/speculative_decoder.h"
 
 #include <algorithm>
+#include <bit>
 #include <initializer_list>
 
 #include <fmt/format.h>
 
+#include "core/common/logging.h"
 #include "core/config/config_error.h"
 #include "core/engine/plugin_batch.h"
 #include "core/engine/seeds.h"
@@ -13,8 +15,10 @@
 namespace pagedllm {
 namespace {
 
-// A contiguous f32 CPU tensor of `shape` over `data`.
-pllm_tensor f32_tensor(const float* data, std::initializer_list<std::int64_t> shape) {
+// An f32 tensor of `shape` over `data` on `device`, contiguous, or with
+// `outer_stride` elements from one row of the first dimension to the next.
+pllm_tensor f32_tensor(const float* data, pllm_device device, std::initializer_list<std::int64_t> shape,
+                       std::int64_t outer_stride = 0) {
   pllm_tensor t{};
   t.struct_size = sizeof t;
   t.data = const_cast<float*>(data);
@@ -26,24 +30,78 @@ pllm_tensor f32_tensor(const float* data, std::initializer_list<std::int64_t> sh
     t.strides[d] = stride;
     stride *= t.shape[d];
   }
-  t.device = {PLLM_DEVICE_CPU, 0};
+  if (outer_stride > 0) t.strides[0] = outer_stride;
+  t.device = device;
   return t;
 }
+
+std::string device_name(const pllm_device& device) {
+  switch (device.type) {
+    case PLLM_DEVICE_CPU: return "cpu";
+    case PLLM_DEVICE_CUDA: return fmt::format("cuda:{}", device.index);
+    case PLLM_DEVICE_INVALID:
+    case PLLM_DEVICE_FORCE_32BIT: break;
+  }
+  return fmt::format("device type {} index {}", static_cast<int>(device.type), device.index);
+}
+
+// Room for `count` of something, rounded up to a power of two so that a
+// growing batch reallocates a logarithmic number of times.
+std::size_t rounded_up(std::size_t count) { return std::bit_ceil(std::max<std::size_t>(count, 1)); }
 
 // The sampler's definition (sampler.h): a row it samples greedily is verified greedily.
 bool is_greedy(const pllm_sampling_params& params) { return pllm_is_greedy(&params) != 0; }
 
 }  // namespace
 
+SpeculativeDecoder::ProbsBuffer::ProbsBuffer(const SpeculatorInstance& speculator, std::size_t floats,
+                                             pllm_device expected_device)
+    : speculator_(speculator), floats_(floats) {
+  const pllm_speculator_api& api = speculator_.api();
+  if (api.allocate_buffer == nullptr) {
+    host_.resize(floats);
+    data_ = host_.data();
+    device_ = {PLLM_DEVICE_CPU, 0};
+    return;
+  }
+  const std::uint64_t bytes = floats * sizeof(float);
+  pllm_speculator_buffer buffer{};
+  buffer.struct_size = sizeof buffer;
+  pllm_error error{};
+  check_plugin_call(api.allocate_buffer(speculator_.get(), bytes, &buffer, &error), error, speculator_.library(),
+                    "allocate_buffer");
+  data_ = static_cast<float*>(buffer.data);
+  device_ = buffer.device;
+  if (buffer.data == nullptr || buffer.bytes < bytes || buffer.device.type != expected_device.type ||
+      buffer.device.index != expected_device.index) {
+    if (buffer.data != nullptr) (void)api.free_buffer(speculator_.get(), buffer.data, &error);  // the error says why
+    throw PluginCallError(PLLM_ERROR_INTERNAL,
+                          fmt::format("plugin '{}': allocate_buffer({}) returned {} bytes at {} on {}; it must "
+                                      "return at least that many bytes on the model's device, {}",
+                                      speculator_.library().name(), bytes, buffer.bytes, buffer.data,
+                                      device_name(buffer.device), device_name(expected_device)));
+  }
+  lent_ = true;
+}
+
+SpeculativeDecoder::ProbsBuffer::~ProbsBuffer() {
+  if (!lent_) return;
+  pllm_error error{};
+  if (speculator_.api().free_buffer(speculator_.get(), data_, &error) != PLLM_OK) {
+    host_log().error("plugin '{}': free_buffer failed: {}", speculator_.library().name(), error.message);
+  }
+}
+
 SpeculativeDecoder::SpeculativeDecoder(const SpeculativeConfig& config, SpeculatorInstance speculator,
                                        const pllm_model_info& target, const AttentionInstance& attention,
-                                       const SamplerInstance& sampler, int block_size)
+                                       const SamplerInstance& sampler, int block_size, pllm_device device)
     : speculator_(std::move(speculator)),
       attention_(attention),
       sampler_(sampler),
       num_speculative_tokens_(config.num_speculative_tokens),
       vocab_size_(target.vocab_size),
-      block_size_(block_size) {
+      block_size_(block_size),
+      device_(device) {
   pllm_error error{};
   info_.struct_size = sizeof(pllm_speculator_info);
   check_plugin_call(speculator_.api().get_info(speculator_.get(), &info_, &error), error,
@@ -55,6 +113,10 @@ SpeculativeDecoder::SpeculativeDecoder(const SpeculativeConfig& config, Speculat
         "target's KV pool and features ({} KV heads of {}, hidden {})",
         config.draft.string(), info_.num_draft_layers, info_.num_kv_heads, info_.head_dim,
         info_.hidden_size, target.num_kv_heads, target.head_dim, target.hidden_size));
+  }
+  if ((speculator_.api().allocate_buffer == nullptr) != (speculator_.api().free_buffer == nullptr)) {
+    throw ConfigError(fmt::format("speculator plugin '{}' has only one of allocate_buffer() and free_buffer()",
+                                  speculator_.library().name()));
   }
   if (sampler_.api().probabilities == nullptr) {
     throw ConfigError(fmt::format("sampler plugin '{}' has no probabilities(), which speculative "
@@ -101,12 +163,12 @@ std::vector<std::int32_t> SpeculativeDecoder::sample_tokens(const pllm_tensor& l
 }
 
 void SpeculativeDecoder::row_probabilities(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
-                                           float* out_probs, const char* what, std::vector<std::int32_t>* status) {
+                                           const pllm_tensor& probs, const char* what,
+                                           std::vector<std::int32_t>* status) {
   if (rows.empty()) return;
   if (status) status->assign(rows.size(), PLLM_SAMPLE_OK);
   const auto n = static_cast<std::int32_t>(rows.size());
   pllm_sample_batch batch{sizeof(pllm_sample_batch), n, sizeof(pllm_sample_row), rows.data(), &logits};
-  const pllm_tensor probs = f32_tensor(out_probs, {n, vocab_size_});
   const pllm_probabilities_output out{sizeof(pllm_probabilities_output), &probs, status ? status->data() : nullptr};
   pllm_error error{};
   check_plugin_call(sampler_.api().probabilities(sampler_.get(), &batch, &out, &error), error, sampler_.library(),
@@ -181,14 +243,22 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
   }
 
   // Sampled: p from the sampler's probabilities() ([m + 1, V] per request,
-  // one call for all), then the speculator's rejection sampler, one call per
-  // request reading its p and its stored q where they lie.
+  // one call for all, into the step's p buffer on the model's device), then
+  // the speculator's rejection sampler, one call per request reading its p and
+  // its stored q where they lie.
   if (!sampled.empty()) {
     std::vector<pllm_sample_row> rows;
     target_rows(sampled, rows);
-    probs_.resize(rows.size() * vocab);
+    if (!target_probs_ || target_probs_->floats() < rows.size() * vocab) {
+      target_probs_.reset();  // freed before its successor is allocated
+      target_probs_ = std::make_unique<ProbsBuffer>(speculator_, rounded_up(rows.size()) * vocab, device_);
+    }
+    const float* const p_data = target_probs_->data();
+    const pllm_device p_device = target_probs_->device();
     std::vector<std::int32_t> status;
-    row_probabilities(target_logits, rows, probs_.data(), "probabilities", &status);
+    row_probabilities(target_logits, rows,
+                      f32_tensor(p_data, p_device, {static_cast<std::int64_t>(rows.size()), vocab_size_}),
+                      "probabilities", &status);
     flag_non_finite(sampled, status);
     std::size_t p_row = 0;
     for (const std::size_t s : sampled) {
@@ -200,8 +270,9 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
       const StoredDrafts& stored = stored_.at(r.sequence);
       const auto m = static_cast<std::int64_t>(r.drafts.size());
       // [1, m, V] and [1, m + 1, V]: pllm_verify_args' layout for one sequence.
-      const pllm_tensor q = f32_tensor(stored.probs.data(), {1, m, vocab_size_});
-      const pllm_tensor p = f32_tensor(probs_.data() + p_row * vocab, {1, m + 1, vocab_size_});
+      const pllm_tensor q = f32_tensor(stored.probs->data() + stored.probs_offset, stored.probs->device(),
+                                       {1, m, vocab_size_});
+      const pllm_tensor p = f32_tensor(p_data + p_row * vocab, p_device, {1, m + 1, vocab_size_});
       p_row += r.drafts.size() + 1;
       const std::int32_t num_drafts = static_cast<std::int32_t>(m);
       const std::uint8_t greedy_row = 0;
@@ -287,24 +358,48 @@ pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const 
 }
 
 void SpeculativeDecoder::sample_drafts(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
-                                       std::span<float* const> probs_out, std::span<std::int32_t> tokens_out) {
-  const auto vocab = static_cast<std::size_t>(vocab_size_);
+                                       std::span<const std::int32_t> q_slots, const ProbsBuffer* q, int round,
+                                       std::span<std::int32_t> tokens_out) {
   // Each row names its logits row: the sampler reads them where the draft left them.
   const std::vector<std::int32_t> tokens = sample_tokens(logits, rows, "sample (draft)");
   std::copy(tokens.begin(), tokens.end(), tokens_out.begin());
-  std::vector<pllm_sample_row> sampled_rows;
-  std::vector<std::size_t> sampled_index;
+  // The sampled rows in slot order: q row `round` of slots 0..n-1.
+  std::vector<pllm_sample_row> by_slot(rows.size());
+  std::size_t n = 0;
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (probs_out[i] == nullptr) continue;
-    sampled_rows.push_back(rows[i]);
-    sampled_index.push_back(i);
+    if (q_slots[i] < 0) continue;
+    PAGEDLLM_CHECK(static_cast<std::size_t>(q_slots[i]) < rows.size(), "draft q slot {} of {} rows", q_slots[i],
+                   rows.size());
+    by_slot[static_cast<std::size_t>(q_slots[i])] = rows[i];
+    ++n;
   }
-  if (sampled_rows.empty()) return;
-  probs_.resize(sampled_rows.size() * vocab);
-  row_probabilities(logits, sampled_rows, probs_.data(), "probabilities (draft)");
-  for (std::size_t j = 0; j < sampled_rows.size(); ++j) {
-    std::copy_n(probs_.begin() + static_cast<std::ptrdiff_t>(j * vocab), vocab, probs_out[sampled_index[j]]);
-  }
+  if (n == 0) return;
+  PAGEDLLM_CHECK(q != nullptr && std::all_of(by_slot.begin(), by_slot.begin() + static_cast<std::ptrdiff_t>(n),
+                                             [](const pllm_sample_row& r) { return r.params != nullptr; }),
+                 "draft round {}: the sampled rows are not slots 0..{}", round, n - 1);
+  by_slot.resize(n);
+  const std::int64_t slot_stride = num_speculative_tokens_ * vocab_size_;
+  const pllm_tensor probs = f32_tensor(q->data() + static_cast<std::int64_t>(round) * vocab_size_, q->device(),
+                                       {static_cast<std::int64_t>(n), vocab_size_}, slot_stride);
+  row_probabilities(logits, by_slot, probs, "probabilities (draft)");
+}
+
+std::shared_ptr<const SpeculativeDecoder::ProbsBuffer> SpeculativeDecoder::draft_probs_buffer(std::size_t floats) {
+  std::shared_ptr<const ProbsBuffer> reused;
+  std::erase_if(draft_probs_, [&](const std::shared_ptr<const ProbsBuffer>& buffer) {
+    if (buffer.use_count() > 1) return false;  // drafts stored in it wait for verify()
+    if (!reused && buffer->floats() >= floats) {
+      reused = buffer;
+      return false;
+    }
+    return true;
+  });
+  if (reused) return reused;
+  const auto slot = static_cast<std::size_t>(num_speculative_tokens_) * static_cast<std::size_t>(vocab_size_);
+  auto buffer = std::make_shared<const ProbsBuffer>(speculator_, rounded_up((floats + slot - 1) / slot) * slot,
+                                                    device_);
+  draft_probs_.push_back(buffer);
+  return buffer;
 }
 
 std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<const DraftRequest> requests,
@@ -331,6 +426,26 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
   }
   std::vector<pllm_sampling_params> params(drafting.size());
   std::vector<std::vector<std::int32_t>> histories(drafting.size());
+  // The q of sampled requests (greedy drafts need none: verify() matches them
+  // against the target's argmax) goes to one buffer of [slots, K, vocab] on
+  // the model's device. Slots follow the number of drafts, most first, so the
+  // requests still drafting in round i hold slots 0..n_i - 1 and one
+  // probabilities() call writes their q rows.
+  std::vector<std::size_t> by_drafts;
+  for (std::size_t d = 0; d < drafting.size(); ++d) {
+    const DraftRequest& r = requests[drafting[d]];
+    PAGEDLLM_CHECK(r.num_drafts <= num_speculative_tokens_, "sequence {}: {} drafts asked of K = {}", r.sequence,
+                   r.num_drafts, num_speculative_tokens_);
+    if (!is_greedy(*r.params)) by_drafts.push_back(d);
+  }
+  std::stable_sort(by_drafts.begin(), by_drafts.end(), [&](std::size_t a, std::size_t b) {
+    return requests[drafting[a]].num_drafts > requests[drafting[b]].num_drafts;
+  });
+  std::vector<std::int32_t> q_slot(drafting.size(), -1);
+  for (std::size_t slot = 0; slot < by_drafts.size(); ++slot) q_slot[by_drafts[slot]] = static_cast<std::int32_t>(slot);
+  const std::size_t q_slot_floats = static_cast<std::size_t>(num_speculative_tokens_) * vocab;
+  const std::shared_ptr<const ProbsBuffer> q =
+      by_drafts.empty() ? nullptr : draft_probs_buffer(by_drafts.size() * q_slot_floats);
   for (std::size_t d = 0; d < drafting.size(); ++d) {
     const DraftRequest& r = requests[drafting[d]];
     params[d] = *r.params;
@@ -341,8 +456,8 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
     StoredDrafts& stored = stored_[r.sequence];
     stored.request = r.request;
     stored.tokens.clear();
-    // Greedy drafts need no q: verify() matches them against the target's argmax.
-    stored.probs.assign(is_greedy(*r.params) ? 0 : static_cast<std::size_t>(r.num_drafts) * vocab, 0.0f);
+    stored.probs = q_slot[d] < 0 ? nullptr : q;
+    stored.probs_offset = q_slot[d] < 0 ? 0 : static_cast<std::size_t>(q_slot[d]) * q_slot_floats;
   }
 
   // Chain: round i samples draft i of every request still drafting, then runs
@@ -356,17 +471,16 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
   }
   for (int round = 0; !active.empty(); ++round) {
     std::vector<pllm_sample_row> sample_rows;
-    std::vector<float*> probs_out;
+    std::vector<std::int32_t> q_slots;
     for (const std::size_t d : active) {
       const DraftRequest& r = requests[drafting[d]];
       // Logits row a of the previous draft call is this request's.
       sample_rows.push_back(sample_row(&params[d], r.prompt, histories[d],
                                        static_cast<std::int64_t>(sample_rows.size())));
-      std::vector<float>& q = stored_[r.sequence].probs;
-      probs_out.push_back(q.empty() ? nullptr : q.data() + static_cast<std::size_t>(round) * vocab);
+      q_slots.push_back(q_slot[d]);
     }
     std::vector<std::int32_t> tokens(active.size());
-    sample_drafts(logits, sample_rows, probs_out, tokens);
+    sample_drafts(logits, sample_rows, q_slots, q.get(), round, tokens);
     std::vector<std::size_t> next_active;
     std::vector<std::int32_t> feature_rows;
     std::vector<DraftRow> chain;

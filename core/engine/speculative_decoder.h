@@ -20,8 +20,16 @@
 //                    which the scheduler reserves as num_draft_slots)
 // Prefill chunks of speculative requests go through propose() too, so the draft's
 // KV covers the prompt; the chunk that completes the prompt starts drafting.
+//
+// p and q never leave the model's device: they live in buffers the speculator
+// lends (allocate_buffer(), on its device), which the sampler's probabilities()
+// writes and verify() reads. A speculator that lends none gets host memory.
+// They are allocated on first use and grow with the batch (a power of two of
+// sequences), after the KV pool was sized: on a GPU they come out of what
+// cache.gpu_memory_utilization leaves free.
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -62,9 +70,13 @@ struct DraftRequest {
 
 class SpeculativeDecoder {
  public:
+  // `device` is the model's: where the speculator's buffers must be.
   SpeculativeDecoder(const SpeculativeConfig& config, SpeculatorInstance speculator,
                      const pllm_model_info& target, const AttentionInstance& attention,
-                     const SamplerInstance& sampler, int block_size);
+                     const SamplerInstance& sampler, int block_size, pllm_device device);
+  // Its buffers hold a reference to its speculator: it stays where it was made.
+  SpeculativeDecoder(const SpeculativeDecoder&) = delete;
+  SpeculativeDecoder& operator=(const SpeculativeDecoder&) = delete;
 
   int num_speculative_tokens() const { return num_speculative_tokens_; }
   int num_draft_layers() const { return info_.num_draft_layers; }
@@ -92,10 +104,35 @@ class SpeculativeDecoder {
   void forget(RequestId request);
 
  private:
+  // Memory for probabilities: lent by the speculator (on the model's device),
+  // or host memory when it lends none. Freed through the speculator, so it
+  // must go before the speculator does.
+  class ProbsBuffer {
+   public:
+    ProbsBuffer(const SpeculatorInstance& speculator, std::size_t floats, pllm_device expected_device);
+    ~ProbsBuffer();
+    ProbsBuffer(const ProbsBuffer&) = delete;
+    ProbsBuffer& operator=(const ProbsBuffer&) = delete;
+    float* data() const { return data_; }
+    std::size_t floats() const { return floats_; }
+    pllm_device device() const { return device_; }
+
+   private:
+    const SpeculatorInstance& speculator_;
+    bool lent_ = false;        // data_ is the speculator's, given back through free_buffer()
+    std::vector<float> host_;  // the memory when the speculator lends none
+    float* data_ = nullptr;
+    std::size_t floats_ = 0;
+    pllm_device device_{};
+  };
   struct StoredDrafts {
     RequestId request = -1;
     std::vector<std::int32_t> tokens;
-    std::vector<float> probs;  // [tokens.size(), vocab]: q of each draft; empty for greedy requests
+    // q of each draft, [tokens.size(), vocab] from probs_offset of the buffer
+    // of the propose() call that drafted them (shared with that call's other
+    // sequences); null for greedy requests.
+    std::shared_ptr<const ProbsBuffer> probs;
+    std::size_t probs_offset = 0;
   };
   // One row of a draft batch the decoder plans.
   struct DraftRow {
@@ -112,10 +149,17 @@ class SpeculativeDecoder {
   pllm_tensor run_draft(std::span<const DraftRow> rows, const pllm_tensor* features,
                         const std::int32_t* feature_rows);
   // A draft token per logits row (the sampler's sample()), and for the rows
-  // with a probs_out (sampled requests; greedy ones pass nullptr) their q
-  // (the sampler's probabilities()).
+  // with a q_slot >= 0 (sampled requests; greedy ones pass -1) their q (the
+  // sampler's probabilities()) as draft `round` of slot q_slot of `q`, a
+  // [slots, K, vocab] buffer. The rows with a slot hold slots 0..n-1: one
+  // probabilities() call writes them, K * vocab floats apart.
   void sample_drafts(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
-                     std::span<float* const> probs_out, std::span<std::int32_t> tokens_out);
+                     std::span<const std::int32_t> q_slots, const ProbsBuffer* q, int round,
+                     std::span<std::int32_t> tokens_out);
+  // A buffer of at least `floats` for one propose() call's q: one that no stored
+  // drafts hold any more when one is large enough (the free ones too small are
+  // released), or a new one.
+  std::shared_ptr<const ProbsBuffer> draft_probs_buffer(std::size_t floats);
   // A sampler row of `params` whose output history is `history`, sampled at
   // random offset history.size() (the index of the token it yields), from
   // logits row `logits_row`.
@@ -126,9 +170,9 @@ class SpeculativeDecoder {
   // (token -1) instead of failing the call.
   std::vector<std::int32_t> sample_tokens(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
                                           const char* what, std::vector<std::int32_t>* status = nullptr);
-  // The sampler's probabilities() of `rows` into host out_probs [rows, vocab]
-  // (the rejection sampler runs on the host: these are what still cross).
-  void row_probabilities(const pllm_tensor& logits, std::span<const pllm_sample_row> rows, float* out_probs,
+  // The sampler's probabilities() of `rows` into `probs` ([rows, vocab] f32
+  // with contiguous rows, in a ProbsBuffer: nothing crosses to the host).
+  void row_probabilities(const pllm_tensor& logits, std::span<const pllm_sample_row> rows, const pllm_tensor& probs,
                          const char* what, std::vector<std::int32_t>* status = nullptr);
 
   SpeculatorInstance speculator_;
@@ -138,10 +182,14 @@ class SpeculativeDecoder {
   int num_speculative_tokens_ = 0;
   std::int64_t vocab_size_ = 0;
   int block_size_ = 0;
+  pllm_device device_{};
+  // After speculator_: the buffers are freed through it, before it is destroyed.
   std::unordered_map<SequenceId, StoredDrafts> stored_;
-
-  // Scratch reused across steps.
-  std::vector<float> probs_;
+  // Every propose() call's q buffer, held by stored_ while drafts wait in it
+  // (one in the steady state: verify() frees the last step's before propose()).
+  std::vector<std::shared_ptr<const ProbsBuffer>> draft_probs_;
+  // The step's p: grown, never shrunk.
+  std::unique_ptr<ProbsBuffer> target_probs_;
 };
 
 }  // namespace pagedllm

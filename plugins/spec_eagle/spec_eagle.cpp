@@ -4,8 +4,11 @@
 // only), the rejection sampler pagedllm/sdk/cpp/rejection_sampler.hpp (and
 // cuda_verifier.h for p and q on the CUDA device).
 
+#include <cstddef>
 #include <memory>
+#include <new>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "pagedllm/sdk.hpp"
@@ -17,6 +20,7 @@
 #ifdef PAGEDLLM_HAVE_CUDA
 #include "cuda_eagle_head.h"
 #include "cuda_verifier.h"
+#include "llama_cuda/device_memory.h"
 #endif
 
 namespace pagedllm::spec_eagle {
@@ -58,6 +62,7 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
       device_index_ = args.device.index;
     }
 #endif
+    device_ = args.device;
     const auto& c = head_->config();
     info_.struct_size = sizeof info_;
     info_.num_draft_layers = c.num_layers;
@@ -115,7 +120,42 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
     pllm::verify_drafts(args, out);
   }
 
+  // Memory for core's p and q where verify() reads them best: on the head's
+  // CUDA device (the sampler writes them there), or host memory on the CPU.
+  pllm_speculator_buffer allocate_buffer(uint64_t bytes) {
+    std::shared_ptr<void> memory;
+#ifdef PAGEDLLM_HAVE_CUDA
+    if (verifier_) {
+      auto device = std::make_shared<llama_cuda::CudaMemory>(llama_cuda::CudaMemory::Kind::kDevice);
+      device->allocate(std::size_t(bytes), device_index_, "spec_eagle", "a buffer for verify's probabilities");
+      memory = std::shared_ptr<void>(device, device->data());
+    }
+#endif
+    if (!memory) {
+      memory = std::shared_ptr<void>(::operator new(std::size_t(bytes), kHostAlignment),
+                                     [](void* data) { ::operator delete(data, kHostAlignment); });
+    }
+    pllm_speculator_buffer buffer{};
+    buffer.struct_size = sizeof buffer;
+    buffer.data = memory.get();
+    buffer.bytes = bytes;
+    buffer.device = device_;
+    lent_.emplace(buffer.data, std::move(memory));
+    return buffer;
+  }
+
+  void free_buffer(void* data) {
+    if (lent_.erase(data) == 0) {
+      throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: free_buffer: not a buffer this instance lent");
+    }
+  }
+
  private:
+  static constexpr std::align_val_t kHostAlignment{256};  // speculator.h's promise, as cudaMalloc's
+
+  // allocate_buffer()'s buffers by data pointer; destroying the instance frees those left.
+  std::unordered_map<void*, std::shared_ptr<void>> lent_;
+  pllm_device device_{};
   std::unique_ptr<DraftHead> head_;
 #ifdef PAGEDLLM_HAVE_CUDA
   std::unique_ptr<CudaVerifier> verifier_;

@@ -6,6 +6,10 @@
 // logprobs cross: 12 + 8 N bytes per sampled token, for N top logprobs. Before
 // 2.0 every step copied its logits rows down (pagedllm-tiny's vocabulary of
 // 8192: 32 KiB a row), so one logits row crossing would miss the total by 32 KiB.
+//
+// With sampled EAGLE speculation (spec_eagle on cuda:0) p and q stay in the
+// buffers spec_eagle lends core on the device, and what crosses is each
+// sampler and verify call's per-row results (the second test case states them).
 
 #include <catch2/catch.hpp>
 
@@ -27,8 +31,21 @@
 
 using namespace pagedllm;
 
-TEST_CASE("engine on cuda:0: only sampled ids and requested logprobs cross to the host", "[cuda][copies]") {
-  constexpr int kRequests = 4, kNewTokens = 6, kTopLogprobs = 3, kVocab = 8192;
+namespace {
+
+constexpr int kVocab = 8192;
+
+struct ServedRun {
+  int tokens = 0;
+  int logprobs = 0;
+  std::vector<std::string> errors;
+  cuda::emulation::CopyCounters copies;
+  EngineMetrics metrics;
+};
+
+// Serves `requests` on cuda:0 (plus `extra_yaml`), counting copies from the
+// engine's start: loading, KV sizing and the profiling step are not a served step.
+ServedRun serve_counting_copies(std::vector<GenerateRequest> requests, const std::string& extra_yaml = "") {
   testing::TempDir dir;
   const std::string yaml = fmt::format(R"(
 model: {{plugin: models_llama, path: {source}/models/pagedllm-tiny, dtype: f32}}
@@ -39,8 +56,10 @@ cache: {{block_size: 16, kv_cache_bytes: 4MiB}}
 scheduler: {{max_num_seqs: 16, max_num_batched_tokens: 512, max_model_len: 256}}
 plugins: {{search_paths: [{plugins}]}}
 logging: {{level: warn}}
+{extra}
 )",
-                                       fmt::arg("source", PAGEDLLM_SOURCE_DIR), fmt::arg("plugins", PAGEDLLM_PLUGIN_DIR));
+                                       fmt::arg("source", PAGEDLLM_SOURCE_DIR),
+                                       fmt::arg("plugins", PAGEDLLM_PLUGIN_DIR), fmt::arg("extra", extra_yaml));
   const HostConfig config = load_config(dir.write("cuda.yaml", yaml), {});
   PluginRegistry registry = make_plugin_registry(config);
   std::unique_ptr<Engine> engine = Engine::create(config, registry);
@@ -48,53 +67,123 @@ logging: {{level: warn}}
 
   std::mutex mutex;
   std::condition_variable done_signal;
-  int done = 0, tokens = 0, logprobs = 0;
-  std::vector<std::string> errors;
-  for (int r = 0; r < kRequests; ++r) {
-    GenerateRequest request;
-    std::mt19937 rng(static_cast<std::uint32_t>(r));
-    request.prompt_token_ids = {0};
-    for (int t = 0; t < 9 + 7 * r; ++t) request.prompt_token_ids.push_back(1 + int(rng() % (kVocab - 1)));
-    // Greedy and seeded sampled requests alike: the same bytes cross.
-    request.sampling.temperature = r % 2 == 0 ? 0.0f : 0.8f;
-    request.sampling.seed = 100 + r;
-    request.sampling.max_tokens = kNewTokens;
-    request.sampling.ignore_eos = true;
-    request.sampling.logprobs = kTopLogprobs;
+  int done = 0;
+  const int num_requests = static_cast<int>(requests.size());
+  ServedRun run;
+  for (GenerateRequest& request : requests) {
     engine->submit(std::move(request), [&](RequestOutput&& out) {
       std::lock_guard lock(mutex);
       for (const SequenceDelta& delta : out.sequences) {
-        tokens += static_cast<int>(delta.token_ids.size());
-        for (const TokenLogprob& lp : delta.logprobs) logprobs += static_cast<int>(lp.top.size());
+        run.tokens += static_cast<int>(delta.token_ids.size());
+        for (const TokenLogprob& lp : delta.logprobs) run.logprobs += static_cast<int>(lp.top.size());
       }
-      if (out.error) errors.push_back(*out.error);
+      if (out.error) run.errors.push_back(*out.error);
       if (out.finished) {
         ++done;
         done_signal.notify_all();
       }
     });
   }
-  // Counted from here: loading, KV sizing and the profiling step are not a served step.
   cuda::emulation::reset_copy_counters();
   engine->start();
   {
     std::unique_lock lock(mutex);
-    REQUIRE(done_signal.wait_for(lock, std::chrono::seconds(300), [&] { return done == kRequests; }));
+    REQUIRE(done_signal.wait_for(lock, std::chrono::seconds(300), [&] { return done == num_requests; }));
   }
   engine->shutdown(ShutdownMode::kDrain);
-  const cuda::emulation::CopyCounters copies = cuda::emulation::copy_counters();
-  CHECK(errors.empty());
-  REQUIRE(tokens == kRequests * kNewTokens);
-  CHECK(logprobs == tokens * kTopLogprobs);
-  const std::uint64_t contract = std::uint64_t(tokens) * (12 + 8 * kTopLogprobs);
+  run.copies = cuda::emulation::copy_counters();
+  run.metrics = engine->metrics();
+  return run;
+}
+
+// A request of `prompt_len` random tokens (after token 0), seeded by `r`.
+GenerateRequest random_request(int r, int prompt_len, int new_tokens) {
+  GenerateRequest request;
+  std::mt19937 rng(static_cast<std::uint32_t>(r));
+  request.prompt_token_ids = {0};
+  for (int t = 0; t < prompt_len; ++t) request.prompt_token_ids.push_back(1 + int(rng() % (kVocab - 1)));
+  request.sampling.max_tokens = new_tokens;
+  request.sampling.ignore_eos = true;
+  return request;
+}
+
+}  // namespace
+
+TEST_CASE("engine on cuda:0: only sampled ids and requested logprobs cross to the host", "[cuda][copies]") {
+  constexpr int kRequests = 4, kNewTokens = 6, kTopLogprobs = 3;
+  std::vector<GenerateRequest> requests;
+  for (int r = 0; r < kRequests; ++r) {
+    GenerateRequest request = random_request(r, 9 + 7 * r, kNewTokens);
+    // Greedy and seeded sampled requests alike: the same bytes cross.
+    request.sampling.temperature = r % 2 == 0 ? 0.0f : 0.8f;
+    request.sampling.seed = 100 + r;
+    request.sampling.logprobs = kTopLogprobs;
+    requests.push_back(std::move(request));
+  }
+  const ServedRun run = serve_counting_copies(std::move(requests));
+  CHECK(run.errors.empty());
+  REQUIRE(run.tokens == kRequests * kNewTokens);
+  CHECK(run.logprobs == run.tokens * kTopLogprobs);
+  const std::uint64_t contract = std::uint64_t(run.tokens) * (12 + 8 * kTopLogprobs);
   std::printf("engine on cuda:0, %d sampled tokens with %d top logprobs: %llu bytes device->host in %llu copies "
               "(contract %llu; 1.x: %llu bytes of logits), %llu bytes host->device\n",
-              tokens, kTopLogprobs, static_cast<unsigned long long>(copies.device_to_host_bytes),
-              static_cast<unsigned long long>(copies.device_to_host_copies),
+              run.tokens, kTopLogprobs, static_cast<unsigned long long>(run.copies.device_to_host_bytes),
+              static_cast<unsigned long long>(run.copies.device_to_host_copies),
               static_cast<unsigned long long>(contract),
-              static_cast<unsigned long long>(std::uint64_t(tokens) * kVocab * 4),
-              static_cast<unsigned long long>(copies.host_to_device_bytes));
-  CHECK(copies.device_to_host_bytes == contract);
+              static_cast<unsigned long long>(std::uint64_t(run.tokens) * kVocab * 4),
+              static_cast<unsigned long long>(run.copies.host_to_device_bytes));
+  CHECK(run.copies.device_to_host_bytes == contract);
   // One copy per step that samples: never a row at a time.
-  CHECK(copies.device_to_host_copies <= std::uint64_t(kNewTokens + kRequests));
+  CHECK(run.copies.device_to_host_copies <= std::uint64_t(kNewTokens + kRequests));
+}
+
+TEST_CASE("engine on cuda:0 with sampled EAGLE speculation: p and q stay on the device", "[cuda][copies]") {
+  // Sampled (non-greedy) speculative requests: the target's p and the draft's
+  // q are vocabulary-sized, [m + 1, vocab] and [m, vocab] f32 per sequence and
+  // step. They live in buffers spec_eagle lends core on cuda:0; what crosses
+  // is 12 bytes (id, raw logprob, status) per row of every sampler call and,
+  // per verify() call of m drafts, a 20-byte result and its m + 1 ids:
+  //   the target's sample() rows (tokens not from a verification)  12 S
+  //   the target's probabilities() rows, p                         12 (drafts + V)
+  //   verify() (one call per sequence and step)                    20 V + 4 (drafts + V)
+  //   the draft's sample() and probabilities() rows, q             (12 + 12) drafts
+  // with V verifications and `drafts` verified drafts (the engine's metrics),
+  // S = tokens - accepted - V. Every proposed draft is verified: num_drafts
+  // stays within max_tokens, and the budget and pool schedule all of them.
+  constexpr int kRequests = 4, kNewTokens = 24, kK = 3;
+  std::vector<GenerateRequest> requests;
+  for (int r = 0; r < kRequests; ++r) {
+    GenerateRequest request = random_request(r, 9 + 7 * r, kNewTokens);
+    request.sampling.temperature = 0.8f;
+    request.sampling.top_p = r % 2 == 0 ? 1.0f : 0.9f;
+    request.sampling.seed = 200 + r;
+    request.speculative = true;
+    requests.push_back(std::move(request));
+  }
+  const ServedRun run = serve_counting_copies(
+      std::move(requests),
+      fmt::format("speculative: {{plugin: spec_eagle, draft: {}/models/pagedllm-tiny-eagle, num_speculative_tokens: "
+                  "{}}}",
+                  PAGEDLLM_SOURCE_DIR, kK));
+  CHECK(run.errors.empty());
+  REQUIRE(run.tokens == kRequests * kNewTokens);
+  const EngineMetrics& m = run.metrics;
+  REQUIRE(m.spec_decode_num_drafts > 0);
+  const auto verifications = static_cast<std::uint64_t>(m.spec_decode_num_drafts);
+  const auto drafts = static_cast<std::uint64_t>(m.spec_decode_draft_tokens);
+  const auto accepted = static_cast<std::uint64_t>(m.spec_decode_accepted_tokens);
+  const std::uint64_t plain_samples = std::uint64_t(run.tokens) - accepted - verifications;
+  const std::uint64_t contract = 12 * plain_samples + 12 * (drafts + verifications) + 20 * verifications +
+                                 4 * (drafts + verifications) + 24 * drafts;
+  // Before: p and q copied to the host for a host-side verify().
+  const std::uint64_t host_probs = 4 * std::uint64_t(kVocab) * ((drafts + verifications) + drafts);
+  std::printf("engine on cuda:0, sampled EAGLE (K=%d): %d tokens, %llu verifications of %llu drafts (%llu accepted): "
+              "%llu bytes device->host in %llu copies (contract %llu; with p and q on the host: +%llu)\n",
+              kK, run.tokens, static_cast<unsigned long long>(verifications),
+              static_cast<unsigned long long>(drafts), static_cast<unsigned long long>(accepted),
+              static_cast<unsigned long long>(run.copies.device_to_host_bytes),
+              static_cast<unsigned long long>(run.copies.device_to_host_copies),
+              static_cast<unsigned long long>(contract), static_cast<unsigned long long>(host_probs));
+  CHECK(run.copies.device_to_host_bytes == contract);
+  CHECK(drafts > verifications);  // chains of several drafts: q rows written K * vocab floats apart
 }

@@ -13,10 +13,15 @@
 // moves logits by ~1e-5 (models_llama's CPU/CUDA comparison), so only a
 // near-tie could flip, and the float64 oracle's smallest top-two margin on
 // greedy continuations of this model is 0.0117 (models_llama cuda_test.cpp).
+//
+// A third case runs seeded sampled speculation (p and q in the buffers
+// spec_eagle lends): a request gives alone the tokens it gives in a batch.
 
 #include <catch2/catch.hpp>
 
 #include <condition_variable>
+#include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -136,5 +141,61 @@ TEST_CASE("EAGLE on the embedded model: greedy output with speculation equals gr
                    m.spec_decode_accepted_tokens, m.spec_decode_draft_tokens));
   CHECK(mean_acceptance_length > 1.5);  // offline the head accepts ~1.5 of 4 drafts; below this it is broken
   if (pressure) CHECK(m.scheduler.num_preemptions() > 0);
+  engine->shutdown(ShutdownMode::kDrain);
+}
+
+TEST_CASE("EAGLE on the embedded model: seeded sampled speculation reproduces whatever shares its batch",
+          "[speculative]") {
+  // Sampled requests keep p and q in buffers spec_eagle lends core (host
+  // memory on the CPU, the device's on cuda:0), one slot per request in a
+  // step's q buffer. A seeded request's tokens are a function of its own p, q
+  // and seeds only, so it gives alone what it gives among others drafting
+  // fewer tokens (near max_tokens) or greedily: a slot mixed up between
+  // requests would change them.
+#ifdef PAGEDLLM_SPECULATIVE_ON_CUDA
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  const char* const config_file = PAGEDLLM_SOURCE_DIR "/configs/eagle-cuda.yaml";
+#else
+  const char* const config_file = PAGEDLLM_SOURCE_DIR "/configs/eagle.yaml";
+#endif
+  std::vector<std::string> overrides = {"plugins.search_paths=[" PAGEDLLM_PLUGIN_DIR "]"};
+#ifndef PAGEDLLM_SPECULATIVE_ON_CUDA
+  overrides.push_back("attention.options.num_threads=1");
+#endif
+  // A pool of 64 blocks and a 512-token profiling step: enough for these five
+  // requests, and quick to size under the CUDA emulator.
+  overrides.push_back("cache.kv_cache_bytes=" + std::to_string(64 * 7 * 2 * 2 * 32 * 4 * 16));
+  overrides.push_back("scheduler.max_num_batched_tokens=512");
+  overrides.push_back("scheduler.max_model_len=256");
+  const HostConfig config = load_config(config_file, overrides);
+  PluginRegistry registry = make_plugin_registry(config);
+  const auto engine = Engine::create(config, registry);
+  engine->start();
+  const auto request = [&](std::size_t prompt, float temperature, int max_tokens, std::uint64_t seed) {
+    GenerateRequest r;
+    r.prompt_token_ids = engine->tokenizer().encode(kPrompts[prompt]);
+    r.sampling.temperature = temperature;
+    r.sampling.top_p = 0.95f;
+    r.sampling.seed = seed;
+    r.sampling.max_tokens = max_tokens;
+    r.sampling.ignore_eos = true;
+    return r;
+  };
+  Tokens alone;
+  engine->submit(request(0, 0.7f, 20, 42), alone.callback());
+  const std::vector<std::int32_t> expected = alone.wait();
+  REQUIRE(expected.size() == 20);
+
+  std::vector<std::unique_ptr<Tokens>> together;
+  for (std::size_t i = 0; i < 4; ++i) {
+    together.push_back(std::make_unique<Tokens>());
+    // Others: sampled with fewer tokens left (fewer drafts), and greedy.
+    GenerateRequest r = i == 0 ? request(0, 0.7f, 20, 42)
+                               : request(i, i == 2 ? 0.0f : 1.0f, 5 + 3 * static_cast<int>(i), 7 + i);
+    engine->submit(std::move(r), together.back()->callback());
+  }
+  CHECK(together[0]->wait() == expected);
+  for (std::size_t i = 1; i < together.size(); ++i) CHECK(together[i]->wait().size() == 5 + 3 * i);
+  CHECK(engine->metrics().spec_decode_num_drafts > 0);
   engine->shutdown(ShutdownMode::kDrain);
 }

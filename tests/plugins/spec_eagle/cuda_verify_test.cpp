@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <limits>
 #include <random>
@@ -61,12 +62,8 @@ class DeviceFloats {
 enum RowKind { kDense, kEqual, kDraftZero, kResidualZero, kTruncatedTarget, kOneHot, kGreedy, kNumKinds };
 
 // One verify call's arrays.
-struct Call {
-  int64_t rows = 0, k = 0, vocab = 0;
-  std::vector<int32_t> num_drafts, drafts;
-  std::vector<float> p, q;
-  std::vector<uint8_t> greedy;
-  std::vector<uint64_t> seeds, offsets;
+struct Call : VerifyArrays {
+  int64_t rows = 0, vocab = 0;
 
   float& p_at(int64_t s, int64_t i, int64_t x) { return p[std::size_t((s * (k + 1) + i) * vocab + x)]; }
   float& q_at(int64_t s, int64_t i, int64_t x) { return q[std::size_t((s * k + i) * vocab + x)]; }
@@ -77,21 +74,7 @@ struct Call {
   };
   pllm_verify_args args(const float* p_data, const float* q_data, pllm_device device, pllm_tensor& pt,
                         pllm_tensor& qt) const {
-    pt = f32_tensor(p_data, {rows, k + 1, vocab});
-    qt = f32_tensor(q_data, {rows, k, vocab});
-    pt.device = qt.device = device;
-    pllm_verify_args a{};
-    a.struct_size = sizeof a;
-    a.num_seqs = int32_t(rows);
-    a.max_draft_tokens = int32_t(k);
-    a.num_drafts = num_drafts.data();
-    a.draft_token_ids = drafts.data();
-    a.draft_probs = &qt;
-    a.target_probs = &pt;
-    a.greedy = greedy.data();
-    a.seeds = seeds.data();
-    a.random_offsets = offsets.data();
-    return a;
+    return verify_args(rows, vocab, p_data, q_data, device, pt, qt);
   }
   Result host() const {
     Result r{std::vector<int32_t>(std::size_t(rows * (k + 1)), -1), std::vector<int32_t>(std::size_t(rows), 0)};
@@ -294,6 +277,45 @@ TEST_CASE("spec_eagle: verify takes p and q on its device or both in host memory
     FAIL("verify accepted p and q on different devices");
   } catch (const pagedllm::PluginCallError& e) {
     CHECK_THAT(std::string(e.what()), Contains("target_probs and draft_probs must be on the same device"));
+  }
+}
+
+TEST_CASE("spec_eagle: on cuda:0 it lends device memory for p and q, where verify reads them",
+          "[spec_eagle][cuda][verify]") {
+  // What core does (speculator.h allocate_buffer): the sampler writes p and q
+  // into buffers the speculator lent, and verify() reads them there.
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  Speculator& spec = cuda_speculator();
+  const Call c = random_call(11, kNumKinds, 3, 1000);
+  const Call::Result host = c.host();
+  const pllm_speculator_buffer p = spec.allocate_buffer(c.p.size() * sizeof(float));
+  const pllm_speculator_buffer q = spec.allocate_buffer(c.q.size() * sizeof(float));
+  for (const pllm_speculator_buffer& buffer : {p, q}) {
+    REQUIRE(buffer.data != nullptr);
+    CHECK(buffer.device.type == PLLM_DEVICE_CUDA);
+    CHECK(buffer.device.index == 0);
+    CHECK(reinterpret_cast<std::uintptr_t>(buffer.data) % 256 == 0);
+  }
+  CHECK(p.bytes >= c.p.size() * sizeof(float));
+  REQUIRE(cudaMemcpy(p.data, c.p.data(), c.p.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  REQUIRE(cudaMemcpy(q.data, c.q.data(), c.q.size() * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  std::vector<int32_t> tokens(host.tokens.size(), -1), counts(host.counts.size(), 0);
+  pllm_tensor pt{}, qt{};
+  pllm_verify_output out{sizeof out, tokens.data(), counts.data()};
+  spec.verify(c.args(static_cast<const float*>(p.data), static_cast<const float*>(q.data), p.device, pt, qt), out);
+  REQUIRE(counts == host.counts);
+  for (int64_t s = 0; s < c.rows; ++s) {
+    for (int64_t j = 0; j < counts[std::size_t(s)]; ++j) {
+      CHECK(tokens[std::size_t(s * (c.k + 1) + j)] == host.tokens[std::size_t(s * (c.k + 1) + j)]);
+    }
+  }
+  spec.free_buffer(p.data);
+  spec.free_buffer(q.data);
+  try {
+    spec.free_buffer(q.data);
+    FAIL("free_buffer took back a buffer twice");
+  } catch (const pagedllm::PluginCallError& e) {
+    CHECK_THAT(std::string(e.what()), Contains("not a buffer this instance lent"));
   }
 }
 

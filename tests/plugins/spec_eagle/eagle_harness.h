@@ -88,6 +88,20 @@ class Speculator {
     check(instance_.api().verify(instance_.get(), &args, &out, &error), error, "verify");
   }
 
+  // `struct_size`: what the caller declares of its output struct.
+  pllm_speculator_buffer allocate_buffer(uint64_t bytes, uint32_t struct_size = sizeof(pllm_speculator_buffer)) {
+    pllm_speculator_buffer out{};
+    out.struct_size = struct_size;
+    pllm_error error{};
+    check(instance_.api().allocate_buffer(instance_.get(), bytes, &out, &error), error, "allocate_buffer");
+    return out;
+  }
+
+  void free_buffer(void* data) {
+    pllm_error error{};
+    check(instance_.api().free_buffer(instance_.get(), data, &error), error, "free_buffer");
+  }
+
  private:
   void check(pllm_status status, const pllm_error& error, const char* what) const {
     pagedllm::check_plugin_call(status, error, instance_.library(), what);
@@ -127,6 +141,40 @@ inline pllm_tensor f32_tensor(const float* data, std::vector<int64_t> shape) {
   }
   return t;
 }
+
+// The arrays of one verify() call, laid out as pllm_verify_args says: per
+// sequence its draft count, K drafts, greedy flag, seed and offset; p
+// [rows, K + 1, vocab] and q [rows, K, vocab]. The statistical cases
+// (rejection_cases.h) and the device's random calls (cuda_verify_test.cpp)
+// both build their args here.
+struct VerifyArrays {
+  int64_t k = 0;
+  std::vector<int32_t> num_drafts, drafts;
+  std::vector<float> p, q;
+  std::vector<uint8_t> greedy;
+  std::vector<uint64_t> seeds, offsets;
+
+  // The args of `rows` sequences over `vocab` ids, with p and q at p_data and
+  // q_data on `device`, whose descriptors are written to pt and qt.
+  pllm_verify_args verify_args(int64_t rows, int64_t vocab, const float* p_data, const float* q_data,
+                               pllm_device device, pllm_tensor& pt, pllm_tensor& qt) const {
+    pt = f32_tensor(p_data, {rows, k + 1, vocab});
+    qt = f32_tensor(q_data, {rows, k, vocab});
+    pt.device = qt.device = device;
+    pllm_verify_args a{};
+    a.struct_size = sizeof a;
+    a.num_seqs = int32_t(rows);
+    a.max_draft_tokens = int32_t(k);
+    a.num_drafts = num_drafts.data();
+    a.draft_token_ids = drafts.data();
+    a.draft_probs = &qt;
+    a.target_probs = &pt;
+    a.greedy = greedy.data();
+    a.seeds = seeds.data();
+    a.random_offsets = offsets.data();
+    return a;
+  }
+};
 
 // The target and its draft over one paged pool of target + draft layers,
 // with block tables handed out from a shuffled pool.

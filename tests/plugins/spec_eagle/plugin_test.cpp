@@ -5,7 +5,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -65,6 +67,35 @@ TEST_CASE("spec_eagle: info describes one draft layer shaped like the target's",
   CHECK(info.num_kv_heads == 2);
   CHECK(info.head_dim == 32);
   CHECK(info.hidden_size == 256);
+}
+
+TEST_CASE("spec_eagle: on the CPU it lends host memory for p and q, and takes back only what it lent",
+          "[spec_eagle]") {
+  Speculator spec(kDraftDir, target());
+  const pllm_speculator_buffer a = spec.allocate_buffer(1000);
+  const pllm_speculator_buffer b = spec.allocate_buffer(3 * 8192 * sizeof(float));
+  for (const pllm_speculator_buffer& buffer : {a, b}) {
+    REQUIRE(buffer.data != nullptr);
+    CHECK(reinterpret_cast<std::uintptr_t>(buffer.data) % 256 == 0);
+    CHECK(buffer.device.type == PLLM_DEVICE_CPU);
+  }
+  CHECK(a.bytes >= 1000);
+  CHECK(b.bytes >= 3 * 8192 * sizeof(float));
+  CHECK(a.data != b.data);
+  // Host memory: writable in full.
+  std::memset(b.data, 0x7f, std::size_t(b.bytes));
+  spec.free_buffer(a.data);
+  const auto error_of = [](auto&& call) {
+    return std::string(pagedllm::testing::thrown<pagedllm::PluginCallError>(call).what());
+  };
+  CHECK_THAT(error_of([&] { spec.free_buffer(a.data); }), Contains("free_buffer: not a buffer this instance lent"));
+  int on_stack = 0;
+  CHECK_THAT(error_of([&] { spec.free_buffer(&on_stack); }), Contains("not a buffer this instance lent"));
+  CHECK_THAT(error_of([&] { spec.allocate_buffer(0); }), Contains("allocate_buffer: 0 bytes"));
+  // An output struct without 2.0's fields is refused before anything is allocated.
+  CHECK_THAT(error_of([&] { spec.allocate_buffer(64, 8); }),
+             Contains("spec_eagle: allocate_buffer output: struct_size 8 is too small"));
+  spec.free_buffer(b.data);
 }
 
 TEST_CASE("spec_eagle: unknown options are refused", "[spec_eagle]") {

@@ -81,16 +81,13 @@ inline Case make_case(int family, int64_t k) {
 }
 
 // The arrays of one verify call; every row holds the same case.
-struct Rows {
-  int64_t n = 0, k = 0;
-  std::vector<int32_t> num_drafts, drafts;
-  std::vector<float> q, p;
-  std::vector<uint8_t> greedy;
-  std::vector<uint64_t> seeds, offsets;
+struct Rows : VerifyArrays {
+  int64_t n = 0;
   std::vector<int32_t> out_tokens, out_counts;
   mutable pllm_tensor q_tensor{}, p_tensor{};  // what args() points at
 
-  Rows(int64_t rows, int64_t max_drafts, int64_t vocab) : n(rows), k(max_drafts) {
+  Rows(int64_t rows, int64_t max_drafts, int64_t vocab) : n(rows) {
+    k = max_drafts;
     num_drafts.assign(std::size_t(n), int32_t(k));
     drafts.assign(std::size_t(n * k), 0);
     q.assign(std::size_t(n * k * vocab), 0.0f);
@@ -104,21 +101,7 @@ struct Rows {
   // With p and q in host memory, or at p_data and q_data on `device`.
   pllm_verify_args args(int64_t vocab, const float* p_data = nullptr, const float* q_data = nullptr,
                         pllm_device device = {PLLM_DEVICE_CPU, 0}) const {
-    pllm_verify_args a{};
-    a.struct_size = sizeof a;
-    a.num_seqs = int32_t(n);
-    a.max_draft_tokens = int32_t(k);
-    a.num_drafts = num_drafts.data();
-    a.draft_token_ids = drafts.data();
-    q_tensor = f32_tensor(q_data ? q_data : q.data(), {n, k, vocab});
-    p_tensor = f32_tensor(p_data ? p_data : p.data(), {n, k + 1, vocab});
-    q_tensor.device = p_tensor.device = device;
-    a.draft_probs = &q_tensor;
-    a.target_probs = &p_tensor;
-    a.greedy = greedy.data();
-    a.seeds = seeds.data();
-    a.random_offsets = offsets.data();
-    return a;
+    return verify_args(n, vocab, p_data ? p_data : p.data(), q_data ? q_data : q.data(), device, p_tensor, q_tensor);
   }
   pllm_verify_output output() {
     pllm_verify_output o{};

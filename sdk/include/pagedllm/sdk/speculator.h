@@ -19,7 +19,8 @@ extern "C" {
  * Core owns the control flow: it plans the draft's batches (positions, slots,
  * block tables), turns draft logits into draft tokens and their distribution q
  * with the sampler plugin (the request's own temperature / top-k / top-p), and
- * calls verify() with the target's distribution p. The draft's KV layers live
+ * calls verify() with the target's distribution p; p and q stay in memory the
+ * speculator lends (allocate_buffer()) on its device. The draft's KV layers live
  * in the same paged pool and block tables as the target's: draft layer i is
  * attention layer (target num_layers + i). */
 typedef struct pllm_speculator pllm_speculator;
@@ -100,7 +101,9 @@ typedef struct pllm_verify_args {
   const int32_t* draft_token_ids;  /* [num_seqs * K] */
   /* p and q: f32 with contiguous vocab rows, both in host memory or both on
    * the speculator's device (a speculator that verifies there, spec_eagle on
-   * CUDA, copies down only the output ids; one that does not refuses them). */
+   * CUDA, copies down only the output ids; one that does not refuses them).
+   * Core passes them in buffers from allocate_buffer() when the speculator
+   * has it (one tensor per sequence today: num_seqs 1), else in host memory. */
   const pllm_tensor* draft_probs;  /* [num_seqs, K, vocab]: q_1..q_K */
   const pllm_tensor* target_probs; /* [num_seqs, K + 1, vocab]: p_1..p_{K+1} */
   const uint8_t* greedy;           /* [num_seqs] */
@@ -114,6 +117,15 @@ typedef struct pllm_verify_output {
   int32_t* num_output_tokens; /* [num_seqs], each in 1..num_drafts[s] + 1 */
 } pllm_verify_output;
 
+/* Memory the speculator lends core for p and q (allocate_buffer()): the
+ * caller zero-fills it and sets struct_size; the speculator fills the rest. */
+typedef struct pllm_speculator_buffer {
+  uint32_t struct_size;
+  void* data;         /* at least `bytes` requested, aligned to 256 bytes, uninitialised */
+  uint64_t bytes;     /* what was allocated: at least what was asked for */
+  pllm_device device; /* where data lives: the speculator's device (the CPU's: host memory) */
+} pllm_speculator_buffer;
+
 typedef struct pllm_speculator_api {
   uint32_t struct_size;
   pllm_status (*create)(const pllm_speculator_create_args* args, pllm_speculator** out,
@@ -124,6 +136,20 @@ typedef struct pllm_speculator_api {
                        pllm_draft_output* out, pllm_error* error);
   pllm_status (*verify)(pllm_speculator* self, const pllm_verify_args* args,
                         pllm_verify_output* out, pllm_error* error);
+  /* Optional, both or neither (appended in 2.0; NULL: absent). Memory on the
+   * speculator's device for the probabilities core has the sampler's
+   * probabilities() write and then passes to verify(): a step's p and each
+   * sequence's q from one step to the next, so that nothing vocabulary-sized
+   * crosses to the host. allocate_buffer() fails (PLLM_ERROR_OUT_OF_MEMORY,
+   * PLLM_ERROR_INVALID_ARGUMENT for 0 bytes) rather than return less;
+   * free_buffer() takes back a buffer by its data pointer and refuses one it did
+   * not allocate (PLLM_ERROR_INVALID_ARGUMENT). Core frees its buffers before
+   * destroy(), which frees any left. Both are calls on the instance like any
+   * other (sdk/README.md, "Threads and reentrancy"). Without them core keeps p
+   * and q in host memory: a speculator on a GPU then verifies there, or refuses. */
+  pllm_status (*allocate_buffer)(pllm_speculator* self, uint64_t bytes, pllm_speculator_buffer* out,
+                                 pllm_error* error);
+  pllm_status (*free_buffer)(pllm_speculator* self, void* data, pllm_error* error);
 } pllm_speculator_api;
 
 #ifdef __cplusplus

@@ -27,6 +27,8 @@
 //   SpeculatorPlugin: pllm_speculator_info info();
 //                     void draft(const pllm_draft_args&, pllm_draft_output&);
 //                     void verify(const pllm_verify_args&, pllm_verify_output&);
+//                     pllm_speculator_buffer allocate_buffer(uint64_t bytes);  (optional, both or neither)
+//                     void free_buffer(void* data);
 //
 // A plugin that needs one-time setup gives its class `static void plugin_init()`
 // (called after the host services are available) and `static void plugin_shutdown()`.
@@ -330,8 +332,41 @@ struct KindApi<T, PLLM_PLUGIN_KIND_SPECULATOR> {
             p.verify(*args, *out);
           });
         },
+        allocate_buffer_slot(),
+        free_buffer_slot(),
     };
     return &api;
+  }
+  static constexpr bool kHasAllocate = requires(T& t, uint64_t bytes) { t.allocate_buffer(bytes); };
+  static constexpr bool kHasFree = requires(T& t, void* data) { t.free_buffer(data); };
+  static_assert(kHasAllocate == kHasFree, "a speculator has both allocate_buffer and free_buffer, or neither");
+  using AllocateBuffer = pllm_status (*)(H*, uint64_t, pllm_speculator_buffer*, pllm_error*);
+  static constexpr AllocateBuffer allocate_buffer_slot() {
+    if constexpr (kHasAllocate) {
+      return [](H* s, uint64_t bytes, pllm_speculator_buffer* out, pllm_error* e) noexcept {
+        return call<T>(s, "allocate_buffer", e, [&](T& p) {
+          if (bytes == 0) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "allocate_buffer: 0 bytes");
+          // Checked before allocating, so that a bad output struct leaks nothing.
+          require(out, std::string(plugin_name) + ": allocate_buffer output");
+          copy_info_out(p.allocate_buffer(bytes), out);
+        });
+      };
+    } else {
+      return nullptr;
+    }
+  }
+  using FreeBuffer = pllm_status (*)(H*, void*, pllm_error*);
+  static constexpr FreeBuffer free_buffer_slot() {
+    if constexpr (kHasFree) {
+      return [](H* s, void* data, pllm_error* e) noexcept {
+        return call<T>(s, "free_buffer", e, [&](T& p) {
+          if (!data) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "free_buffer: null data");
+          p.free_buffer(data);
+        });
+      };
+    } else {
+      return nullptr;
+    }
   }
 };
 

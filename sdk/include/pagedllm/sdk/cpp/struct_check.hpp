@@ -43,6 +43,9 @@ inline bool has_2_0_fields(const pllm_host_api& s) { return PLLM_HAS_FIELD(pllm_
 inline bool has_2_0_fields(const pllm_speculator_target& s) {
   return PLLM_HAS_FIELD(pllm_speculator_target, &s, info);
 }
+inline bool has_2_0_fields(const pllm_speculator_buffer& s) {
+  return PLLM_HAS_FIELD(pllm_speculator_buffer, &s, device);
+}
 
 // `s`, after checking that it is there and has its 2.0 fields; otherwise a
 // PLLM_ERROR_INVALID_ARGUMENT naming `what` and the struct_size it declared.
