@@ -57,6 +57,12 @@ struct SamplingOptions {
   // logprob only); unset = no logprobs. At most Engine::max_logprobs().
   std::optional<int> logprobs;
   bool skip_special_tokens = true;
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) added to the token's
+  // logit before the penalties; ids distinct, at most RequestLimits::max_logit_bias.
+  std::vector<std::pair<std::int32_t, float>> logit_bias;
+  // vLLM's min_tokens: before this many output tokens, EOS (unless ignore_eos)
+  // and stop_token_ids cannot be sampled and stop strings are not matched.
+  int min_tokens = 0;
 };
 
 struct GenerateRequest {

@@ -90,6 +90,10 @@ class LlmEngine final : public Engine {
     // When each sequence last produced a token (unset before its first).
     std::vector<std::optional<Clock::time_point>> last_token_time;
     std::vector<pllm_sampling_params> params;
+    // What the params' logit_bias and min_tokens pointers point into.
+    std::vector<std::int32_t> logit_bias_ids;
+    std::vector<float> logit_bias_values;
+    std::vector<std::int32_t> min_tokens_banned_ids;
     std::vector<bool> finished;
   };
 

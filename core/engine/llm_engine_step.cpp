@@ -167,6 +167,18 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     const SamplingOptions& options = request.request.sampling;
     const int index = slots[i].sequence_index;
     if (static_cast<int>(request.params.size()) <= index) {
+      request.logit_bias_ids.clear();
+      request.logit_bias_values.clear();
+      for (const auto& [token, bias] : options.logit_bias) {
+        request.logit_bias_ids.push_back(token);
+        request.logit_bias_values.push_back(bias);
+      }
+      // min_tokens holds back what would end the sequence: EOS and the stop token ids.
+      request.min_tokens_banned_ids = options.stop_token_ids;
+      if (!options.ignore_eos) {
+        request.min_tokens_banned_ids.insert(request.min_tokens_banned_ids.end(), defaults_.eos_token_ids.begin(),
+                                             defaults_.eos_token_ids.end());
+      }
       request.params.resize(static_cast<std::size_t>(options.n));
       for (int s = 0; s < options.n; ++s) {
         pllm_sampling_params& p = request.params[static_cast<std::size_t>(s)];
@@ -180,6 +192,12 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
         p.repetition_penalty = options.repetition_penalty;
         p.seed = sequence_seed(request.seed, s);
         p.num_top_logprobs = options.logprobs.value_or(0);
+        p.num_logit_bias = static_cast<std::int32_t>(request.logit_bias_ids.size());
+        p.logit_bias_token_ids = request.logit_bias_ids.data();
+        p.logit_bias_values = request.logit_bias_values.data();
+        p.min_tokens = options.min_tokens;
+        p.num_min_tokens_banned_ids = static_cast<std::int32_t>(request.min_tokens_banned_ids.size());
+        p.min_tokens_banned_ids = request.min_tokens_banned_ids.data();
       }
     }
     max_top = std::max(max_top, options.logprobs.value_or(0));

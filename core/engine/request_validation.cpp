@@ -1,7 +1,9 @@
 #include "core/engine/request_validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -26,6 +28,40 @@ void check_range(const char* name, float value, float low, float high, bool low_
 // request never writes: the two kinds share no cached blocks.
 std::string cache_key(const std::string& salt, bool speculative) {
   return speculative ? salt + "\x1f" + "speculative" : salt;
+}
+
+void check_logit_adjustments(const SamplingOptions& sampling, const RequestLimits& limits, int max_tokens) {
+  if (static_cast<int>(sampling.logit_bias.size()) > limits.max_logit_bias) {
+    reject("logit_bias", fmt::format("logit_bias may list at most {} tokens, got {}", limits.max_logit_bias,
+                                     sampling.logit_bias.size()));
+  }
+  std::vector<std::int32_t> ids;
+  for (const auto& [token, bias] : sampling.logit_bias) {
+    if (token < 0 || token >= limits.vocab_size) {
+      reject("logit_bias", fmt::format("logit_bias token id {} is outside the vocabulary [0, {})", token,
+                                       limits.vocab_size));
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      reject("logit_bias", fmt::format("logit_bias of token {} must be between -100 and 100, got {}", token, bias));
+    }
+    ids.push_back(token);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (const auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end()) {
+    reject("logit_bias", fmt::format("logit_bias lists token id {} twice", *twice));
+  }
+  if (sampling.min_tokens < 0) {
+    reject("min_tokens", fmt::format("min_tokens must be greater than or equal to 0, got {}", sampling.min_tokens));
+  }
+  if (sampling.min_tokens > max_tokens) {
+    reject("min_tokens", fmt::format("min_tokens must be less than or equal to max_tokens={}, got {}", max_tokens,
+                                     sampling.min_tokens));
+  }
+  if (!limits.sampler_has_logit_adjustments && (!sampling.logit_bias.empty() || sampling.min_tokens > 0)) {
+    reject(sampling.logit_bias.empty() ? "min_tokens" : "logit_bias",
+           "the engine's sampler plugin was built against SDK 2.0, which has no logit_bias or min_tokens; rebuild "
+           "it against SDK 2.1 or later");
+  }
 }
 
 }  // namespace
@@ -98,6 +134,7 @@ Request to_scheduler_request(const GenerateRequest& request, const RequestLimits
                                            token, limits.vocab_size));
     }
   }
+  check_logit_adjustments(sampling, limits, max_tokens);
 
   Request out;
   out.prompt_token_ids = request.prompt_token_ids;

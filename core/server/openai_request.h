@@ -43,8 +43,14 @@ struct GenerationPlan {
   // "speculative_decoding": false opts out of speculative decoding (default on
   // when the server has a speculator).
   bool speculative = true;
+  // Completions' best_of: sequences generated per prompt (>= sampling.n, the
+  // choices returned per prompt: the best by cumulative logprob). Never
+  // streamed when above n.
+  int best_of = 1;
 
   int num_choices() const { return static_cast<int>(prompts.size()) * sampling.n; }
+  // Sequences generated for all prompts.
+  int num_sequences() const { return static_cast<int>(prompts.size()) * best_of; }
 };
 
 // The engine request for prompt `index` of `plan`.

@@ -51,7 +51,7 @@ ResponseBuilder::ResponseBuilder(const GenerationPlan& plan, const tokenizer::To
       tokenizer_(tokenizer),
       id_(std::move(id)),
       created_(created),
-      choices_(static_cast<std::size_t>(plan.num_choices())),
+      choices_(static_cast<std::size_t>(plan.num_sequences())),
       usage_(plan.prompts.size()) {}
 
 std::string ResponseBuilder::token_text(std::int32_t id) const {
@@ -139,8 +139,11 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
 
   std::string events;
   for (const SequenceDelta& delta : output.sequences) {
-    const std::size_t index = prompt_index * static_cast<std::size_t>(plan_.sampling.n) + static_cast<std::size_t>(delta.index);
+    // Streams have best_of == n: a sequence's index is its choice's.
+    const std::size_t index =
+        prompt_index * static_cast<std::size_t>(plan_.best_of) + static_cast<std::size_t>(delta.index);
     Choice& choice = choices_.at(index);
+    for (const TokenLogprob& token : delta.logprobs) choice.cumulative_logprob += token.logprob;
     const PromptInput* echoed = plan_.echo && !choice.started ? &plan_.prompts[prompt_index] : nullptr;
     choice.started = true;
     const std::string text = echoed ? echoed->text + delta.text : delta.text;
@@ -212,8 +215,19 @@ std::string ResponseBuilder::stream_end() const {
 std::string ResponseBuilder::response_body() const {
   const bool chat = plan_.kind == ApiKind::kChat;
   json choices = json::array();
-  for (std::size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& choice = choices_[i];
+  const auto n = static_cast<std::size_t>(plan_.sampling.n);
+  const auto best_of = static_cast<std::size_t>(plan_.best_of);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(plan_.num_choices()); ++i) {
+    const std::size_t prompt = i / n;
+    std::vector<std::size_t> ranked(best_of);
+    for (std::size_t s = 0; s < best_of; ++s) ranked[s] = prompt * best_of + s;
+    if (best_of > n) {
+      // vLLM's ranking: highest cumulative logprob first, ties by sequence index.
+      std::stable_sort(ranked.begin(), ranked.end(), [&](std::size_t a, std::size_t b) {
+        return choices_[a].cumulative_logprob > choices_[b].cumulative_logprob;
+      });
+    }
+    const Choice& choice = choices_[ranked[i % n]];
     json c = {{"index", i}};
     if (chat) {
       c["message"] = {{"role", "assistant"}, {"content", choice.text}};

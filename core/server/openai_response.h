@@ -4,6 +4,9 @@
 // here: this is unit-tested on its own.
 //
 // Choices are numbered prompt-major: prompt p's sequence s is choice p * n + s.
+// With best_of > n (never streamed) each prompt's best_of sequences are ranked
+// by cumulative logprob of their sampled tokens and the n best, best first,
+// become its choices.
 // Usage counts each prompt's tokens once and every choice's generated tokens.
 // Prompt tokens have no logprobs in this engine: with echo and logprobs, their
 // entries are null.
@@ -44,8 +47,10 @@ class ResponseBuilder {
   nlohmann::json usage() const;
 
  private:
+  // One generated sequence: a choice, or with best_of > n a candidate for one.
   struct Choice {
     std::string text;  // not streaming: all of it (after the echoed prompt)
+    double cumulative_logprob = 0;  // of the sampled tokens (best_of's ranking)
     bool started = false;
     std::size_t text_offset = 0;  // completions logprobs: code points before the next token
     nlohmann::json logprobs;      // not streaming: accumulated

@@ -70,11 +70,35 @@ void RowSampler::validate(const pllm_sample_row& row, int64_t vocab, int64_t num
   };
   check_ids(row.prompt_token_ids, row.num_prompt_tokens, "prompt");
   check_ids(row.output_token_ids, row.num_output_tokens, "output");
+  if (PLLM_HAS_FIELD(pllm_sampling_params, &p, logit_bias_values)) {
+    check_ids(p.logit_bias_token_ids, p.num_logit_bias, "logit_bias");
+    if (p.num_logit_bias > 0 && !p.logit_bias_values) invalid(index, "null logit_bias_values");
+    std::vector<int32_t> ids(p.logit_bias_token_ids, p.logit_bias_token_ids + std::max(0, p.num_logit_bias));
+    std::sort(ids.begin(), ids.end());
+    if (const auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end()) {
+      invalid(index, "logit_bias lists token " + std::to_string(*twice) + " twice");
+    }
+    for (int32_t i = 0; i < p.num_logit_bias; ++i) {
+      if (!std::isfinite(p.logit_bias_values[i])) {
+        invalid(index, "logit_bias value " + std::to_string(i) + " is not finite");
+      }
+    }
+  }
+  if (PLLM_HAS_FIELD(pllm_sampling_params, &p, min_tokens_banned_ids)) {
+    if (p.min_tokens < 0) invalid(index, "min_tokens must be >= 0, got " + std::to_string(p.min_tokens));
+    check_ids(p.min_tokens_banned_ids, p.num_min_tokens_banned_ids, "min_tokens banned");
+  }
 }
 
 void RowSampler::penalize(const pllm_sample_row& row, const float* raw, int64_t vocab) {
   logits_.assign(raw, raw + vocab);
   const pllm_sampling_params& p = *row.params;
+  if (has_logit_adjustments(row)) {
+    for_each_logit_adjustment(row, banned_, [&](int32_t id, float bias, bool banned) {
+      float& l = logits_[std::size_t(id)];
+      l = adjusted_logit(l, bias, banned);
+    });
+  }
   if (!has_penalties(p)) return;
   history_.for_each_token(row, vocab, [&](int32_t id, int32_t output_count) {
     float& l = logits_[std::size_t(id)];

@@ -3,6 +3,7 @@
 // or the full processed distribution, on the CPU. The pipeline (vLLM V1 order):
 //
 //   raw logits --(raw log-softmax: reported logprobs)
+//     -> logit_bias added; while fewer than min_tokens outputs, EOS / stop ids -> -inf
 //     -> repetition penalty over prompt + output tokens (positive / p, negative * p)
 //     -> frequency and presence penalties over output tokens (l -= f * count + p * [count > 0])
 //     -> temperature < 1e-5: greedy argmax (ties -> lowest id), done
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "pagedllm/sdk.h"
+#include "logit_adjustments.h"
 #include "sampling_math.h"
 #include "token_history.h"
 
@@ -39,7 +41,7 @@ class RowSampler {
   void probabilities(const pllm_sample_row& row, const float* logits, int64_t vocab, float* probs);
 
  private:
-  // Copies the raw logits into logits_ and applies the penalties.
+  // Copies the raw logits into logits_ and applies logit_bias, min_tokens and the penalties.
   void penalize(const pllm_sample_row& row, const float* raw, int64_t vocab);
   // After penalize(), for a non-greedy row: scales by temperature and leaves in
   // kept_ the surviving ids in (logit desc, id asc) order, weights_ (exp(x -
@@ -49,6 +51,7 @@ class RowSampler {
 
   std::vector<float> logits_;
   TokenHistory history_;
+  std::vector<int32_t> banned_;  // min_tokens scratch
   std::vector<int32_t> kept_;
   std::vector<double> weights_;
   std::vector<int32_t> order_;  // top-N scratch when N is large

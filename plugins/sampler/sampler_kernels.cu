@@ -129,6 +129,13 @@ __global__ void sample_rows_kernel(SampleKernelArgs a) {
     lse = double(raw_max) + log(block_reduce(local, Sum{}));
   }
 
+  // ---- logit_bias and min_tokens over the row's distinct adjusted tokens ----
+  for (int32_t e = int32_t(threadIdx.x); e < row.adjustment_count; e += int32_t(blockDim.x)) {
+    const AdjustmentEntry adjustment = a.adjustments[row.adjustment_begin + e];
+    work[adjustment.id] = adjusted_logit(work[adjustment.id], adjustment.bias, adjustment.banned != 0);
+  }
+  __syncthreads();
+
   // ---- penalties over the row's distinct history tokens ----
   for (int32_t e = int32_t(threadIdx.x); e < row.penalty_count; e += int32_t(blockDim.x)) {
     const PenaltyEntry p = a.penalties[row.penalty_begin + e];

@@ -262,6 +262,46 @@ TEST_CASE("EOS ends a sequence unless ignore_eos, stop tokens end it too", "[eng
   CHECK(out.sequences[0].tokens == std::vector<std::int32_t>(path.begin(), path.begin() + 1));
   CHECK(out.sequences[0].finish_reason == FinishReason::kStop);
   CHECK(out.sequences[0].stop_token_id == path[0]);
+
+  // min_tokens: neither EOS nor a stop token may be sampled before it, so the
+  // sequence follows the rule up to EOS, then takes another token there.
+  r.sampling.stop_token_ids = {path[1]};
+  r.sampling.ignore_eos = false;
+  r.sampling.min_tokens = static_cast<int>(k) + 2;
+  out = f.run(r);
+  const std::vector<std::int32_t>& tokens = out.sequences[0].tokens;
+  REQUIRE(tokens.size() >= k + 2);
+  CHECK(tokens[0] == path[0]);
+  CHECK(tokens[1] != path[1]);
+  for (std::size_t i = 0; i < k + 2; ++i) CHECK(tokens[i] != eos);
+  r.sampling.min_tokens = 11;
+  CHECK_THROWS_AS(f.engine().submit(r, [](RequestOutput&&) {}), RequestRejected);  // more than max_tokens
+  require_drained(f.engine());
+}
+
+TEST_CASE("logit_bias steers greedy decoding; min_tokens suspends stop strings", "[engine]") {
+  EngineFixture f;
+  f.engine().start();
+  const Collected full = f.run(f.request("class A:", 12));
+  const std::vector<std::int32_t>& path = full.sequences[0].tokens;
+  REQUIRE(path.size() == 12);
+
+  // The rule model's logits are -|v - target| / 4 (fixture_rule_model.cpp): the
+  // target path[0] at 0, its neighbours at -0.25.
+  REQUIRE(path[0] > 0);
+  GenerateRequest r = f.request("class A:", 12);
+  r.sampling.logit_bias = {{path[0], -1.0f}};  // -1 < -0.25: the lower neighbour wins the tie
+  CHECK(f.run(r).sequences[0].tokens[0] == path[0] - 1);
+  r.sampling.logit_bias = {{path[0] + 1, 0.5f}};  // 0.25 > 0
+  CHECK(f.run(r).sequences[0].tokens[0] == path[0] + 1);
+
+  // A stop string within the text of the first min_tokens tokens does not stop.
+  r.sampling.logit_bias = {};
+  r.sampling.stop = {full.sequences[0].text.substr(0, 3)};
+  r.sampling.min_tokens = 12;
+  const Collected unstopped = f.run(r);
+  CHECK(unstopped.sequences[0].text == full.sequences[0].text);
+  CHECK(unstopped.sequences[0].finish_reason == FinishReason::kLength);
   require_drained(f.engine());
 }
 
