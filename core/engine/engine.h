@@ -63,6 +63,10 @@ struct SamplingOptions {
   // vLLM's min_tokens: before this many output tokens, EOS (unless ignore_eos)
   // and stop_token_ids cannot be sampled and stop strings are not matched.
   int min_tokens = 0;
+  // vLLM's prompt_logprobs: the logprob of every prompt token after the first
+  // (of the model's raw logits at the position before it) and this many top
+  // alternatives; unset = none. The prompt then skips the prefix cache.
+  std::optional<int> prompt_logprobs;
 };
 
 struct GenerateRequest {
@@ -109,6 +113,9 @@ struct RequestOutput {
   int num_prompt_tokens = 0;
   int num_cached_prompt_tokens = 0;  // prefix-cache hit
   int num_generated_tokens = 0;      // all sequences, so far
+  // With SamplingOptions::prompt_logprobs: prompt tokens 1..L-1 (token 0 has
+  // none), once, in the first output after the whole prompt was computed.
+  std::vector<TokenLogprob> prompt_logprobs;
 };
 
 using OutputCallback = std::function<void(RequestOutput&&)>;

@@ -73,7 +73,7 @@ void decode_without_speculation(Request& request, const std::string& cache_salt)
 
 bool speculative_request(const GenerateRequest& request, const RequestLimits& limits) {
   return limits.speculative_decoding && request.speculative && request.sampling.n == 1 &&
-         !request.sampling.logprobs;
+         !request.sampling.logprobs && !request.sampling.prompt_logprobs;
 }
 
 Request to_scheduler_request(const GenerateRequest& request, const RequestLimits& limits) {
@@ -121,6 +121,10 @@ Request to_scheduler_request(const GenerateRequest& request, const RequestLimits
     reject("logprobs", fmt::format("logprobs must be between 0 and {}, got {}", limits.max_logprobs,
                                    *sampling.logprobs));
   }
+  if (sampling.prompt_logprobs && (*sampling.prompt_logprobs < 0 || *sampling.prompt_logprobs > limits.max_logprobs)) {
+    reject("prompt_logprobs", fmt::format("prompt_logprobs must be between 0 and {}, got {}", limits.max_logprobs,
+                                          *sampling.prompt_logprobs));
+  }
   if (static_cast<int>(sampling.stop.size()) > limits.max_stop_strings) {
     reject("stop", fmt::format("at most {} stop strings, got {}", limits.max_stop_strings,
                                sampling.stop.size()));
@@ -142,6 +146,7 @@ Request to_scheduler_request(const GenerateRequest& request, const RequestLimits
   out.n = sampling.n;
   out.priority = request.priority;
   out.speculative = speculative_request(request, limits);
+  out.prompt_logprobs = sampling.prompt_logprobs.has_value();
   out.cache_key = cache_key(request.cache_salt, out.speculative);
   if (auto error = Scheduler::admission_error(out, limits.scheduler, limits.block_size,
                                               limits.num_device_blocks)) {

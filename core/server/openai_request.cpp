@@ -364,8 +364,12 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
   } else {
     plan.logprobs = get_int(request, "logprobs", 0, max_logprobs);
     plan.echo = get_bool(request, "echo").value_or(false);
+    plan.prompt_logprobs = get_int(request, "prompt_logprobs", 0, max_logprobs);
   }
   s.logprobs = plan.logprobs;
+  // echo with logprobs shows the prompt tokens' logprobs (OpenAI), with as many alternatives.
+  if (plan.echo && plan.logprobs) s.prompt_logprobs = std::max(*plan.logprobs, plan.prompt_logprobs.value_or(0));
+  if (plan.prompt_logprobs) s.prompt_logprobs = std::max(*plan.prompt_logprobs, s.prompt_logprobs.value_or(0));
 
   if (chat) {
     const auto messages = parse_chat_messages(request);

@@ -37,6 +37,9 @@ struct GenerationPlan {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions: the prompt text starts each choice
+  // vLLM's prompt_logprobs (completions): each choice carries the prompt tokens'
+  // logprobs with this many alternatives (the first token's entry null).
+  std::optional<int> prompt_logprobs;
   // Logprobs were asked: per token, the sampled token's logprob and this many
   // alternatives (completions "logprobs": N; chat "logprobs": true + "top_logprobs": N).
   std::optional<int> logprobs;

@@ -92,7 +92,7 @@ int64_t CudaSampler::upload(const pllm_sample_batch& batch, SampleKernelArgs& ar
                   0,
                   int32_t(adjustments_.size()),
                   0,
-                  0,
+                  scored_token(row),
                   row_key(p.seed, row.random_offset)};
     if (has_logit_adjustments(row)) {
       for_each_logit_adjustment(row, banned_, [&](int32_t id, float bias, bool banned) {

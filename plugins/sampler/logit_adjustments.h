@@ -23,6 +23,13 @@ inline bool min_tokens_bans(const pllm_sample_row& row) {
          row.num_output_tokens < p.min_tokens;
 }
 
+// The token a PLLM_SAMPLE_ROW_SCORE row reports instead of sampling; -1 for a row that samples.
+inline int32_t scored_token(const pllm_sample_row& row) {
+  return PLLM_HAS_FIELD(pllm_sample_row, &row, scored_token_id) && (row.flags & PLLM_SAMPLE_ROW_SCORE)
+             ? row.scored_token_id
+             : -1;
+}
+
 inline bool has_logit_adjustments(const pllm_sample_row& row) {
   return has_logit_bias(*row.params) || min_tokens_bans(row);
 }

@@ -68,6 +68,11 @@ void RowSampler::validate(const pllm_sample_row& row, int64_t vocab, int64_t num
       }
     }
   };
+  if (PLLM_HAS_FIELD(pllm_sample_row, &row, scored_token_id) && (row.flags & PLLM_SAMPLE_ROW_SCORE) &&
+      (row.scored_token_id < 0 || row.scored_token_id >= vocab)) {
+    invalid(index, "scored token " + std::to_string(row.scored_token_id) + " is outside the vocabulary [0, " +
+                       std::to_string(vocab) + ")");
+  }
   check_ids(row.prompt_token_ids, row.num_prompt_tokens, "prompt");
   check_ids(row.output_token_ids, row.num_output_tokens, "output");
   if (PLLM_HAS_FIELD(pllm_sampling_params, &p, logit_bias_values)) {
@@ -159,6 +164,25 @@ void RowSampler::filter(const pllm_sampling_params& p, int64_t vocab) {
   for (int32_t id : kept_) kept_total_ += weights_[std::size_t(id)];
 }
 
+int32_t RowSampler::draw(const pllm_sample_row& row, const float* raw, int64_t vocab) {
+  const pllm_sampling_params& p = *row.params;
+  penalize(row, raw, vocab);
+  if (p.temperature < kGreedyTemperature) return argmax(vocab);
+  filter(p, vocab);
+  // Gumbel-max over the kept tokens (sampling_math.h): order-independent.
+  const uint64_t key = row_key(p.seed, row.random_offset);
+  int32_t chosen = kept_.front();
+  double best = -std::numeric_limits<double>::infinity();
+  for (int32_t id : kept_) {
+    const double score = double(logits_[std::size_t(id)]) + gumbel_noise(key, id);
+    if (score > best || (score == best && id < chosen)) {
+      best = score;
+      chosen = id;
+    }
+  }
+  return chosen;
+}
+
 void RowSampler::sample(const pllm_sample_row& row, const float* raw, int64_t vocab, int32_t* token, float* logprob,
                         int32_t top_capacity, int32_t* top_ids, float* top_logprobs) {
   const pllm_sampling_params& p = *row.params;
@@ -166,24 +190,9 @@ void RowSampler::sample(const pllm_sample_row& row, const float* raw, int64_t vo
   // asks for none (a speculator's draft and verify rows) skips its exponentials.
   const bool reports_logprobs = logprob != nullptr || top_capacity > 0;
   const double lse = reports_logprobs ? log_sum_exp(raw, vocab) : 0.0;
-  penalize(row, raw, vocab);
-  int32_t chosen;
-  if (p.temperature < kGreedyTemperature) {
-    chosen = argmax(vocab);
-  } else {
-    filter(p, vocab);
-    // Gumbel-max over the kept tokens (sampling_math.h): order-independent.
-    const uint64_t key = row_key(p.seed, row.random_offset);
-    chosen = kept_.front();
-    double best = -std::numeric_limits<double>::infinity();
-    for (int32_t id : kept_) {
-      const double score = double(logits_[std::size_t(id)]) + gumbel_noise(key, id);
-      if (score > best || (score == best && id < chosen)) {
-        best = score;
-        chosen = id;
-      }
-    }
-  }
+  // A scoring row (prompt logprobs) reports its given token; only the others draw.
+  const int32_t scored = scored_token(row);
+  const int32_t chosen = scored >= 0 ? scored : draw(row, raw, vocab);
   *token = chosen;
   if (logprob) *logprob = float(double(raw[chosen]) - lse);
 

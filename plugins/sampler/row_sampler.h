@@ -8,6 +8,7 @@
 //     -> frequency and presence penalties over output tokens (l -= f * count + p * [count > 0])
 //     -> temperature < 1e-5: greedy argmax (ties -> lowest id), done
 //     -> divide by temperature -> min-p -> top-k -> top-p -> Gumbel-max draw
+// A PLLM_SAMPLE_ROW_SCORE row draws nothing: it reports its scored token's raw logprob.
 //
 // Every filter keeps a prefix of the candidates ordered by (logit desc, id
 // asc), so the kept set is well defined even with ties. The arithmetic is
@@ -48,6 +49,8 @@ class RowSampler {
   // max)) and kept_total_ their sum.
   void filter(const pllm_sampling_params& params, int64_t vocab);
   int32_t argmax(int64_t vocab) const;
+  // The sampled token of a row that does not score: penalties, greedy or filter + Gumbel-max.
+  int32_t draw(const pllm_sample_row& row, const float* raw, int64_t vocab);
 
   std::vector<float> logits_;
   TokenHistory history_;

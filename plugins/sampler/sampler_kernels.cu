@@ -145,7 +145,9 @@ __global__ void sample_rows_kernel(SampleKernelArgs a) {
 
   int32_t chosen;
   const bool greedy = row.temperature < kGreedyTemperature;
-  if (greedy) {
+  if (row.scored >= 0 && !probabilities) {
+    chosen = row.scored;  // the same for every thread of the block: no reduction skipped unevenly
+  } else if (greedy) {
     uint64_t best = 0;
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
       const uint64_t key = rank_key(work[i], int32_t(i));

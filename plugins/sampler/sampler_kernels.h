@@ -18,7 +18,7 @@ struct DeviceRow {
   int32_t penalty_count;
   int32_t adjustment_begin;  // this row's entries in the logit adjustment list
   int32_t adjustment_count;
-  int32_t reserved;
+  int32_t scored;  // PLLM_SAMPLE_ROW_SCORE: the token to report instead of sampling; -1 samples
   uint64_t key;           // row_key(seed, random_offset)
 };
 

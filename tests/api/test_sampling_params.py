@@ -155,3 +155,74 @@ def test_400_for_best_of_out_of_bounds_and_with_stream(client, model):
     bad_request(create, "stream", model=model, prompt="x", best_of=2, stream=True)
     create(model=model, prompt="x", n=2, best_of=2, stream=True, max_tokens=1).close()  # best_of == n streams
     bad_request(client.chat.completions.create, "best_of", model=model, messages=USER, extra_body={"best_of": 2})
+
+
+# ---- prompt logprobs and echo -------------------------------------------------------
+
+def hf_prompt_logprobs(serve_config, ids):
+    """log_softmax of transformers' LlamaForCausalLM (float32, eager, CPU) on the served
+    checkpoint: entry i is prompt token i + 1's logprob and the row it came from."""
+    import torch
+    import transformers
+
+    model = transformers.LlamaForCausalLM.from_pretrained(serve_config.parent / "tiny", dtype=torch.float32,
+                                                          attn_implementation="eager")
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].double()
+    rows = torch.log_softmax(logits, dim=-1)
+    return [(float(rows[i, ids[i + 1]]), rows[i]) for i in range(len(ids) - 1)]
+
+
+# tests/fidelity/engine_llama_fidelity_test.cpp's tolerance and its justification: both
+# sides compute the same float32 model in different orders, each within a few 1e-6 of
+# float64; a real bug (a wrong position, a skipped row) moves logprobs by 1e-2 or more.
+def close(engine, hf):
+    return abs(engine - hf) <= 1e-4 + 1e-5 * abs(hf)
+
+
+def test_prompt_logprobs_and_echo_match_transformers(server, serve_config, client, model):
+    prompt = "The quick brown fox jumps over the lazy dog because it was"
+    with server.http() as http:
+        ids = http.post("/tokenize", json={"prompt": prompt}).json()["tokens"]
+    expected = hf_prompt_logprobs(serve_config, ids)
+    r = client.completions.create(model=model, prompt=prompt, max_tokens=1, temperature=0, echo=True, logprobs=2,
+                                  extra_body={"prompt_logprobs": 3})
+    lp = r.choices[0].logprobs
+    assert lp.token_logprobs[0] is None
+    for i, (hf, row) in enumerate(expected):
+        assert close(lp.token_logprobs[i + 1], hf), (i, lp.token_logprobs[i + 1], hf)
+        alternatives = list(lp.top_logprobs[i + 1].values())
+        assert 1 <= len(alternatives) <= 2  # keyed by text: two byte tokens may both show as U+FFFD
+        top2 = [float(x) for x in row.topk(2).values]
+        assert all(any(close(value, hf_top) for hf_top in top2) for value in alternatives)
+    # vLLM's prompt_logprobs: null, then the prompt token and the top 3 by id.
+    entries = r.choices[0].model_extra["prompt_logprobs"]
+    assert entries[0] is None and len(entries) == len(ids)
+    for i, (hf, row) in enumerate(expected):
+        entry = entries[i + 1]
+        assert close(entry[str(ids[i + 1])]["logprob"], hf)
+        top3 = row.topk(3).indices.tolist()
+        assert set(top3) <= {int(k) for k in entry}
+        assert 3 <= len(entry) <= 4
+
+
+def test_prompt_logprobs_with_chunked_prefill_and_a_repeated_prompt(start_server, serve_config):
+    # A 16-token budget prefills the prompt in chunks; the repeat would hit the prefix cache.
+    host = start_server(["scheduler.max_num_batched_tokens=16", "scheduler.max_model_len=512"])
+    try:
+        with host.client() as c:
+            served = c.models.list().data[0].id
+            prompt = " ".join(f"word{i}" for i in range(30))
+            with host.http() as http:
+                ids = http.post("/tokenize", json={"prompt": prompt}).json()["tokens"]
+            assert len(ids) > 40
+            expected = hf_prompt_logprobs(serve_config, ids)
+            for _ in range(2):
+                r = c.completions.create(model=served, prompt=prompt, max_tokens=2, temperature=0,
+                                         extra_body={"prompt_logprobs": 0})
+                entries = r.choices[0].model_extra["prompt_logprobs"]
+                assert len(entries) == len(ids)
+                for i, (hf, _) in enumerate(expected):
+                    assert close(entries[i + 1][str(ids[i + 1])]["logprob"], hf), i
+    finally:
+        assert host.stop() == 0, host.log()

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
@@ -40,6 +41,8 @@ struct Collected {
     std::int32_t stop_token_id = -1;
   };
   std::vector<Sequence> sequences;
+  std::vector<TokenLogprob> prompt_logprobs;
+  int num_prompt_logprobs_outputs = 0;  // outputs that carried them
   std::optional<std::string> error;
   int num_outputs = 0;
   int num_prompt_tokens = 0;
@@ -59,6 +62,10 @@ class Collector {
       ++result_.num_outputs;
       result_.num_prompt_tokens = out.num_prompt_tokens;
       result_.num_cached_prompt_tokens = out.num_cached_prompt_tokens;
+      if (!out.prompt_logprobs.empty()) {
+        result_.prompt_logprobs = out.prompt_logprobs;
+        ++result_.num_prompt_logprobs_outputs;
+      }
       for (SequenceDelta& delta : out.sequences) {
         if (result_.sequences.size() <= static_cast<std::size_t>(delta.index)) {
           result_.sequences.resize(static_cast<std::size_t>(delta.index) + 1);
@@ -276,6 +283,45 @@ TEST_CASE("EOS ends a sequence unless ignore_eos, stop tokens end it too", "[eng
   for (std::size_t i = 0; i < k + 2; ++i) CHECK(tokens[i] != eos);
   r.sampling.min_tokens = 11;
   CHECK_THROWS_AS(f.engine().submit(r, [](RequestOutput&&) {}), RequestRejected);  // more than max_tokens
+  require_drained(f.engine());
+}
+
+TEST_CASE("prompt logprobs equal the rule model's log-softmax, chunked and past the prefix cache", "[engine]") {
+  EngineFixture f;  // max_num_batched_tokens 64: a 100-token prompt is prefilled in two chunks
+  f.engine().start();
+  GenerateRequest r;
+  for (int i = 0; i < 100; ++i) r.prompt_token_ids.push_back((i * 37 + 11) % f.vocab());
+  r.sampling.max_tokens = 2;
+  r.sampling.temperature = 0.0f;
+  r.sampling.ignore_eos = true;
+  r.sampling.prompt_logprobs = 2;
+  // The rule model: logit(v) = -|v - target| / 4 at each position (fixture_rule_model.cpp).
+  const auto expected = [&](std::size_t position, std::int32_t token) {
+    const int target = rule_next(r.prompt_token_ids[position], static_cast<int>(position), f.vocab());
+    double sum = 0;
+    for (int v = 0; v < f.vocab(); ++v) sum += std::exp(-std::abs(v - target) / 4.0);
+    return -std::abs(token - target) / 4.0 - std::log(sum);
+  };
+  for (int round = 0; round < 2; ++round) {  // the second would hit the prefix cache without prompt_logprobs
+    INFO("round " << round);
+    const Collected out = f.run(r);
+    CHECK(out.num_cached_prompt_tokens == 0);
+    CHECK(out.num_prompt_logprobs_outputs == 1);
+    REQUIRE(out.prompt_logprobs.size() == 99);
+    for (std::size_t i = 0; i < 99; ++i) {
+      const TokenLogprob& lp = out.prompt_logprobs[i];
+      INFO("prompt token " << i + 1);
+      CHECK(lp.token_id == r.prompt_token_ids[i + 1]);
+      CHECK(lp.logprob == Approx(expected(i, lp.token_id)).margin(1e-4));
+      REQUIRE(lp.top.size() == 2);
+      const int target = rule_next(r.prompt_token_ids[i], static_cast<int>(i), f.vocab());
+      CHECK(lp.top[0].first == target);
+      CHECK(lp.top[1].first == (target > 0 ? target - 1 : 1));  // a tie with target + 1: the lower id
+    }
+    CHECK(out.sequences[0].tokens == rule_continuation(r.prompt_token_ids, 2, f.vocab()));
+  }
+  r.sampling.prompt_logprobs = std::nullopt;
+  CHECK(f.run(r).num_cached_prompt_tokens > 0);  // the cache itself still works
   require_drained(f.engine());
 }
 

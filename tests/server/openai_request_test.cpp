@@ -80,7 +80,7 @@ TEST_CASE("every sampling field reaches the engine request", "[server][request]"
                {"ignore_eos", true}, {"stream", true}, {"stream_options", {{"include_usage", true}}},
                {"user", "me"}, {"stop_token_ids", {5, 6}}, {"include_stop_str_in_output", true},
                {"skip_special_tokens", false}, {"some_future_field", {1, 2, 3}},
-               {"logit_bias", {{"7", -100}, {"3", 2.5}}}, {"min_tokens", 4}});
+               {"logit_bias", {{"7", -100}, {"3", 2.5}}}, {"min_tokens", 4}, {"prompt_logprobs", 1}});
   const SamplingOptions& s = plan.sampling;
   CHECK(plan.prompts[0].max_tokens == 7);
   CHECK(s.temperature == 0.5f);
@@ -105,6 +105,8 @@ TEST_CASE("every sampling field reaches the engine request", "[server][request]"
   // nlohmann keeps object keys sorted.
   CHECK(s.logit_bias == std::vector<std::pair<std::int32_t, float>>{{3, 2.5f}, {7, -100.0f}});
   CHECK(s.min_tokens == 4);
+  CHECK(plan.prompt_logprobs == 1);
+  CHECK(s.prompt_logprobs == 2);  // echo with logprobs 2 wants two alternatives per prompt token
   CHECK(plan.num_choices() == 3);
 }
 
@@ -174,6 +176,7 @@ TEST_CASE("wrong types and values out of range are 400s naming the field", "[ser
   check_400(engine, k, {{"prompt", "x"}, {"logit_bias", {{"5", "1"}}}}, "logit_bias[\"5\"]", "a number");
   check_400(engine, k, {{"prompt", "x"}, {"logit_bias", json::array()}}, "logit_bias", "an object");
   check_400(engine, k, {{"prompt", "x"}, {"min_tokens", -1}}, "min_tokens", "");
+  check_400(engine, k, {{"prompt", "x"}, {"prompt_logprobs", 21}}, "prompt_logprobs", "");
   check_400(engine, k, {{"prompt", "x"}, {"n", 2}, {"best_of", 1}}, "best_of", "greater than or equal to 'n'");
   check_400(engine, k, {{"prompt", "x"}, {"best_of", 2}, {"stream", true}}, "stream", "'best_of' is greater");
   check_400(engine, ApiKind::kChat, {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"best_of", 2}},

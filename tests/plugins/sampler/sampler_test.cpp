@@ -109,6 +109,7 @@ struct Row {
   std::vector<int32_t> bias_ids{};
   std::vector<float> bias_values{};
   std::vector<int32_t> banned{};
+  int32_t scored = -1;  // >= 0: a PLLM_SAMPLE_ROW_SCORE row reporting this token
 };
 
 struct Result {
@@ -225,6 +226,10 @@ class Sampler {
         row.num_output_tokens = int32_t(in[r].output.size());
         row.random_offset = in[r].offset;
         row.logits_row = int32_t(r + 1);
+        if (in[r].scored >= 0) {
+          row.flags = PLLM_SAMPLE_ROW_SCORE;
+          row.scored_token_id = in[r].scored;
+        }
         rows.push_back(row);
       }
       logits = std::make_unique<DeviceFloats>(device, host);
@@ -687,6 +692,45 @@ TEST_CASE("logit_bias and min_tokens change logits before the penalties (sdk/sam
   }
 }
 
+TEST_CASE("a scoring row reports its given token's raw logprob and the top alternatives", "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
+  std::mt19937 rng(21);
+  Sampler sampler(device);
+  std::vector<Row> rows;
+  for (int i = 0; i < 6; ++i) {
+    Row row{params(i % 2 == 0 ? 0.0f : 0.8f), random_logits(rng, 200), {1, 2}, {3}, uint64_t(i)};
+    row.params.num_top_logprobs = 3;
+    // Penalties, a bias and a ban change nothing a scoring row reports.
+    row.params.repetition_penalty = 1.5f;
+    row.bias_ids = {7};
+    row.bias_values = {50.0f};
+    row.banned = {int32_t(i * 11)};
+    row.params.min_tokens = 5;
+    row.scored = int32_t(i * 11);
+    rows.push_back(row);
+  }
+  const Result r = sampler.sample(rows, 3);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    INFO("row " << i);
+    const auto expected = log_softmax(rows[i].logits);
+    CHECK(r.tokens[i] == rows[i].scored);
+    CHECK(r.logprobs[i] == Approx(expected[std::size_t(rows[i].scored)]).margin(1e-5));
+    std::vector<int32_t> order(200);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return rows[i].logits[std::size_t(a)] > rows[i].logits[std::size_t(b)];
+    });
+    for (int j = 0; j < 3; ++j) {
+      CHECK(r.top_ids[i * 3 + std::size_t(j)] == order[std::size_t(j)]);
+      const double top = expected[std::size_t(order[std::size_t(j)])];
+      CHECK(r.top_logprobs[i * 3 + std::size_t(j)] == Approx(top).margin(1e-5));
+    }
+  }
+  rows[0].scored = 200;
+  CHECK_THROWS_WITH(sampler.sample({rows[0]}), Contains("scored token 200 is outside the vocabulary"));
+}
+
 TEST_CASE("logit_bias and min_tokens arguments are checked", "[sampler]") {
   const pllm_device device = EACH_DEVICE;
   CAPTURE(name_of(device));
@@ -777,6 +821,7 @@ TEST_CASE("CUDA samples exactly what the CPU samples, every feature, greedy and 
       row.banned = {int32_t(i % 40), int32_t((i * 53) % 40), 1499};
       if (!row.bias_ids.empty()) row.banned.push_back(row.bias_ids[0]);
     }
+    if (i % 10 == 9) row.scored = int32_t((i * 97) % 1500);
     rows.push_back(row);
   }
   Sampler cpu(kCpu), gpu(kCuda);

@@ -104,7 +104,18 @@ typedef struct pllm_sample_row {
    * device, so core never reorders logits. Several rows may share one (an n > 1
    * request's sequences at the end of its prompt). */
   int32_t logits_row;
+  /* ---- 2.1 (appended; zero means absent) ---- */
+  uint32_t flags; /* PLLM_SAMPLE_ROW_* */
+  /* With PLLM_SAMPLE_ROW_SCORE: the token this row reports instead of sampling
+   * one (a prompt position's logprob, vLLM's prompt_logprobs): token_ids gets
+   * it, logprobs its raw log-probability, top_logprobs the row's top raw
+   * alternatives, exactly as for a sampled token; nothing is drawn and the
+   * params' penalties, bias and filters do not apply (raw logprobs never see them). */
+  int32_t scored_token_id;
 } pllm_sample_row;
+
+/* pllm_sample_row.flags */
+#define PLLM_SAMPLE_ROW_SCORE 1u
 
 typedef struct pllm_sample_batch {
   uint32_t struct_size;
