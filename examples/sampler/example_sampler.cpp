@@ -13,6 +13,7 @@
 //      then the top_k best, then the smallest best-first prefix whose mass
 //      reaches top_p of the kept mass (best first = logit descending, id
 //      ascending; the masses exp(x - x_max) are added in 32.32 fixed point);
+//   (2.1) a PLLM_SAMPLE_ROW_SCORE row draws nothing: it reports its scored token;
 //   6. draw one token by the Gumbel-max trick: the kept token with the largest
 //      x_i / T + g_i, where g_i = -log(-log(u_i)) and u_i is a pure function of
 //      (seed, random_offset, token id). That is a draw from softmax(x / T) over
@@ -112,7 +113,9 @@ class ExampleSampler : public pllm::SamplerPlugin {
 
       const std::vector<float> logits = penalized(row, raw, vocab);
       int32_t token;
-      if (is_greedy(p)) {
+      if (PLLM_HAS_FIELD(pllm_sample_row, &row, scored_token_id) && (row.flags & PLLM_SAMPLE_ROW_SCORE)) {
+        token = row.scored_token_id;  // a scoring row (prompt logprobs): report the given token
+      } else if (is_greedy(p)) {
         token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());  // first maximum
       } else {
         // Gumbel-max over the kept tokens; ties (vanishingly rare) go to the lowest id.
@@ -215,6 +218,10 @@ class ExampleSampler : public pllm::SamplerPlugin {
         invalid(where + "presence_penalty and frequency_penalty must be finite");
       }
       if (p.num_top_logprobs < 0) invalid(where + "num_top_logprobs must be >= 0");
+      if (PLLM_HAS_FIELD(pllm_sample_row, &row, scored_token_id) && (row.flags & PLLM_SAMPLE_ROW_SCORE) &&
+          (row.scored_token_id < 0 || row.scored_token_id >= vocab)) {
+        invalid(where + "scored token outside the vocabulary");
+      }
       if (PLLM_HAS_FIELD(pllm_sampling_params, &p, min_tokens_banned_ids)) {
         if (p.num_logit_bias < 0 || (p.num_logit_bias > 0 && (!p.logit_bias_token_ids || !p.logit_bias_values)) ||
             p.num_min_tokens_banned_ids < 0 || (p.num_min_tokens_banned_ids > 0 && !p.min_tokens_banned_ids) ||
