@@ -539,6 +539,24 @@ TEST_CASE("bad requests are refused before queueing, naming the field", "[engine
   r = ok;
   r.sampling.repetition_penalty = 0.0f;
   CHECK(rejected_param(r) == "repetition_penalty");
+  r = ok;
+  r.sampling.logit_bias = {{3, 100.5f}};
+  CHECK(rejected_param(r) == "logit_bias");
+  r.sampling.logit_bias = {{f.vocab(), 1.0f}};
+  CHECK(rejected_param(r) == "logit_bias");
+  r.sampling.logit_bias = {{3, 1.0f}, {3, 2.0f}};
+  CHECK(rejected_param(r) == "logit_bias");
+  r.sampling.logit_bias.clear();
+  for (int i = 0; i < 301; ++i) r.sampling.logit_bias.emplace_back(i, 1.0f);
+  CHECK(rejected_param(r) == "logit_bias");
+  r = ok;
+  r.sampling.min_tokens = -1;
+  CHECK(rejected_param(r) == "min_tokens");
+  r.sampling.min_tokens = 5;  // max_tokens 4
+  CHECK(rejected_param(r) == "min_tokens");
+  r = ok;
+  r.sampling.prompt_logprobs = 21;
+  CHECK(rejected_param(r) == "prompt_logprobs");
   CHECK(f.engine().metrics().scheduler.num_rejected == 0);  // never reached the scheduler
 }
 
