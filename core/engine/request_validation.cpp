@@ -57,10 +57,16 @@ void check_logit_adjustments(const SamplingOptions& sampling, const RequestLimit
     reject("min_tokens", fmt::format("min_tokens must be less than or equal to max_tokens={}, got {}", max_tokens,
                                      sampling.min_tokens));
   }
-  if (!limits.sampler_has_logit_adjustments && (!sampling.logit_bias.empty() || sampling.min_tokens > 0)) {
-    reject(sampling.logit_bias.empty() ? "min_tokens" : "logit_bias",
-           "the engine's sampler plugin was built against SDK 2.0, which has no logit_bias or min_tokens; rebuild "
-           "it against SDK 2.1 or later");
+  if (!limits.sampler_has_logit_adjustments) {
+    const char* field = !sampling.logit_bias.empty() ? "logit_bias"
+                        : sampling.min_tokens > 0    ? "min_tokens"
+                        : sampling.prompt_logprobs   ? "prompt_logprobs"
+                                                     : nullptr;
+    if (field) {
+      reject(field, fmt::format("{} needs a sampler plugin built against SDK 2.1 or later; the engine's was built "
+                                "against SDK 2.0",
+                                field));
+    }
   }
 }
 
@@ -138,13 +144,13 @@ Request to_scheduler_request(const GenerateRequest& request, const RequestLimits
                                            token, limits.vocab_size));
     }
   }
-  check_logit_adjustments(sampling, limits, max_tokens);
 
   Request out;
   out.prompt_token_ids = request.prompt_token_ids;
   out.max_tokens = max_tokens;
   out.n = sampling.n;
   out.priority = request.priority;
+  check_logit_adjustments(sampling, limits, max_tokens);  // after prompt_logprobs' own range check
   out.speculative = speculative_request(request, limits);
   out.prompt_logprobs = sampling.prompt_logprobs.has_value();
   out.cache_key = cache_key(request.cache_salt, out.speculative);

@@ -26,7 +26,8 @@ struct RequestLimits {
   // Entries of SamplingOptions::logit_bias (OpenAI's limit).
   int max_logit_bias = 300;
   // The sampler plugin was built against SDK >= 2.1, which added logit_bias
-  // and min_tokens to pllm_sampling_params; an older one would ignore them.
+  // and min_tokens to pllm_sampling_params and scoring rows (prompt logprobs)
+  // to pllm_sample_row; an older one would ignore them.
   bool sampler_has_logit_adjustments = true;
 };
 

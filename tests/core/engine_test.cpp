@@ -325,6 +325,32 @@ TEST_CASE("prompt logprobs equal the rule model's log-softmax, chunked and past 
   require_drained(f.engine());
 }
 
+TEST_CASE("with a sampler of SDK 2.0 the engine refuses logit_bias, min_tokens and prompt_logprobs", "[engine]") {
+  EngineFixture f({fmt::format("sampler.plugin={}/fixture_sdk_2_0.so", PAGEDLLM_FIXTURE_PLUGIN_DIR)});
+  f.engine().start();
+  const auto rejected_param = [&](GenerateRequest r) -> std::string {
+    try {
+      f.engine().submit(std::move(r), [](RequestOutput&&) {});
+    } catch (const RequestRejected& e) {
+      CHECK_THAT(e.reason(), Catch::Matchers::Contains("SDK 2.1"));
+      return e.param();
+    }
+    return "(accepted)";
+  };
+  GenerateRequest r = f.request("hello", 3);
+  r.sampling.logit_bias = {{3, 1.0f}};
+  CHECK(rejected_param(r) == "logit_bias");
+  r.sampling.logit_bias.clear();
+  r.sampling.min_tokens = 2;
+  CHECK(rejected_param(r) == "min_tokens");
+  r.sampling.min_tokens = 0;
+  r.sampling.prompt_logprobs = 0;
+  CHECK(rejected_param(r) == "prompt_logprobs");
+  r.sampling.prompt_logprobs = std::nullopt;
+  CHECK(f.run(r).sequences[0].tokens.size() == 3);  // what it can do, it still does
+  require_drained(f.engine());
+}
+
 TEST_CASE("logit_bias steers greedy decoding; min_tokens suspends stop strings", "[engine]") {
   EngineFixture f;
   f.engine().start();
