@@ -57,6 +57,16 @@ struct SamplingOptions {
   // logprob only); unset = no logprobs. At most Engine::max_logprobs().
   std::optional<int> logprobs;
   bool skip_special_tokens = true;
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) added to the token's
+  // logit before the penalties; ids distinct, at most RequestLimits::max_logit_bias.
+  std::vector<std::pair<std::int32_t, float>> logit_bias;
+  // vLLM's min_tokens: before this many output tokens, EOS (unless ignore_eos)
+  // and stop_token_ids cannot be sampled and stop strings are not matched.
+  int min_tokens = 0;
+  // vLLM's prompt_logprobs: the logprob of every prompt token after the first
+  // (of the model's raw logits at the position before it) and this many top
+  // alternatives; unset = none. The prompt then skips the prefix cache.
+  std::optional<int> prompt_logprobs;
 };
 
 struct GenerateRequest {
@@ -103,6 +113,9 @@ struct RequestOutput {
   int num_prompt_tokens = 0;
   int num_cached_prompt_tokens = 0;  // prefix-cache hit
   int num_generated_tokens = 0;      // all sequences, so far
+  // With SamplingOptions::prompt_logprobs: prompt tokens 1..L-1 (token 0 has
+  // none), once, in the first output after the whole prompt was computed.
+  std::vector<TokenLogprob> prompt_logprobs;
 };
 
 using OutputCallback = std::function<void(RequestOutput&&)>;

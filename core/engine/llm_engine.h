@@ -90,6 +90,15 @@ class LlmEngine final : public Engine {
     // When each sequence last produced a token (unset before its first).
     std::vector<std::optional<Clock::time_point>> last_token_time;
     std::vector<pllm_sampling_params> params;
+    // What the params' logit_bias and min_tokens pointers point into.
+    std::vector<std::int32_t> logit_bias_ids;
+    std::vector<float> logit_bias_values;
+    std::vector<std::int32_t> min_tokens_banned_ids;
+    // prompt_logprobs: what the prompt's positions reported so far (entry i is
+    // prompt token i + 1), the scoring rows' parameters, and whether they were sent.
+    std::vector<TokenLogprob> prompt_logprobs;
+    pllm_sampling_params prompt_params{};
+    bool prompt_logprobs_sent = false;
     std::vector<bool> finished;
   };
 
@@ -115,6 +124,9 @@ class LlmEngine final : public Engine {
   // request with a non-finite logits row goes to `faulty` and gets no sample.
   std::vector<SequenceSample> sample(const SchedulerOutput& output, const pllm_tensor& logits,
                                      StepSamples& sampled, std::vector<RequestId>& faulty);
+  // The logprobs of the prompt tokens that this step's prompt_logprobs rows
+  // predict (sampler rows that score the given token), kept on the request.
+  void score_prompts(const SchedulerOutput& output, const pllm_tensor& logits, std::vector<RequestId>& faulty);
   // llm_engine_speculation.cpp: rows of speculative requests, their
   // verification, and drafting for the next step.
   bool speculative_row(const ScheduledSequence& row) const;
@@ -128,6 +140,8 @@ class LlmEngine final : public Engine {
                       const std::vector<std::int32_t>& first_hidden_row);
   // llm_engine_output.cpp: this step's news to each request's callback.
   void publish(const UpdateResult& result, const StepSamples& sampled);
+  // Puts the request's prompt logprobs into `out` once the whole prompt has them (once).
+  void attach_prompt_logprobs(LiveRequest& request, RequestOutput& out);
   // Runs a client's callback; a callback that throws loses its output, not the engine.
   void deliver(const OutputCallback& callback, RequestOutput&& out);
   // Sends the request's last output and forgets the request.

@@ -72,11 +72,19 @@ void LlmEngine::publish(const UpdateResult& result, const StepSamples& sampled) 
       continue;
     }
     out.request_id = id;
+    attach_prompt_logprobs(request, out);
     out.num_prompt_tokens = static_cast<int>(request.request.prompt_token_ids.size());
     out.num_cached_prompt_tokens = request.num_cached_prompt_tokens;
     out.num_generated_tokens = request.num_generated_tokens;
     deliver(request.callback, std::move(out));
   }
+}
+
+void LlmEngine::attach_prompt_logprobs(LiveRequest& request, RequestOutput& out) {
+  if (!request.request.sampling.prompt_logprobs || request.prompt_logprobs_sent) return;
+  if (request.prompt_logprobs.size() + 1 < request.request.prompt_token_ids.size()) return;  // still computing
+  out.prompt_logprobs = request.prompt_logprobs;  // kept: a recomputed prompt must not score again
+  request.prompt_logprobs_sent = true;
 }
 
 void LlmEngine::deliver(const OutputCallback& callback, RequestOutput&& out) {
@@ -121,6 +129,7 @@ void LlmEngine::end_request(RequestId id, LiveRequest& request, RequestOutput& o
   out.request_id = id;
   out.finished = true;
   out.error = error;
+  if (!error) attach_prompt_logprobs(request, out);
   out.num_prompt_tokens = static_cast<int>(request.request.prompt_token_ids.size());
   out.num_cached_prompt_tokens = request.num_cached_prompt_tokens;
   out.num_generated_tokens = request.num_generated_tokens;

@@ -152,6 +152,7 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
   limits_.block_size = config.cache.block_size;
   limits_.num_device_blocks = num_device_blocks;
   limits_.speculative_decoding = speculative_ != nullptr;
+  limits_.sampler_has_logit_adjustments = sampler_.library().sdk_version().minor >= 1;
   metrics_.scheduler = scheduler_->stats();
   metrics_.speculative_decoding_enabled = speculative_ != nullptr;
 

@@ -66,6 +66,7 @@ bool LlmEngine::step() {
                                         model_info_.vocab_size));
     }
     std::vector<RequestId> faulty;
+    score_prompts(output, logits, faulty);
     samples = sample(output, logits, sampled, faulty);
     if (speculative_) {
       std::vector<SequenceSample> verified = verify_drafts(output, logits, faulty);
@@ -132,6 +133,83 @@ void LlmEngine::run_block_operations(const SchedulerOutput& output) {
   run(attention_.api().copy_blocks, output.blocks_to_copy, "copy_blocks");
 }
 
+void LlmEngine::score_prompts(const SchedulerOutput& output, const pllm_tensor& logits,
+                              std::vector<RequestId>& faulty) {
+  struct Scored {
+    RequestId request = -1;
+    std::size_t entry = 0;  // index into the request's prompt_logprobs
+  };
+  std::vector<pllm_sample_row> rows;
+  std::vector<Scored> scored;
+  int max_top = 0;
+  for (const ScheduledSequence& row : output.sequences) {
+    if (row.num_prompt_logits == 0) continue;
+    LiveRequest& request = live(row.request_id);
+    const std::vector<std::int32_t>& prompt = request.request.prompt_token_ids;
+    const int top = request.request.sampling.prompt_logprobs.value_or(0);
+    pllm_sampling_params& params = request.prompt_params;
+    params = {};
+    params.struct_size = sizeof(pllm_sampling_params);
+    params.top_p = 1.0f;
+    params.repetition_penalty = 1.0f;
+    params.num_top_logprobs = top;
+    max_top = std::max(max_top, top);
+    for (int j = 0; j < row.num_prompt_logits; ++j) {
+      // Position p's logits predict prompt token p + 1. A recomputed prompt
+      // (after preemption) reports nothing twice.
+      const auto entry = static_cast<std::size_t>(row.num_computed_tokens + j);
+      if (entry < request.prompt_logprobs.size()) continue;
+      request.prompt_logprobs.resize(entry + 1);
+      pllm_sample_row out{};
+      out.struct_size = sizeof(pllm_sample_row);
+      out.params = &params;
+      out.prompt_token_ids = prompt.data();
+      out.num_prompt_tokens = static_cast<std::int32_t>(prompt.size());
+      out.output_token_ids = prompt.data() + prompt.size();
+      out.logits_row = row.first_prompt_logits_index + j;
+      out.flags = PLLM_SAMPLE_ROW_SCORE;
+      out.scored_token_id = prompt[entry + 1];
+      rows.push_back(out);
+      scored.push_back({row.request_id, entry});
+    }
+  }
+  if (rows.empty()) return;
+  const std::size_t n = rows.size();
+  std::vector<std::int32_t> tokens(n), status(n);
+  std::vector<float> logprobs(n);
+  std::vector<std::int32_t> top_tokens(n * static_cast<std::size_t>(max_top));
+  std::vector<float> top_logprobs(n * static_cast<std::size_t>(max_top));
+  pllm_sample_batch batch{sizeof(pllm_sample_batch), static_cast<std::int32_t>(n), sizeof(pllm_sample_row),
+                          rows.data(), &logits};
+  pllm_sample_output out{sizeof(pllm_sample_output), tokens.data(), logprobs.data(), max_top,
+                         max_top > 0 ? top_tokens.data() : nullptr, max_top > 0 ? top_logprobs.data() : nullptr,
+                         status.data()};
+  pllm_error error{};
+  check_plugin_call(sampler_.api().sample(sampler_.get(), &batch, &out, &error), error, sampler_.library(),
+                    "sample (prompt logprobs)");
+  for (std::size_t i = 0; i < n; ++i) {
+    if (status[i] == PLLM_SAMPLE_NON_FINITE_LOGITS) {
+      faulty.push_back(scored[i].request);
+      continue;
+    }
+    if (status[i] != PLLM_SAMPLE_OK || tokens[i] != rows[i].scored_token_id) {
+      throw PluginCallError(PLLM_ERROR_INTERNAL,
+                            fmt::format("plugin '{}': a scoring row returned status {} and token {} for token {}",
+                                        sampler_.library().name(), status[i], tokens[i], rows[i].scored_token_id));
+    }
+    LiveRequest& request = live(scored[i].request);
+    TokenLogprob& entry = request.prompt_logprobs[scored[i].entry];
+    entry.token_id = tokens[i];
+    entry.logprob = logprobs[i];
+    const int wanted = request.request.sampling.prompt_logprobs.value_or(0);
+    for (int k = 0; k < wanted; ++k) {
+      const std::size_t at = i * static_cast<std::size_t>(max_top) + static_cast<std::size_t>(k);
+      if (top_tokens[at] < 0) break;
+      entry.top.emplace_back(top_tokens[at], top_logprobs[at]);
+    }
+  }
+}
+
 std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, const pllm_tensor& logits,
                                               StepSamples& sampled, std::vector<RequestId>& faulty) {
   // One sampler row per token to sample. A prompt that completes for an n > 1
@@ -167,6 +245,18 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     const SamplingOptions& options = request.request.sampling;
     const int index = slots[i].sequence_index;
     if (static_cast<int>(request.params.size()) <= index) {
+      request.logit_bias_ids.clear();
+      request.logit_bias_values.clear();
+      for (const auto& [token, bias] : options.logit_bias) {
+        request.logit_bias_ids.push_back(token);
+        request.logit_bias_values.push_back(bias);
+      }
+      // min_tokens holds back what would end the sequence: EOS and the stop token ids.
+      request.min_tokens_banned_ids = options.stop_token_ids;
+      if (!options.ignore_eos) {
+        request.min_tokens_banned_ids.insert(request.min_tokens_banned_ids.end(), defaults_.eos_token_ids.begin(),
+                                             defaults_.eos_token_ids.end());
+      }
       request.params.resize(static_cast<std::size_t>(options.n));
       for (int s = 0; s < options.n; ++s) {
         pllm_sampling_params& p = request.params[static_cast<std::size_t>(s)];
@@ -180,6 +270,12 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
         p.repetition_penalty = options.repetition_penalty;
         p.seed = sequence_seed(request.seed, s);
         p.num_top_logprobs = options.logprobs.value_or(0);
+        p.num_logit_bias = static_cast<std::int32_t>(request.logit_bias_ids.size());
+        p.logit_bias_token_ids = request.logit_bias_ids.data();
+        p.logit_bias_values = request.logit_bias_values.data();
+        p.min_tokens = options.min_tokens;
+        p.num_min_tokens_banned_ids = static_cast<std::int32_t>(request.min_tokens_banned_ids.size());
+        p.min_tokens_banned_ids = request.min_tokens_banned_ids.data();
       }
     }
     max_top = std::max(max_top, options.logprobs.value_or(0));

@@ -1,7 +1,9 @@
 #include "core/engine/request_validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -28,6 +30,46 @@ std::string cache_key(const std::string& salt, bool speculative) {
   return speculative ? salt + "\x1f" + "speculative" : salt;
 }
 
+void check_logit_adjustments(const SamplingOptions& sampling, const RequestLimits& limits, int max_tokens) {
+  if (static_cast<int>(sampling.logit_bias.size()) > limits.max_logit_bias) {
+    reject("logit_bias", fmt::format("logit_bias may list at most {} tokens, got {}", limits.max_logit_bias,
+                                     sampling.logit_bias.size()));
+  }
+  std::vector<std::int32_t> ids;
+  for (const auto& [token, bias] : sampling.logit_bias) {
+    if (token < 0 || token >= limits.vocab_size) {
+      reject("logit_bias", fmt::format("logit_bias token id {} is outside the vocabulary [0, {})", token,
+                                       limits.vocab_size));
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      reject("logit_bias", fmt::format("logit_bias of token {} must be between -100 and 100, got {}", token, bias));
+    }
+    ids.push_back(token);
+  }
+  std::sort(ids.begin(), ids.end());
+  if (const auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end()) {
+    reject("logit_bias", fmt::format("logit_bias lists token id {} twice", *twice));
+  }
+  if (sampling.min_tokens < 0) {
+    reject("min_tokens", fmt::format("min_tokens must be greater than or equal to 0, got {}", sampling.min_tokens));
+  }
+  if (sampling.min_tokens > max_tokens) {
+    reject("min_tokens", fmt::format("min_tokens must be less than or equal to max_tokens={}, got {}", max_tokens,
+                                     sampling.min_tokens));
+  }
+  if (!limits.sampler_has_logit_adjustments) {
+    const char* field = !sampling.logit_bias.empty() ? "logit_bias"
+                        : sampling.min_tokens > 0    ? "min_tokens"
+                        : sampling.prompt_logprobs   ? "prompt_logprobs"
+                                                     : nullptr;
+    if (field) {
+      reject(field, fmt::format("{} needs a sampler plugin built against SDK 2.1 or later; the engine's was built "
+                                "against SDK 2.0",
+                                field));
+    }
+  }
+}
+
 }  // namespace
 
 void decode_without_speculation(Request& request, const std::string& cache_salt) {
@@ -37,7 +79,7 @@ void decode_without_speculation(Request& request, const std::string& cache_salt)
 
 bool speculative_request(const GenerateRequest& request, const RequestLimits& limits) {
   return limits.speculative_decoding && request.speculative && request.sampling.n == 1 &&
-         !request.sampling.logprobs;
+         !request.sampling.logprobs && !request.sampling.prompt_logprobs;
 }
 
 Request to_scheduler_request(const GenerateRequest& request, const RequestLimits& limits) {
@@ -85,6 +127,10 @@ Request to_scheduler_request(const GenerateRequest& request, const RequestLimits
     reject("logprobs", fmt::format("logprobs must be between 0 and {}, got {}", limits.max_logprobs,
                                    *sampling.logprobs));
   }
+  if (sampling.prompt_logprobs && (*sampling.prompt_logprobs < 0 || *sampling.prompt_logprobs > limits.max_logprobs)) {
+    reject("prompt_logprobs", fmt::format("prompt_logprobs must be between 0 and {}, got {}", limits.max_logprobs,
+                                          *sampling.prompt_logprobs));
+  }
   if (static_cast<int>(sampling.stop.size()) > limits.max_stop_strings) {
     reject("stop", fmt::format("at most {} stop strings, got {}", limits.max_stop_strings,
                                sampling.stop.size()));
@@ -104,7 +150,9 @@ Request to_scheduler_request(const GenerateRequest& request, const RequestLimits
   out.max_tokens = max_tokens;
   out.n = sampling.n;
   out.priority = request.priority;
+  check_logit_adjustments(sampling, limits, max_tokens);  // after prompt_logprobs' own range check
   out.speculative = speculative_request(request, limits);
+  out.prompt_logprobs = sampling.prompt_logprobs.has_value();
   out.cache_key = cache_key(request.cache_salt, out.speculative);
   if (auto error = Scheduler::admission_error(out, limits.scheduler, limits.block_size,
                                               limits.num_device_blocks)) {

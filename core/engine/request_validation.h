@@ -23,6 +23,12 @@ struct RequestLimits {
   int num_device_blocks = 0;
   // The engine has a speculator (see speculative_request()).
   bool speculative_decoding = false;
+  // Entries of SamplingOptions::logit_bias (OpenAI's limit).
+  int max_logit_bias = 300;
+  // The sampler plugin was built against SDK >= 2.1, which added logit_bias
+  // and min_tokens to pllm_sampling_params and scoring rows (prompt logprobs)
+  // to pllm_sample_row; an older one would ignore them.
+  bool sampler_has_logit_adjustments = true;
 };
 
 // Whether `request` takes part in speculative decoding on an engine with

@@ -15,6 +15,10 @@ SequenceOutput::SequenceOutput(const tokenizer::Tokenizer& tokenizer, const Samp
 bool SequenceOutput::push(std::int32_t token, SequenceDelta& delta) {
   if (stopped_) return true;
   delta.token_ids.push_back(token);
+  if (++num_tokens_ <= sampling_->min_tokens) {
+    delta.text += stop_matcher_.push_unchecked(detokenizer_.push(token));
+    return false;
+  }
   const auto contains = [token](std::span<const std::int32_t> ids) {
     return std::find(ids.begin(), ids.end(), token) != ids.end();
   };

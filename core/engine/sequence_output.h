@@ -24,6 +24,9 @@ class SequenceOutput {
   // Adds one accepted token to `delta` (its id, and its text once final).
   // Returns true when the token ends the sequence (EOS, a stop token, or a
   // completed stop string); `delta` then carries kStop and what matched.
+  // The first min_tokens tokens end nothing (vLLM): the sampler does not
+  // sample EOS or stop tokens there, and a stop string counts only when it
+  // ends in a later token's text.
   bool push(std::int32_t token, SequenceDelta& delta);
   // The sequence ended for another reason (length, abort): flushes text
   // still held back and records the reason.
@@ -39,6 +42,7 @@ class SequenceOutput {
   tokenizer::IncrementalDetokenizer detokenizer_;
   tokenizer::StopMatcher stop_matcher_;
   bool stopped_ = false;
+  int num_tokens_ = 0;  // pushed so far: min_tokens suspends every stop check until it passes min_tokens
 };
 
 }  // namespace pagedllm

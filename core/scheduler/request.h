@@ -27,6 +27,9 @@ struct Request {
   // Takes part in speculative decoding: gets draft tokens to verify and the
   // KV slots drafting needs (num_lookahead_tokens, num_draft_slots).
   bool speculative = true;
+  // Prompt logprobs are wanted: every prompt position gets its logits row and
+  // none is skipped through the prefix cache (vLLM recomputes them too).
+  bool prompt_logprobs = false;
 };
 
 enum class FinishReason {

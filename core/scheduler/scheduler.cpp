@@ -454,8 +454,9 @@ void Scheduler::schedule_waiting(StepState& step, SchedulerOutput& output) {
     }
     std::vector<PrefixHit> hits;
     for (const Sequence& sequence : state.sequences) {
-      hits.push_back(sequence.finished() ? PrefixHit{}
-                                         : kv_.find_cached_prefix(sequence.id, sequence.token_ids));
+      hits.push_back(sequence.finished() || state.request.prompt_logprobs
+                         ? PrefixHit{}
+                         : kv_.find_cached_prefix(sequence.id, sequence.token_ids));
     }
     const std::optional<Plan> plan = plan_rows(state, step.token_budget, &hits);
     if (!plan.has_value()) return;  // FCFS: nothing behind it jumps a request that does not fit
@@ -486,6 +487,11 @@ void Scheduler::build_batch(SchedulerOutput& output) {
   std::vector<std::vector<std::int32_t>> row_tokens(output.sequences.size());
   std::vector<BatchRow> rows;
   rows.reserve(output.sequences.size());
+  // A prompt_logprobs request's prefill row that computes positions predicting prompt tokens.
+  const auto scores_prompt = [&](const ScheduledSequence& row) {
+    const SequenceGroup& state = group(row.request_id);
+    return !row.is_decode && state.request.prompt_logprobs && row.num_computed_tokens + 1 < state.prompt_len();
+  };
   for (std::size_t r = 0; r < output.sequences.size(); ++r) {
     const ScheduledSequence& row = output.sequences[r];
     const Sequence& sequence = *group(row.request_id).find_sequence(row.sequence_id);
@@ -496,14 +502,26 @@ void Scheduler::build_batch(SchedulerOutput& output) {
               ? sequence.token_ids[static_cast<std::size_t>(position)]
               : sequence.draft_token_ids[static_cast<std::size_t>(position - sequence.num_tokens())]);
     }
-    // A speculative decode row needs the logits of every token to verify the drafts.
-    const int num_logits = row.num_samples == 0 ? 0 : row.is_decode ? row.num_new_tokens : 1;
+    // A speculative decode row needs the logits of every token to verify the drafts,
+    // a prompt_logprobs prefill row those of every token it computes.
+    const int num_logits = scores_prompt(row)     ? row.num_new_tokens
+                           : row.num_samples == 0 ? 0
+                           : row.is_decode        ? row.num_new_tokens
+                                                  : 1;
     rows.push_back(
         {row_tokens[r], row.num_computed_tokens, kv_.block_table(row.sequence_id), num_logits, row.is_decode});
   }
   BuiltBatch built = build_step_batch(rows, kv_.block_size());
   for (std::size_t r = 0; r < output.sequences.size(); ++r) {
-    output.sequences[r].first_logits_index = built.first_logits_index[r];
+    ScheduledSequence& row = output.sequences[r];
+    row.first_logits_index = built.first_logits_index[r];
+    if (!scores_prompt(row)) continue;
+    const int prompt_len = group(row.request_id).prompt_len();
+    const int end = std::min(row.num_computed_tokens + row.num_new_tokens, prompt_len - 1);
+    row.num_prompt_logits = std::max(0, end - row.num_computed_tokens);
+    row.first_prompt_logits_index = built.first_logits_index[r];
+    // The sampled position is the row's last.
+    row.first_logits_index = row.num_samples > 0 ? built.first_logits_index[r] + row.num_new_tokens - 1 : -1;
   }
   output.batch = std::move(built.batch);
 }

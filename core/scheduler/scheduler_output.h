@@ -59,6 +59,11 @@ struct ScheduledSequence {
   bool is_decode = false;
   // Index into StepBatch::logits_indices of the row's first sampled position (-1: none).
   int first_logits_index = -1;
+  // A prompt_logprobs request's prefill row: the logits of its positions p with
+  // p + 1 < prompt length (each predicts prompt token p + 1) start at this index
+  // into StepBatch::logits_indices, position num_computed_tokens first.
+  int first_prompt_logits_index = -1;
+  int num_prompt_logits = 0;
 };
 
 struct SchedulerOutput {

@@ -58,6 +58,45 @@ std::vector<std::int32_t> get_token_ids(const json& value, const std::string& pa
   return ids;
 }
 
+// OpenAI's logit_bias: {"<token id>": bias in [-100, 100]}, at most kMaxLogitBias entries.
+std::vector<std::pair<std::int32_t, float>> get_logit_bias(const json& request, std::int64_t vocab) {
+  constexpr std::size_t kMaxLogitBias = 300;
+  const json* bias = field(request, "logit_bias");
+  if (!bias) return {};
+  if (!bias->is_object()) wrong_type("logit_bias", "an object mapping token ids to biases", *bias);
+  if (bias->size() > kMaxLogitBias) {
+    throw invalid_request(fmt::format("'logit_bias' may hold at most {} tokens, got {}", kMaxLogitBias, bias->size()),
+                          "logit_bias");
+  }
+  std::vector<std::pair<std::int32_t, float>> out;
+  for (const auto& [key, value] : bias->items()) {
+    std::int64_t id = -1;
+    const bool digits = !key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) {
+      return c >= '0' && c <= '9';
+    });
+    if (digits) id = std::stoll(key);
+    if (id < 0 || id >= vocab) {
+      throw invalid_request(fmt::format("'logit_bias' key \"{}\" is not a token id of this model (0 to {})", key,
+                                        vocab - 1),
+                            "logit_bias");
+    }
+    if (!value.is_number()) wrong_type(fmt::format("logit_bias[\"{}\"]", key), "a number", value);
+    const double v = value.get<double>();
+    if (!(v >= -100.0 && v <= 100.0)) {
+      throw invalid_request(fmt::format("'logit_bias' values must be between -100 and 100, got {} for token {}",
+                                        value.dump(), key),
+                            "logit_bias");
+    }
+    const auto duplicate = std::find_if(out.begin(), out.end(), [&](const auto& e) { return e.first == id; });
+    if (duplicate != out.end()) {
+      throw invalid_request(fmt::format("'logit_bias' names token {} twice (as \"{}\" and another key)", id, key),
+                            "logit_bias");
+    }
+    out.emplace_back(static_cast<std::int32_t>(id), static_cast<float>(v));
+  }
+  return out;
+}
+
 std::int64_t vocab_size(const Engine& engine) {
   const int model_vocab = engine.model().vocab_size;
   return model_vocab > 0 ? model_vocab : static_cast<std::int64_t>(engine.tokenizer().vocab_size());
@@ -107,13 +146,11 @@ void reject_unsupported(const json& request, ApiKind kind) {
   if (kind == ApiKind::kCompletion && field(request, "suffix")) {
     throw invalid_request("'suffix' is not supported", "suffix");
   }
-  if (const json* bias = field(request, "logit_bias"); bias && !bias->empty()) {
-    throw invalid_request("'logit_bias' is not supported", "logit_bias");
-  }
-  if (const json* best_of = field(request, "best_of"); best_of && !(best_of->is_number_integer() && *best_of == 1)) {
-    throw invalid_request("'best_of' other than 1 is not supported", "best_of");
-  }
   if (kind == ApiKind::kChat) {
+    if (const json* best_of = field(request, "best_of");
+        best_of && !(best_of->is_number_integer() && *best_of == 1)) {
+      throw invalid_request("'best_of' is a /v1/completions field; chat completions take only 1", "best_of");
+    }
     if (const json* tools = field(request, "tools"); tools && !tools->empty()) {
       throw invalid_request("'tools' (function calling) is not supported", "tools");
     }
@@ -246,6 +283,9 @@ GenerateRequest make_engine_request(const GenerationPlan& plan, std::size_t inde
   request.prompt_token_ids = plan.prompts.at(index).token_ids;
   request.sampling = plan.sampling;
   request.sampling.max_tokens = plan.prompts[index].max_tokens;
+  request.sampling.n = plan.best_of;
+  // Ranking the best_of sequences needs every sampled token's logprob.
+  if (plan.best_of > plan.sampling.n) request.sampling.logprobs = plan.logprobs.value_or(0);
   request.speculative = plan.speculative;
   return request;
 }
@@ -273,6 +313,22 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
   SamplingOptions& s = plan.sampling;
   const GenerationDefaults& defaults = engine.generation_defaults();
   s.n = get_int(request, "n", 1, engine.max_n()).value_or(1);
+  plan.best_of = s.n;
+  if (!chat) {
+    if (const std::optional<int> best_of = get_int(request, "best_of", 1, engine.max_n())) {
+      if (*best_of < s.n) {
+        throw invalid_request(fmt::format("'best_of' must be greater than or equal to 'n' ({}), got {}", s.n,
+                                          *best_of),
+                              "best_of");
+      }
+      plan.best_of = *best_of;
+    }
+    if (plan.best_of > s.n && plan.stream) {
+      throw invalid_request("'stream' cannot be used when 'best_of' is greater than 'n': the best completions are "
+                            "known only when all have finished",
+                            "stream");
+    }
+  }
   std::optional<int> max_tokens = get_int(request, "max_tokens", 1, kMaxInt);
   if (chat) {
     if (auto v = get_int(request, "max_completion_tokens", 1, kMaxInt)) max_tokens = v;
@@ -296,6 +352,8 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
   s.include_stop_str_in_output = get_bool(request, "include_stop_str_in_output").value_or(false);
   s.ignore_eos = get_bool(request, "ignore_eos").value_or(false);
   s.skip_special_tokens = get_bool(request, "skip_special_tokens").value_or(true);
+  s.logit_bias = get_logit_bias(request, vocab_size(engine));
+  s.min_tokens = get_int(request, "min_tokens", 0, kMaxInt).value_or(0);
 
   const int max_logprobs = engine.max_logprobs();
   if (chat) {
@@ -306,8 +364,12 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
   } else {
     plan.logprobs = get_int(request, "logprobs", 0, max_logprobs);
     plan.echo = get_bool(request, "echo").value_or(false);
+    plan.prompt_logprobs = get_int(request, "prompt_logprobs", 0, max_logprobs);
   }
   s.logprobs = plan.logprobs;
+  // echo with logprobs shows the prompt tokens' logprobs (OpenAI), with as many alternatives.
+  if (plan.echo && plan.logprobs) s.prompt_logprobs = std::max(*plan.logprobs, plan.prompt_logprobs.value_or(0));
+  if (plan.prompt_logprobs) s.prompt_logprobs = std::max(*plan.prompt_logprobs, s.prompt_logprobs.value_or(0));
 
   if (chat) {
     const auto messages = parse_chat_messages(request);

@@ -37,14 +37,23 @@ struct GenerationPlan {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions: the prompt text starts each choice
+  // vLLM's prompt_logprobs (completions): each choice carries the prompt tokens'
+  // logprobs with this many alternatives (the first token's entry null).
+  std::optional<int> prompt_logprobs;
   // Logprobs were asked: per token, the sampled token's logprob and this many
   // alternatives (completions "logprobs": N; chat "logprobs": true + "top_logprobs": N).
   std::optional<int> logprobs;
   // "speculative_decoding": false opts out of speculative decoding (default on
   // when the server has a speculator).
   bool speculative = true;
+  // Completions' best_of: sequences generated per prompt (>= sampling.n, the
+  // choices returned per prompt: the best by cumulative logprob). Never
+  // streamed when above n.
+  int best_of = 1;
 
   int num_choices() const { return static_cast<int>(prompts.size()) * sampling.n; }
+  // Sequences generated for all prompts.
+  int num_sequences() const { return static_cast<int>(prompts.size()) * best_of; }
 };
 
 // The engine request for prompt `index` of `plan`.

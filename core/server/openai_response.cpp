@@ -51,7 +51,7 @@ ResponseBuilder::ResponseBuilder(const GenerationPlan& plan, const tokenizer::To
       tokenizer_(tokenizer),
       id_(std::move(id)),
       created_(created),
-      choices_(static_cast<std::size_t>(plan.num_choices())),
+      choices_(static_cast<std::size_t>(plan.num_sequences())),
       usage_(plan.prompts.size()) {}
 
 std::string ResponseBuilder::token_text(std::int32_t id) const {
@@ -66,7 +66,23 @@ json ResponseBuilder::stop_reason(const SequenceDelta& delta) const {
   return nullptr;  // EOS
 }
 
-json ResponseBuilder::logprobs_json(Choice& choice, const SequenceDelta& delta, const PromptInput* with_prompt) const {
+json ResponseBuilder::prompt_logprobs_json(const std::vector<TokenLogprob>& prompt_logprobs) const {
+  json entries = json::array({nullptr});
+  for (const TokenLogprob& token : prompt_logprobs) {
+    json entry = json::object();
+    entry[std::to_string(token.token_id)] = {{"logprob", logprob_number(token.logprob)},
+                                             {"decoded_token", token_text(token.token_id)}};
+    for (const auto& [id, logprob] : token.top) {
+      if (id == token.token_id) continue;
+      entry[std::to_string(id)] = {{"logprob", logprob_number(logprob)}, {"decoded_token", token_text(id)}};
+    }
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+json ResponseBuilder::logprobs_json(Choice& choice, const SequenceDelta& delta, const PromptInput* with_prompt,
+                                    const std::vector<TokenLogprob>& prompt_logprobs) const {
   if (plan_.kind == ApiKind::kChat) {
     json content = json::array();
     for (std::size_t i = 0; i < delta.token_ids.size(); ++i) {
@@ -93,7 +109,21 @@ json ResponseBuilder::logprobs_json(Choice& choice, const SequenceDelta& delta, 
     top_logprobs.push_back(std::move(top));
   };
   if (with_prompt) {
-    for (const std::int32_t id : with_prompt->token_ids) add(token_text(id), nullptr, nullptr);
+    // Token 0 has no logprob (OpenAI: null); token i's is prompt_logprobs[i - 1].
+    const std::size_t wanted = static_cast<std::size_t>(plan_.logprobs.value_or(0));
+    for (std::size_t i = 0; i < with_prompt->token_ids.size(); ++i) {
+      const std::string token = token_text(with_prompt->token_ids[i]);
+      if (i == 0 || i > prompt_logprobs.size()) {
+        add(token, nullptr, nullptr);
+        continue;
+      }
+      const TokenLogprob& scored = prompt_logprobs[i - 1];
+      json top = json::object();
+      for (std::size_t k = 0; k < scored.top.size() && k < wanted; ++k) {
+        top[token_text(scored.top[k].first)] = logprob_number(scored.top[k].second);
+      }
+      add(token, logprob_number(scored.logprob), std::move(top));
+    }
   }
   for (std::size_t i = 0; i < delta.token_ids.size(); ++i) {
     if (i >= delta.logprobs.size()) {
@@ -139,23 +169,30 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
 
   std::string events;
   for (const SequenceDelta& delta : output.sequences) {
-    const std::size_t index = prompt_index * static_cast<std::size_t>(plan_.sampling.n) + static_cast<std::size_t>(delta.index);
+    // Streams have best_of == n: a sequence's index is its choice's.
+    const std::size_t index =
+        prompt_index * static_cast<std::size_t>(plan_.best_of) + static_cast<std::size_t>(delta.index);
     Choice& choice = choices_.at(index);
-    const PromptInput* echoed = plan_.echo && !choice.started ? &plan_.prompts[prompt_index] : nullptr;
+    for (const TokenLogprob& token : delta.logprobs) choice.cumulative_logprob += token.logprob;
+    const bool first = !choice.started;
+    const PromptInput* echoed = plan_.echo && first ? &plan_.prompts[prompt_index] : nullptr;
     choice.started = true;
     const std::string text = echoed ? echoed->text + delta.text : delta.text;
     if (delta.finish_reason) {
       choice.finish_reason = delta.finish_reason;
       choice.stop_reason = stop_reason(delta);
     }
-    json logprobs = plan_.logprobs ? logprobs_json(choice, delta, echoed) : json(nullptr);
+    json logprobs = plan_.logprobs ? logprobs_json(choice, delta, echoed, output.prompt_logprobs) : json(nullptr);
+    // The engine sends prompt logprobs with the output carrying every sequence's first tokens.
+    const bool sends_prompt_logprobs = plan_.prompt_logprobs && first;
+    if (sends_prompt_logprobs) choice.prompt_logprobs = prompt_logprobs_json(output.prompt_logprobs);
     if (!plan_.stream) {
       choice.text += text;
       if (plan_.logprobs) append_logprobs(choice.logprobs, std::move(logprobs));
       continue;
     }
     const bool has_tokens = !delta.token_ids.empty() || echoed;
-    if (text.empty() && !delta.finish_reason && !(plan_.logprobs && has_tokens)) continue;
+    if (text.empty() && !delta.finish_reason && !(plan_.logprobs && has_tokens) && !sends_prompt_logprobs) continue;
     json c = {{"index", index}};
     if (plan_.kind == ApiKind::kChat) {
       json message = json::object();
@@ -167,6 +204,7 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
     c["logprobs"] = std::move(logprobs);
     c["finish_reason"] = finish_reason_json(delta.finish_reason);
     c["stop_reason"] = delta.finish_reason ? choice.stop_reason : json(nullptr);
+    if (sends_prompt_logprobs) c["prompt_logprobs"] = choice.prompt_logprobs;
     events += sse_event(chunk(std::move(c)));
   }
   return events;
@@ -212,8 +250,19 @@ std::string ResponseBuilder::stream_end() const {
 std::string ResponseBuilder::response_body() const {
   const bool chat = plan_.kind == ApiKind::kChat;
   json choices = json::array();
-  for (std::size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& choice = choices_[i];
+  const auto n = static_cast<std::size_t>(plan_.sampling.n);
+  const auto best_of = static_cast<std::size_t>(plan_.best_of);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(plan_.num_choices()); ++i) {
+    const std::size_t prompt = i / n;
+    std::vector<std::size_t> ranked(best_of);
+    for (std::size_t s = 0; s < best_of; ++s) ranked[s] = prompt * best_of + s;
+    if (best_of > n) {
+      // vLLM's ranking: highest cumulative logprob first, ties by sequence index.
+      std::stable_sort(ranked.begin(), ranked.end(), [&](std::size_t a, std::size_t b) {
+        return choices_[a].cumulative_logprob > choices_[b].cumulative_logprob;
+      });
+    }
+    const Choice& choice = choices_[ranked[i % n]];
     json c = {{"index", i}};
     if (chat) {
       c["message"] = {{"role", "assistant"}, {"content", choice.text}};
@@ -223,6 +272,7 @@ std::string ResponseBuilder::response_body() const {
     c["logprobs"] = choice.logprobs;
     c["finish_reason"] = finish_reason_json(choice.finish_reason);
     c["stop_reason"] = choice.stop_reason;
+    if (plan_.prompt_logprobs) c["prompt_logprobs"] = choice.prompt_logprobs;
     choices.push_back(std::move(c));
   }
   return dump_json({{"id", id_},

@@ -4,9 +4,12 @@
 // here: this is unit-tested on its own.
 //
 // Choices are numbered prompt-major: prompt p's sequence s is choice p * n + s.
+// With best_of > n (never streamed) each prompt's best_of sequences are ranked
+// by cumulative logprob of their sampled tokens and the n best, best first,
+// become its choices.
 // Usage counts each prompt's tokens once and every choice's generated tokens.
-// Prompt tokens have no logprobs in this engine: with echo and logprobs, their
-// entries are null.
+// With echo and logprobs, the prompt's tokens carry their logprobs (the first
+// one null, as in OpenAI's API).
 
 #include <cstdint>
 #include <optional>
@@ -44,13 +47,16 @@ class ResponseBuilder {
   nlohmann::json usage() const;
 
  private:
+  // One generated sequence: a choice, or with best_of > n a candidate for one.
   struct Choice {
     std::string text;  // not streaming: all of it (after the echoed prompt)
+    double cumulative_logprob = 0;  // of the sampled tokens (best_of's ranking)
     bool started = false;
     std::size_t text_offset = 0;  // completions logprobs: code points before the next token
     nlohmann::json logprobs;      // not streaming: accumulated
     std::optional<FinishReason> finish_reason;
     nlohmann::json stop_reason;  // null, a stop string or a stop token id
+    nlohmann::json prompt_logprobs;  // with plan.prompt_logprobs
   };
   struct PromptUsage {
     int prompt_tokens = 0;
@@ -60,7 +66,11 @@ class ResponseBuilder {
 
   // The logprobs JSON for `delta`'s tokens (with the echoed prompt first when
   // `with_prompt`), in the endpoint's shape; advances the choice's text offset.
-  nlohmann::json logprobs_json(Choice& choice, const SequenceDelta& delta, const PromptInput* with_prompt) const;
+  nlohmann::json logprobs_json(Choice& choice, const SequenceDelta& delta, const PromptInput* with_prompt,
+                               const std::vector<TokenLogprob>& prompt_logprobs) const;
+  // vLLM's choice field: null for the first prompt token, then {"<id>": {"logprob", "decoded_token"}}
+  // for each prompt token and its alternatives.
+  nlohmann::json prompt_logprobs_json(const std::vector<TokenLogprob>& prompt_logprobs) const;
   void append_logprobs(nlohmann::json& into, nlohmann::json&& more) const;
   nlohmann::json chunk(nlohmann::json choice) const;
   nlohmann::json stop_reason(const SequenceDelta& delta) const;

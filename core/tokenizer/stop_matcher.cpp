@@ -28,7 +28,9 @@ StopMatch StopMatcher::push(std::string_view text) {
   std::size_t best_end = std::string::npos;
   std::size_t best_index = 0;
   for (std::size_t i = 0; i < stop_strings_.size(); ++i) {
-    const std::size_t position = pending_.find(stop_strings_[i]);
+    // A match must end after the unchecked text (whole stop strings there were suspended).
+    const std::size_t length = stop_strings_[i].size();
+    const std::size_t position = pending_.find(stop_strings_[i], unchecked_ >= length ? unchecked_ - length + 1 : 0);
     if (position == std::string::npos) continue;
     const std::size_t end = position + stop_strings_[i].size();
     if (end < best_end || (end == best_end && position < best_position)) {
@@ -46,7 +48,18 @@ StopMatch StopMatcher::push(std::string_view text) {
     pending_.clear();
     return result;
   }
+  result.text = hold_back();
+  return result;
+}
 
+std::string StopMatcher::push_unchecked(std::string_view text) {
+  if (stopped_) return {};
+  pending_ += text;
+  unchecked_ = pending_.size();
+  return hold_back();
+}
+
+std::string StopMatcher::hold_back() {
   // Hold back the longest suffix that some stop string starts with.
   std::size_t hold = 0;
   for (const std::string& stop : stop_strings_) {
@@ -58,9 +71,10 @@ StopMatch StopMatcher::push(std::string_view text) {
       }
     }
   }
-  result.text = pending_.substr(0, pending_.size() - hold);
-  pending_.erase(0, pending_.size() - hold);
-  return result;
+  std::string safe = pending_.substr(0, pending_.size() - hold);
+  pending_.erase(0, safe.size());
+  unchecked_ = unchecked_ > safe.size() ? unchecked_ - safe.size() : 0;
+  return safe;
 }
 
 std::string StopMatcher::finish() {

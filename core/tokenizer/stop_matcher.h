@@ -29,14 +29,22 @@ class StopMatcher {
   explicit StopMatcher(std::vector<std::string> stop_strings, bool include_stop_string = false);
 
   StopMatch push(std::string_view text);
+  // Text in which no stop string may end (vLLM's min_tokens): returns what is
+  // safe to show; a stop string that starts in it and ends in a later push()
+  // still counts.
+  std::string push_unchecked(std::string_view text);
   // End of stream without a stop: the held-back text.
   std::string finish();
   bool stopped() const { return stopped_; }
 
  private:
+  // Emits pending text except its longest suffix that some stop string starts with.
+  std::string hold_back();
+
   std::vector<std::string> stop_strings_;
   bool include_stop_string_;
   std::string pending_;
+  std::size_t unchecked_ = 0;  // leading bytes of pending_ from push_unchecked(): no match may end there
   bool stopped_ = false;
 };
 

@@ -118,6 +118,14 @@ static pllm_status c_sample(pllm_sampler* self, const pllm_sample_batch* batch, 
       return fail(error, PLLM_ERROR_UNSUPPORTED,
                   "row %d: example_c_sampler applies no repetition, frequency or presence penalty", (int)r);
     }
+    if (PLLM_HAS_FIELD(pllm_sample_row, row, scored_token_id) && (row->flags & PLLM_SAMPLE_ROW_SCORE)) {
+      return fail(error, PLLM_ERROR_UNSUPPORTED, "row %d: example_c_sampler does not score given tokens", (int)r);
+    }
+    if (PLLM_HAS_FIELD(pllm_sampling_params, row->params, min_tokens_banned_ids) &&
+        (row->params->num_logit_bias > 0 || row->params->min_tokens > 0)) {
+      return fail(error, PLLM_ERROR_UNSUPPORTED, "row %d: example_c_sampler applies no logit_bias or min_tokens",
+                  (int)r);
+    }
     x = (const float*)logits->data + row->logits_row * logits->strides[0];
     if (!finite_row(x, vocab)) {
       /* A model fault: with row_status the row is flagged and the others are sampled. */

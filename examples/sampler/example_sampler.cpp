@@ -3,6 +3,8 @@
 //
 //   1. log-probabilities to report are of the RAW logits (log-softmax before
 //      any penalty or temperature), like vLLM's default and the in-tree sampler;
+//   1b. (SDK 2.1) logit_bias added to the listed tokens' logits; while the row
+//      has fewer than min_tokens output tokens, min_tokens_banned_ids get -inf;
 //   2. repetition penalty over the distinct prompt + output tokens (positive
 //      logits divided by it, negative ones multiplied);
 //   3. frequency and presence penalties over the output tokens;
@@ -11,6 +13,7 @@
 //      then the top_k best, then the smallest best-first prefix whose mass
 //      reaches top_p of the kept mass (best first = logit descending, id
 //      ascending; the masses exp(x - x_max) are added in 32.32 fixed point);
+//   (2.1) a PLLM_SAMPLE_ROW_SCORE row draws nothing: it reports its scored token;
 //   6. draw one token by the Gumbel-max trick: the kept token with the largest
 //      x_i / T + g_i, where g_i = -log(-log(u_i)) and u_i is a pure function of
 //      (seed, random_offset, token id). That is a draw from softmax(x / T) over
@@ -110,7 +113,9 @@ class ExampleSampler : public pllm::SamplerPlugin {
 
       const std::vector<float> logits = penalized(row, raw, vocab);
       int32_t token;
-      if (is_greedy(p)) {
+      if (PLLM_HAS_FIELD(pllm_sample_row, &row, scored_token_id) && (row.flags & PLLM_SAMPLE_ROW_SCORE)) {
+        token = row.scored_token_id;  // a scoring row (prompt logprobs): report the given token
+      } else if (is_greedy(p)) {
         token = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());  // first maximum
       } else {
         // Gumbel-max over the kept tokens; ties (vanishingly rare) go to the lowest id.
@@ -213,6 +218,28 @@ class ExampleSampler : public pllm::SamplerPlugin {
         invalid(where + "presence_penalty and frequency_penalty must be finite");
       }
       if (p.num_top_logprobs < 0) invalid(where + "num_top_logprobs must be >= 0");
+      if (PLLM_HAS_FIELD(pllm_sample_row, &row, scored_token_id) && (row.flags & PLLM_SAMPLE_ROW_SCORE) &&
+          (row.scored_token_id < 0 || row.scored_token_id >= vocab)) {
+        invalid(where + "scored token outside the vocabulary");
+      }
+      if (PLLM_HAS_FIELD(pllm_sampling_params, &p, min_tokens_banned_ids)) {
+        if (p.num_logit_bias < 0 || (p.num_logit_bias > 0 && (!p.logit_bias_token_ids || !p.logit_bias_values)) ||
+            p.num_min_tokens_banned_ids < 0 || (p.num_min_tokens_banned_ids > 0 && !p.min_tokens_banned_ids) ||
+            p.min_tokens < 0) {
+          invalid(where + "bad logit_bias or min_tokens");
+        }
+        std::vector<bool> biased(std::size_t(vocab), false);
+        for (int32_t i = 0; i < p.num_logit_bias; ++i) {
+          const int32_t id = p.logit_bias_token_ids[i];
+          if (id < 0 || id >= vocab || biased[std::size_t(id)] || !std::isfinite(p.logit_bias_values[i]))
+            invalid(where + "logit_bias entry " + std::to_string(i) + " is out of vocabulary, repeated or not finite");
+          biased[std::size_t(id)] = true;
+        }
+        for (int32_t i = 0; i < p.num_min_tokens_banned_ids; ++i) {
+          if (p.min_tokens_banned_ids[i] < 0 || p.min_tokens_banned_ids[i] >= vocab)
+            invalid(where + "min_tokens banned id outside the vocabulary");
+        }
+      }
       for (const auto& [ids, n] : {std::pair{row.prompt_token_ids, row.num_prompt_tokens},
                                    std::pair{row.output_token_ids, row.num_output_tokens}}) {
         if (n < 0 || (n > 0 && !ids)) invalid(where + "bad token history");
@@ -245,10 +272,20 @@ class ExampleSampler : public pllm::SamplerPlugin {
     return double(m) + std::log(sum);
   }
 
-  // Steps 2 and 3: the repetition, frequency and presence penalties.
+  // Steps 1b, 2 and 3: logit_bias and min_tokens, then the repetition, frequency and presence penalties.
   static std::vector<float> penalized(const pllm_sample_row& row, const float* raw, int64_t vocab) {
     const pllm_sampling_params& p = *row.params;
     std::vector<float> logits(raw, raw + vocab);
+    if (PLLM_HAS_FIELD(pllm_sampling_params, &p, min_tokens_banned_ids)) {
+      for (int32_t i = 0; i < p.num_logit_bias; ++i) {
+        logits[std::size_t(p.logit_bias_token_ids[i])] += p.logit_bias_values[i];
+      }
+      if (row.num_output_tokens < p.min_tokens) {
+        for (int32_t i = 0; i < p.num_min_tokens_banned_ids; ++i) {
+          logits[std::size_t(p.min_tokens_banned_ids[i])] = -std::numeric_limits<float>::infinity();
+        }
+      }
+    }
     std::vector<int32_t> output_count(std::size_t(vocab), 0);
     std::vector<bool> seen(std::size_t(vocab), false);
     for (int32_t i = 0; i < row.num_prompt_tokens; ++i) seen[std::size_t(row.prompt_token_ids[i])] = true;

@@ -74,29 +74,55 @@ int64_t CudaSampler::upload(const pllm_sample_batch& batch, SampleKernelArgs& ar
   PAGEDLLM_CUDA_CHECK(cudaSetDevice(device_));
   rows_.resize(n);
   penalties_.clear();
+  adjustments_.clear();
   for (std::size_t r = 0; r < n; ++r) {
     const pllm_sample_row& row = row_of(batch, int64_t(r));
     const pllm_sampling_params& p = *row.params;
     DeviceRow& d = rows_[r];
-    d = DeviceRow{p.temperature, p.top_p,   p.min_p,          p.repetition_penalty, p.frequency_penalty,
-                  p.presence_penalty, p.top_k, p.num_top_logprobs, row.logits_row,      int32_t(penalties_.size()),
-                  0, 0, row_key(p.seed, row.random_offset)};
+    d = DeviceRow{p.temperature,
+                  p.top_p,
+                  p.min_p,
+                  p.repetition_penalty,
+                  p.frequency_penalty,
+                  p.presence_penalty,
+                  p.top_k,
+                  p.num_top_logprobs,
+                  row.logits_row,
+                  int32_t(penalties_.size()),
+                  0,
+                  int32_t(adjustments_.size()),
+                  0,
+                  scored_token(row),
+                  row_key(p.seed, row.random_offset)};
+    if (has_logit_adjustments(row)) {
+      for_each_logit_adjustment(row, banned_, [&](int32_t id, float bias, bool banned) {
+        adjustments_.push_back({id, bias, banned ? 1 : 0});
+        ++d.adjustment_count;
+      });
+    }
     if (!has_penalties(p)) continue;
     d.penalty_count = history_.for_each_token(
         row, vocab, [&](int32_t id, int32_t output_count) { penalties_.push_back({id, output_count}); });
   }
 
-  // One host-to-device copy: rows, then penalty entries.
+  // One host-to-device copy: rows, then penalty entries, then adjustment entries.
   const std::size_t rows_bytes = aligned(n * sizeof(DeviceRow));
-  const std::size_t input_bytes = rows_bytes + penalties_.size() * sizeof(PenaltyEntry);
+  const std::size_t penalty_bytes = aligned(penalties_.size() * sizeof(PenaltyEntry));
+  const std::size_t input_bytes = rows_bytes + penalty_bytes + adjustments_.size() * sizeof(AdjustmentEntry);
   staged_inputs_.reserve(input_bytes, device_);
   inputs_.reserve(input_bytes, device_);
   auto* staged = static_cast<std::byte*>(staged_inputs_.data);
   std::memcpy(staged, rows_.data(), n * sizeof(DeviceRow));
   if (!penalties_.empty()) std::memcpy(staged + rows_bytes, penalties_.data(), penalties_.size() * sizeof(PenaltyEntry));
+  if (!adjustments_.empty()) {
+    std::memcpy(staged + rows_bytes + penalty_bytes, adjustments_.data(),
+                adjustments_.size() * sizeof(AdjustmentEntry));
+  }
   PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(inputs_.data, staged, input_bytes, cudaMemcpyHostToDevice, stream_));
-  args.rows = static_cast<const DeviceRow*>(inputs_.data);
-  args.penalties = reinterpret_cast<const PenaltyEntry*>(static_cast<std::byte*>(inputs_.data) + rows_bytes);
+  auto* device_inputs = static_cast<std::byte*>(inputs_.data);
+  args.rows = reinterpret_cast<const DeviceRow*>(device_inputs);
+  args.penalties = reinterpret_cast<const PenaltyEntry*>(device_inputs + rows_bytes);
+  args.adjustments = reinterpret_cast<const AdjustmentEntry*>(device_inputs + rows_bytes + penalty_bytes);
 
   const pllm_tensor& l = *batch.logits;
   args.logits = static_cast<const float*>(l.data);

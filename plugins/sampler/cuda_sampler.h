@@ -1,7 +1,7 @@
 #pragma once
 // The sampler on a CUDA device: the same pipeline and arithmetic as the CPU's
 // (row_sampler.h, sampling_math.h), one block per row (sampler_kernels.cu).
-// Per call one host-to-device copy (the rows' parameters and penalty lists)
+// Per call one host-to-device copy (the rows' parameters, penalty and logit adjustment lists)
 // and one device-to-host copy (ids, statuses, raw logprobs, requested top
 // logprobs): nothing vocabulary-sized crosses unless probabilities() is asked
 // for host memory.
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "logit_adjustments.h"
 #include "pagedllm/sdk.h"
 #include "sampler_kernels.h"
 #include "token_history.h"
@@ -49,6 +50,8 @@ class CudaSampler {
   TokenHistory history_;
   std::vector<DeviceRow> rows_;
   std::vector<PenaltyEntry> penalties_;
+  std::vector<AdjustmentEntry> adjustments_;
+  std::vector<int32_t> banned_;  // min_tokens scratch
 };
 
 }  // namespace pagedllm::sampler

@@ -68,13 +68,42 @@ void RowSampler::validate(const pllm_sample_row& row, int64_t vocab, int64_t num
       }
     }
   };
+  if (PLLM_HAS_FIELD(pllm_sample_row, &row, scored_token_id) && (row.flags & PLLM_SAMPLE_ROW_SCORE) &&
+      (row.scored_token_id < 0 || row.scored_token_id >= vocab)) {
+    invalid(index, "scored token " + std::to_string(row.scored_token_id) + " is outside the vocabulary [0, " +
+                       std::to_string(vocab) + ")");
+  }
   check_ids(row.prompt_token_ids, row.num_prompt_tokens, "prompt");
   check_ids(row.output_token_ids, row.num_output_tokens, "output");
+  if (PLLM_HAS_FIELD(pllm_sampling_params, &p, logit_bias_values)) {
+    check_ids(p.logit_bias_token_ids, p.num_logit_bias, "logit_bias");
+    if (p.num_logit_bias > 0 && !p.logit_bias_values) invalid(index, "null logit_bias_values");
+    std::vector<int32_t> ids(p.logit_bias_token_ids, p.logit_bias_token_ids + std::max(0, p.num_logit_bias));
+    std::sort(ids.begin(), ids.end());
+    if (const auto twice = std::adjacent_find(ids.begin(), ids.end()); twice != ids.end()) {
+      invalid(index, "logit_bias lists token " + std::to_string(*twice) + " twice");
+    }
+    for (int32_t i = 0; i < p.num_logit_bias; ++i) {
+      if (!std::isfinite(p.logit_bias_values[i])) {
+        invalid(index, "logit_bias value " + std::to_string(i) + " is not finite");
+      }
+    }
+  }
+  if (PLLM_HAS_FIELD(pllm_sampling_params, &p, min_tokens_banned_ids)) {
+    if (p.min_tokens < 0) invalid(index, "min_tokens must be >= 0, got " + std::to_string(p.min_tokens));
+    check_ids(p.min_tokens_banned_ids, p.num_min_tokens_banned_ids, "min_tokens banned");
+  }
 }
 
 void RowSampler::penalize(const pllm_sample_row& row, const float* raw, int64_t vocab) {
   logits_.assign(raw, raw + vocab);
   const pllm_sampling_params& p = *row.params;
+  if (has_logit_adjustments(row)) {
+    for_each_logit_adjustment(row, banned_, [&](int32_t id, float bias, bool banned) {
+      float& l = logits_[std::size_t(id)];
+      l = adjusted_logit(l, bias, banned);
+    });
+  }
   if (!has_penalties(p)) return;
   history_.for_each_token(row, vocab, [&](int32_t id, int32_t output_count) {
     float& l = logits_[std::size_t(id)];
@@ -135,6 +164,25 @@ void RowSampler::filter(const pllm_sampling_params& p, int64_t vocab) {
   for (int32_t id : kept_) kept_total_ += weights_[std::size_t(id)];
 }
 
+int32_t RowSampler::draw(const pllm_sample_row& row, const float* raw, int64_t vocab) {
+  const pllm_sampling_params& p = *row.params;
+  penalize(row, raw, vocab);
+  if (p.temperature < kGreedyTemperature) return argmax(vocab);
+  filter(p, vocab);
+  // Gumbel-max over the kept tokens (sampling_math.h): order-independent.
+  const uint64_t key = row_key(p.seed, row.random_offset);
+  int32_t chosen = kept_.front();
+  double best = -std::numeric_limits<double>::infinity();
+  for (int32_t id : kept_) {
+    const double score = double(logits_[std::size_t(id)]) + gumbel_noise(key, id);
+    if (score > best || (score == best && id < chosen)) {
+      best = score;
+      chosen = id;
+    }
+  }
+  return chosen;
+}
+
 void RowSampler::sample(const pllm_sample_row& row, const float* raw, int64_t vocab, int32_t* token, float* logprob,
                         int32_t top_capacity, int32_t* top_ids, float* top_logprobs) {
   const pllm_sampling_params& p = *row.params;
@@ -142,24 +190,9 @@ void RowSampler::sample(const pllm_sample_row& row, const float* raw, int64_t vo
   // asks for none (a speculator's draft and verify rows) skips its exponentials.
   const bool reports_logprobs = logprob != nullptr || top_capacity > 0;
   const double lse = reports_logprobs ? log_sum_exp(raw, vocab) : 0.0;
-  penalize(row, raw, vocab);
-  int32_t chosen;
-  if (p.temperature < kGreedyTemperature) {
-    chosen = argmax(vocab);
-  } else {
-    filter(p, vocab);
-    // Gumbel-max over the kept tokens (sampling_math.h): order-independent.
-    const uint64_t key = row_key(p.seed, row.random_offset);
-    chosen = kept_.front();
-    double best = -std::numeric_limits<double>::infinity();
-    for (int32_t id : kept_) {
-      const double score = double(logits_[std::size_t(id)]) + gumbel_noise(key, id);
-      if (score > best || (score == best && id < chosen)) {
-        best = score;
-        chosen = id;
-      }
-    }
-  }
+  // A scoring row (prompt logprobs) reports its given token; only the others draw.
+  const int32_t scored = scored_token(row);
+  const int32_t chosen = scored >= 0 ? scored : draw(row, raw, vocab);
   *token = chosen;
   if (logprob) *logprob = float(double(raw[chosen]) - lse);
 

@@ -129,6 +129,13 @@ __global__ void sample_rows_kernel(SampleKernelArgs a) {
     lse = double(raw_max) + log(block_reduce(local, Sum{}));
   }
 
+  // ---- logit_bias and min_tokens over the row's distinct adjusted tokens ----
+  for (int32_t e = int32_t(threadIdx.x); e < row.adjustment_count; e += int32_t(blockDim.x)) {
+    const AdjustmentEntry adjustment = a.adjustments[row.adjustment_begin + e];
+    work[adjustment.id] = adjusted_logit(work[adjustment.id], adjustment.bias, adjustment.banned != 0);
+  }
+  __syncthreads();
+
   // ---- penalties over the row's distinct history tokens ----
   for (int32_t e = int32_t(threadIdx.x); e < row.penalty_count; e += int32_t(blockDim.x)) {
     const PenaltyEntry p = a.penalties[row.penalty_begin + e];
@@ -138,7 +145,9 @@ __global__ void sample_rows_kernel(SampleKernelArgs a) {
 
   int32_t chosen;
   const bool greedy = row.temperature < kGreedyTemperature;
-  if (greedy) {
+  if (row.scored >= 0 && !probabilities) {
+    chosen = row.scored;  // the same for every thread of the block: no reduction skipped unevenly
+  } else if (greedy) {
     uint64_t best = 0;
     for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
       const uint64_t key = rank_key(work[i], int32_t(i));

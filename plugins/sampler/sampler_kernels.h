@@ -16,8 +16,17 @@ struct DeviceRow {
   int32_t logits_row;
   int32_t penalty_begin;  // this row's entries in the penalty list
   int32_t penalty_count;
-  int32_t reserved;
+  int32_t adjustment_begin;  // this row's entries in the logit adjustment list
+  int32_t adjustment_count;
+  int32_t scored;  // PLLM_SAMPLE_ROW_SCORE: the token to report instead of sampling; -1 samples
   uint64_t key;           // row_key(seed, random_offset)
+};
+
+// A distinct token of a row's logit_bias or min_tokens ban (logit_adjustments.h).
+struct AdjustmentEntry {
+  int32_t id;
+  float bias;
+  int32_t banned;  // min_tokens: the logit becomes -infinity
 };
 
 // A distinct token of a row's prompt + output, with its output count.
@@ -39,6 +48,7 @@ struct SampleKernelArgs {
   int64_t vocab;
   const DeviceRow* rows;
   const PenaltyEntry* penalties;
+  const AdjustmentEntry* adjustments;
   float* work;               // [num_rows, vocab] scratch
   DeviceResult* results;     // [num_rows]
   int32_t max_top;
@@ -50,7 +60,7 @@ struct SampleKernelArgs {
   int32_t want_logprobs;
 };
 
-// One block per row: penalties, greedy argmax or temperature + min-p + top-k +
+// One block per row: logit_bias and min_tokens, penalties, greedy argmax or temperature + min-p + top-k +
 // top-p (radix selects) + Gumbel-max; raw logprobs and top-N; or, with
 // args.probs, the processed distribution.
 void launch_sample_rows(const SampleKernelArgs& args, int32_t num_rows, cudaStream_t stream);

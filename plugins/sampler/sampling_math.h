@@ -52,6 +52,12 @@ PAGEDLLM_SAMPLER_HD inline double gumbel_noise(uint64_t key, int32_t id) {
   return -log(-log(u));
 }
 
+// A token's logit after its logit_bias, or -infinity when min_tokens bans it
+// (logit_adjustments.h lists them).
+PAGEDLLM_SAMPLER_HD inline float adjusted_logit(float l, float bias, bool banned) {
+  return banned ? -INFINITY : l + bias;
+}
+
 // The logit after repetition, frequency and presence penalties; `count` is
 // the token's occurrences among the output tokens, `in_history` whether it is
 // among the prompt's or the output's.

@@ -162,14 +162,14 @@ def test_legacy_logprobs_the_greedy_token_is_the_top_one(client, model):
             assert lp.text_offset[i] >= lp.text_offset[i - 1]
 
 
-def test_echo_prompt_tokens_have_null_logprobs(client, model):
+def test_echo_prompt_tokens_have_logprobs_but_the_first(client, model):
     r = client.completions.create(**greedy(model, prompt="Echo me", max_tokens=2, echo=True, logprobs=0))
     assert r.choices[0].text.startswith("Echo me")
     lp = r.choices[0].logprobs
     prompt_tokens = r.usage.prompt_tokens
     assert len(lp.tokens) == prompt_tokens + 2
-    assert all(x is None for x in lp.token_logprobs[:prompt_tokens])
-    assert all(isinstance(x, float) for x in lp.token_logprobs[prompt_tokens:])
+    assert lp.token_logprobs[0] is None  # OpenAI: the first token has no context
+    assert all(isinstance(x, float) and x <= 0 for x in lp.token_logprobs[1:])
 
 
 def test_a_prompt_and_output_that_exactly_fill_the_context(client, model):

@@ -62,8 +62,6 @@ def test_400_for_n_and_max_tokens_out_of_bounds(client, model):
 def test_400_for_fields_the_server_does_not_implement(client, model):
     create = client.completions.create
     bad_request(create, "suffix", model=model, prompt="x", suffix="y")
-    bad_request(create, "logit_bias", model=model, prompt="x", logit_bias={"10": 5})
-    bad_request(create, "best_of", model=model, prompt="x", best_of=2)
     chat = client.chat.completions.create
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
     bad_request(chat, "tools", model=model, messages=USER, tools=[tool])

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
@@ -40,6 +41,8 @@ struct Collected {
     std::int32_t stop_token_id = -1;
   };
   std::vector<Sequence> sequences;
+  std::vector<TokenLogprob> prompt_logprobs;
+  int num_prompt_logprobs_outputs = 0;  // outputs that carried them
   std::optional<std::string> error;
   int num_outputs = 0;
   int num_prompt_tokens = 0;
@@ -59,6 +62,10 @@ class Collector {
       ++result_.num_outputs;
       result_.num_prompt_tokens = out.num_prompt_tokens;
       result_.num_cached_prompt_tokens = out.num_cached_prompt_tokens;
+      if (!out.prompt_logprobs.empty()) {
+        result_.prompt_logprobs = out.prompt_logprobs;
+        ++result_.num_prompt_logprobs_outputs;
+      }
       for (SequenceDelta& delta : out.sequences) {
         if (result_.sequences.size() <= static_cast<std::size_t>(delta.index)) {
           result_.sequences.resize(static_cast<std::size_t>(delta.index) + 1);
@@ -262,6 +269,111 @@ TEST_CASE("EOS ends a sequence unless ignore_eos, stop tokens end it too", "[eng
   CHECK(out.sequences[0].tokens == std::vector<std::int32_t>(path.begin(), path.begin() + 1));
   CHECK(out.sequences[0].finish_reason == FinishReason::kStop);
   CHECK(out.sequences[0].stop_token_id == path[0]);
+
+  // min_tokens: neither EOS nor a stop token may be sampled before it, so the
+  // sequence follows the rule up to EOS, then takes another token there.
+  r.sampling.stop_token_ids = {path[1]};
+  r.sampling.ignore_eos = false;
+  r.sampling.min_tokens = static_cast<int>(k) + 2;
+  out = f.run(r);
+  const std::vector<std::int32_t>& tokens = out.sequences[0].tokens;
+  REQUIRE(tokens.size() >= k + 2);
+  CHECK(tokens[0] == path[0]);
+  CHECK(tokens[1] != path[1]);
+  for (std::size_t i = 0; i < k + 2; ++i) CHECK(tokens[i] != eos);
+  r.sampling.min_tokens = 11;
+  CHECK_THROWS_AS(f.engine().submit(r, [](RequestOutput&&) {}), RequestRejected);  // more than max_tokens
+  require_drained(f.engine());
+}
+
+TEST_CASE("prompt logprobs equal the rule model's log-softmax, chunked and past the prefix cache", "[engine]") {
+  EngineFixture f;  // max_num_batched_tokens 64: a 100-token prompt is prefilled in two chunks
+  f.engine().start();
+  GenerateRequest r;
+  for (int i = 0; i < 100; ++i) r.prompt_token_ids.push_back((i * 37 + 11) % f.vocab());
+  r.sampling.max_tokens = 2;
+  r.sampling.temperature = 0.0f;
+  r.sampling.ignore_eos = true;
+  r.sampling.prompt_logprobs = 2;
+  // The rule model: logit(v) = -|v - target| / 4 at each position (fixture_rule_model.cpp).
+  const auto expected = [&](std::size_t position, std::int32_t token) {
+    const int target = rule_next(r.prompt_token_ids[position], static_cast<int>(position), f.vocab());
+    double sum = 0;
+    for (int v = 0; v < f.vocab(); ++v) sum += std::exp(-std::abs(v - target) / 4.0);
+    return -std::abs(token - target) / 4.0 - std::log(sum);
+  };
+  for (int round = 0; round < 2; ++round) {  // the second would hit the prefix cache without prompt_logprobs
+    INFO("round " << round);
+    const Collected out = f.run(r);
+    CHECK(out.num_cached_prompt_tokens == 0);
+    CHECK(out.num_prompt_logprobs_outputs == 1);
+    REQUIRE(out.prompt_logprobs.size() == 99);
+    for (std::size_t i = 0; i < 99; ++i) {
+      const TokenLogprob& lp = out.prompt_logprobs[i];
+      INFO("prompt token " << i + 1);
+      CHECK(lp.token_id == r.prompt_token_ids[i + 1]);
+      CHECK(lp.logprob == Approx(expected(i, lp.token_id)).margin(1e-4));
+      REQUIRE(lp.top.size() == 2);
+      const int target = rule_next(r.prompt_token_ids[i], static_cast<int>(i), f.vocab());
+      CHECK(lp.top[0].first == target);
+      CHECK(lp.top[1].first == (target > 0 ? target - 1 : 1));  // a tie with target + 1: the lower id
+    }
+    CHECK(out.sequences[0].tokens == rule_continuation(r.prompt_token_ids, 2, f.vocab()));
+  }
+  r.sampling.prompt_logprobs = std::nullopt;
+  CHECK(f.run(r).num_cached_prompt_tokens > 0);  // the cache itself still works
+  require_drained(f.engine());
+}
+
+TEST_CASE("with a sampler of SDK 2.0 the engine refuses logit_bias, min_tokens and prompt_logprobs", "[engine]") {
+  EngineFixture f({fmt::format("sampler.plugin={}/fixture_sdk_2_0.so", PAGEDLLM_FIXTURE_PLUGIN_DIR)});
+  f.engine().start();
+  const auto rejected_param = [&](GenerateRequest r) -> std::string {
+    try {
+      f.engine().submit(std::move(r), [](RequestOutput&&) {});
+    } catch (const RequestRejected& e) {
+      CHECK_THAT(e.reason(), Catch::Matchers::Contains("SDK 2.1"));
+      return e.param();
+    }
+    return "(accepted)";
+  };
+  GenerateRequest r = f.request("hello", 3);
+  r.sampling.logit_bias = {{3, 1.0f}};
+  CHECK(rejected_param(r) == "logit_bias");
+  r.sampling.logit_bias.clear();
+  r.sampling.min_tokens = 2;
+  CHECK(rejected_param(r) == "min_tokens");
+  r.sampling.min_tokens = 0;
+  r.sampling.prompt_logprobs = 0;
+  CHECK(rejected_param(r) == "prompt_logprobs");
+  r.sampling.prompt_logprobs = std::nullopt;
+  CHECK(f.run(r).sequences[0].tokens.size() == 3);  // what it can do, it still does
+  require_drained(f.engine());
+}
+
+TEST_CASE("logit_bias steers greedy decoding; min_tokens suspends stop strings", "[engine]") {
+  EngineFixture f;
+  f.engine().start();
+  const Collected full = f.run(f.request("class A:", 12));
+  const std::vector<std::int32_t>& path = full.sequences[0].tokens;
+  REQUIRE(path.size() == 12);
+
+  // The rule model's logits are -|v - target| / 4 (fixture_rule_model.cpp): the
+  // target path[0] at 0, its neighbours at -0.25.
+  REQUIRE(path[0] > 0);
+  GenerateRequest r = f.request("class A:", 12);
+  r.sampling.logit_bias = {{path[0], -1.0f}};  // -1 < -0.25: the lower neighbour wins the tie
+  CHECK(f.run(r).sequences[0].tokens[0] == path[0] - 1);
+  r.sampling.logit_bias = {{path[0] + 1, 0.5f}};  // 0.25 > 0
+  CHECK(f.run(r).sequences[0].tokens[0] == path[0] + 1);
+
+  // A stop string within the text of the first min_tokens tokens does not stop.
+  r.sampling.logit_bias = {};
+  r.sampling.stop = {full.sequences[0].text.substr(0, 3)};
+  r.sampling.min_tokens = 12;
+  const Collected unstopped = f.run(r);
+  CHECK(unstopped.sequences[0].text == full.sequences[0].text);
+  CHECK(unstopped.sequences[0].finish_reason == FinishReason::kLength);
   require_drained(f.engine());
 }
 
@@ -453,6 +565,24 @@ TEST_CASE("bad requests are refused before queueing, naming the field", "[engine
   r = ok;
   r.sampling.repetition_penalty = 0.0f;
   CHECK(rejected_param(r) == "repetition_penalty");
+  r = ok;
+  r.sampling.logit_bias = {{3, 100.5f}};
+  CHECK(rejected_param(r) == "logit_bias");
+  r.sampling.logit_bias = {{f.vocab(), 1.0f}};
+  CHECK(rejected_param(r) == "logit_bias");
+  r.sampling.logit_bias = {{3, 1.0f}, {3, 2.0f}};
+  CHECK(rejected_param(r) == "logit_bias");
+  r.sampling.logit_bias.clear();
+  for (int i = 0; i < 301; ++i) r.sampling.logit_bias.emplace_back(i, 1.0f);
+  CHECK(rejected_param(r) == "logit_bias");
+  r = ok;
+  r.sampling.min_tokens = -1;
+  CHECK(rejected_param(r) == "min_tokens");
+  r.sampling.min_tokens = 5;  // max_tokens 4
+  CHECK(rejected_param(r) == "min_tokens");
+  r = ok;
+  r.sampling.prompt_logprobs = 21;
+  CHECK(rejected_param(r) == "prompt_logprobs");
   CHECK(f.engine().metrics().scheduler.num_rejected == 0);  // never reached the scheduler
 }
 

@@ -167,6 +167,22 @@ TEST_CASE("stop strings match across chunk boundaries and hold back partial matc
   CHECK_THROWS_AS(StopMatcher({""}), TokenizerError);
 }
 
+TEST_CASE("unchecked text (min_tokens) matches no stop string, one ending after it still counts", "[stop]") {
+  StopMatcher matcher({"END", "ab"});
+  CHECK(matcher.push_unchecked("xEND") == "xEND");  // no stop string starts at its end: nothing held
+  CHECK(matcher.push_unchecked("a") == "");                // "a" may start "ab": held back
+  StopMatch match = matcher.push("b tail");               // "ab" ends in checked text
+  CHECK(match.stopped);
+  CHECK(match.stop_index == 1u);
+  CHECK(match.text == "");
+
+  StopMatcher inner({"abcd", "bc"});
+  CHECK(inner.push_unchecked("abc") == "");  // a prefix of "abcd", holding all of "bc"
+  bool stopped = false;
+  CHECK(run_stops(inner, {"x"}, &stopped) == "abcx");  // "bc" ended in unchecked text
+  CHECK_FALSE(stopped);
+}
+
 TEST_CASE("stop matcher on random chunkings equals a whole-text search", "[stop]") {
   std::mt19937 rng(11);
   const std::vector<std::string> stops = {"abab", "ba", "cc"};

@@ -16,8 +16,8 @@
 // needing 12). The attention kernel alternates by model (optimized, reference).
 //
 // What is compared. The engine reports logprobs, not logits, and only for the
-// tokens it samples (it computes no logits for prompt rows it does not sample:
-// there is no prompt_logprobs). With model.max_logprobs -1 and logprobs = the
+// tokens it samples (prompt rows get logits only with prompt_logprobs, which
+// tests/api/test_sampling_params.py checks against transformers). With model.max_logprobs -1 and logprobs = the
 // vocabulary size, each generated token comes with the log-softmax of its whole
 // logits row, straight from the engine's step (forward -> sampler). So at every
 // generated position (the first from the last prefill row, chunked or after a

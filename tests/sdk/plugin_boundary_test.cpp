@@ -97,7 +97,7 @@ TEST_CASE("an exception inside a plugin becomes a status and a message", "[sdk][
   auto sampler = create_sampler(R"({"fail_on_sample": true})");
   float logits[] = {1.f, 2.f};
   pllm_sampling_params params{};
-  pllm_sample_row row{sizeof(row), &params, nullptr, 0, nullptr, 0, 0, 0};
+  pllm_sample_row row{sizeof(row), &params, nullptr, 0, nullptr, 0, 0, 0, 0, 0};
   const pllm_tensor logits_tensor{sizeof(pllm_tensor), logits, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, 2, {1, 2}, {2, 1}};
   pllm_sample_batch batch{sizeof(batch), 1, sizeof(row), &row, &logits_tensor};
   int32_t token = -1;

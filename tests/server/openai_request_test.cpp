@@ -79,7 +79,8 @@ TEST_CASE("every sampling field reaches the engine request", "[server][request]"
                {"seed", -1}, {"stop", {"\n", "END"}}, {"n", 3}, {"logprobs", 2}, {"echo", true},
                {"ignore_eos", true}, {"stream", true}, {"stream_options", {{"include_usage", true}}},
                {"user", "me"}, {"stop_token_ids", {5, 6}}, {"include_stop_str_in_output", true},
-               {"skip_special_tokens", false}, {"some_future_field", {1, 2, 3}}});
+               {"skip_special_tokens", false}, {"some_future_field", {1, 2, 3}},
+               {"logit_bias", {{"7", -100}, {"3", 2.5}}}, {"min_tokens", 4}, {"prompt_logprobs", 1}});
   const SamplingOptions& s = plan.sampling;
   CHECK(plan.prompts[0].max_tokens == 7);
   CHECK(s.temperature == 0.5f);
@@ -101,6 +102,11 @@ TEST_CASE("every sampling field reaches the engine request", "[server][request]"
   CHECK(s.stop_token_ids == std::vector<std::int32_t>{5, 6});
   CHECK(s.include_stop_str_in_output);
   CHECK_FALSE(s.skip_special_tokens);
+  // nlohmann keeps object keys sorted.
+  CHECK(s.logit_bias == std::vector<std::pair<std::int32_t, float>>{{3, 2.5f}, {7, -100.0f}});
+  CHECK(s.min_tokens == 4);
+  CHECK(plan.prompt_logprobs == 1);
+  CHECK(s.prompt_logprobs == 2);  // echo with logprobs 2 wants two alternatives per prompt token
   CHECK(plan.num_choices() == 3);
 }
 
@@ -164,8 +170,17 @@ TEST_CASE("wrong types and values out of range are 400s naming the field", "[ser
   check_400(engine, k, {{"prompt", {{1}, json::array()}}}, "prompt", "must not be empty");
   check_400(engine, k, json::object(), "prompt", "'prompt' is required");
   check_400(engine, k, {{"prompt", "x"}, {"suffix", "y"}}, "suffix", "not supported");
-  check_400(engine, k, {{"prompt", "x"}, {"logit_bias", {{"5", 100}}}}, "logit_bias", "not supported");
-  check_400(engine, k, {{"prompt", "x"}, {"best_of", 2}}, "best_of", "not supported");
+  check_400(engine, k, {{"prompt", "x"}, {"logit_bias", {{"5", 100.5}}}}, "logit_bias", "between -100 and 100");
+  check_400(engine, k, {{"prompt", "x"}, {"logit_bias", {{"x5", 1}}}}, "logit_bias", "not a token id");
+  check_400(engine, k, {{"prompt", "x"}, {"logit_bias", {{"5", 1}, {"05", 2}}}}, "logit_bias", "twice");
+  check_400(engine, k, {{"prompt", "x"}, {"logit_bias", {{"5", "1"}}}}, "logit_bias[\"5\"]", "a number");
+  check_400(engine, k, {{"prompt", "x"}, {"logit_bias", json::array()}}, "logit_bias", "an object");
+  check_400(engine, k, {{"prompt", "x"}, {"min_tokens", -1}}, "min_tokens", "");
+  check_400(engine, k, {{"prompt", "x"}, {"prompt_logprobs", 21}}, "prompt_logprobs", "");
+  check_400(engine, k, {{"prompt", "x"}, {"n", 2}, {"best_of", 1}}, "best_of", "greater than or equal to 'n'");
+  check_400(engine, k, {{"prompt", "x"}, {"best_of", 2}, {"stream", true}}, "stream", "'best_of' is greater");
+  check_400(engine, ApiKind::kChat, {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"best_of", 2}},
+            "best_of", "/v1/completions");
 }
 
 TEST_CASE("bodies that are not JSON objects are 400s", "[server][request]") {

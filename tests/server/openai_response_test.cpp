@@ -95,6 +95,35 @@ TEST_CASE("batch prompts with n > 1 number their choices prompt-major", "[server
   CHECK(body["usage"]["prompt_tokens_details"]["cached_tokens"] == 2);
 }
 
+TEST_CASE("best_of > n returns each prompt's n best sequences by cumulative logprob, best first",
+          "[server][response]") {
+  FakeEngine engine;
+  const GenerationPlan plan =
+      plan_for(engine, ApiKind::kCompletion, {{"prompt", {"a", "b"}}, {"n", 2}, {"best_of", 3}});
+  ResponseBuilder builder(plan, engine.tokenizer(), "cmpl-3", 1);
+  // Sequence s of a prompt: two tokens whose logprobs sum to scores[s].
+  auto sequence = [](int index, std::string text, float first, float second) {
+    SequenceDelta d = delta(index, std::move(text), {1, 2}, FinishReason::kLength);
+    d.logprobs = {{1, first, {}}, {2, second, {}}};
+    return d;
+  };
+  builder.add(0, output({sequence(0, "a0", -1.0f, -2.0f), sequence(1, "a1", -0.5f, -0.25f),
+                         sequence(2, "a2", -3.0f, -0.5f)},
+                        true, 1, 6));
+  // Prompt b's sequences arrive over two outputs: the sums count every delta.
+  builder.add(1, output({sequence(0, "b0", -0.1f, -0.1f), sequence(1, "b1", -2.0f, -2.0f)}, false, 1, 4));
+  builder.add(1, output({sequence(2, "b2", -0.05f, -0.05f)}, true, 1, 6));
+  const json body = json::parse(builder.response_body());
+  REQUIRE(body["choices"].size() == 4);
+  CHECK(body["choices"][0]["text"] == "a1");  // -0.75
+  CHECK(body["choices"][1]["text"] == "a0");  // -3 beats a2's -3.5
+  CHECK(body["choices"][2]["text"] == "b2");  // -0.1
+  CHECK(body["choices"][3]["text"] == "b0");  // -0.2
+  for (int i = 0; i < 4; ++i) CHECK(body["choices"][i]["index"] == i);
+  CHECK(body["choices"][0]["logprobs"].is_null());  // not asked
+  CHECK(body["usage"]["completion_tokens"] == 12);  // every generated token
+}
+
 TEST_CASE("streamed completion chunks, the usage chunk and [DONE]", "[server][response]") {
   FakeEngine engine;
   const GenerationPlan plan = plan_for(engine, ApiKind::kCompletion,

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <numeric>
@@ -104,6 +105,11 @@ struct Row {
   std::vector<float> logits;
   std::vector<int32_t> prompt, output;
   uint64_t offset = 0;
+  // logit_bias and min_tokens' banned ids (params' pointers are set from these per call).
+  std::vector<int32_t> bias_ids{};
+  std::vector<float> bias_values{};
+  std::vector<int32_t> banned{};
+  int32_t scored = -1;  // >= 0: a PLLM_SAMPLE_ROW_SCORE row reporting this token
 };
 
 struct Result {
@@ -191,6 +197,7 @@ class Sampler {
   // honour logits_row and strides[0]; padding and the spare row are NaN and must
   // never be read.
   struct Batch {
+    std::vector<pllm_sampling_params> params;
     std::vector<pllm_sample_row> rows;
     std::unique_ptr<DeviceFloats> logits;
     pllm_tensor logits_tensor{};
@@ -199,17 +206,30 @@ class Sampler {
       const std::size_t vocab = in[0].logits.size();
       const std::size_t stride = vocab + 3;
       std::vector<float> host((in.size() + 1) * stride, NAN);
+      params.reserve(in.size());
       for (std::size_t r = 0; r < in.size(); ++r) {
         std::copy(in[r].logits.begin(), in[r].logits.end(), host.begin() + std::ptrdiff_t((r + 1) * stride));
+        params.push_back(in[r].params);
+        if (PLLM_HAS_FIELD(pllm_sampling_params, &params.back(), min_tokens_banned_ids)) {
+          params.back().num_logit_bias = int32_t(in[r].bias_ids.size());
+          params.back().logit_bias_token_ids = in[r].bias_ids.data();
+          params.back().logit_bias_values = in[r].bias_values.data();
+          params.back().num_min_tokens_banned_ids = int32_t(in[r].banned.size());
+          params.back().min_tokens_banned_ids = in[r].banned.data();
+        }
         pllm_sample_row row{};
         row.struct_size = sizeof row;
-        row.params = &in[r].params;
+        row.params = &params.back();
         row.prompt_token_ids = in[r].prompt.data();
         row.num_prompt_tokens = int32_t(in[r].prompt.size());
         row.output_token_ids = in[r].output.data();
         row.num_output_tokens = int32_t(in[r].output.size());
         row.random_offset = in[r].offset;
         row.logits_row = int32_t(r + 1);
+        if (in[r].scored >= 0) {
+          row.flags = PLLM_SAMPLE_ROW_SCORE;
+          row.scored_token_id = in[r].scored;
+        }
         rows.push_back(row);
       }
       logits = std::make_unique<DeviceFloats>(device, host);
@@ -249,11 +269,20 @@ std::vector<double> log_softmax(const std::vector<float>& l) {
   return out;
 }
 
-// The reference pipeline: penalties (as in the row sampler's header comment),
-// then temperature, min-p, top-k, top-p; returns the processed distribution.
+// The reference pipeline (sdk/sampler.h's order): logit_bias, min_tokens' ban
+// while the output is shorter than min_tokens, penalties, then temperature,
+// min-p, top-k, top-p; returns the processed distribution.
 std::vector<double> reference_penalized(const Row& row) {
   std::vector<double> l(row.logits.begin(), row.logits.end());
   const auto& p = row.params;
+  if (p.struct_size >= sizeof(pllm_sampling_params)) {
+    for (std::size_t i = 0; i < row.bias_ids.size(); ++i) {
+      l[std::size_t(row.bias_ids[i])] = double(row.logits[std::size_t(row.bias_ids[i])] + row.bias_values[i]);
+    }
+    if (int32_t(row.output.size()) < p.min_tokens) {
+      for (int32_t id : row.banned) l[std::size_t(id)] = -INFINITY;
+    }
+  }
   std::vector<int> count(l.size(), 0);
   std::vector<bool> seen(l.size(), false);
   for (int32_t t : row.prompt) seen[std::size_t(t)] = true;
@@ -593,6 +622,138 @@ TEST_CASE("sampler rejects bad parameters, token ids and options", "[sampler]") 
   }
 }
 
+TEST_CASE("logit_bias and min_tokens change logits before the penalties (sdk/sampler.h)", "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
+  std::mt19937 rng(8);
+  Row row{params(1.0f), random_logits(rng, 64, 2.0f), {1, 2, 3}, {3, 5, 5}, 0};
+  row.bias_ids = {5, 9, 60, 3};
+  row.bias_values = {-1.5f, 2.25f, 6.0f, -100.0f};
+  row.banned = {9, 0, 9, 63};  // may repeat (EOS also a stop token id)
+  row.params.repetition_penalty = 1.2f;
+  row.params.frequency_penalty = 0.3f;
+  Sampler sampler(device);
+  SECTION("probabilities equal the reference's, ban active or not") {
+    const int32_t min_tokens = GENERATE(0, 3, 4);  // 3 outputs so far: banned only at 4
+    const float temperature = GENERATE(0.6f, 1.0f);
+    row.params.min_tokens = min_tokens;
+    row.params.temperature = temperature;
+    const auto expected = reference_distribution(row);
+    const auto got = sampler.probabilities({row})[0];
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("token " << i << ", min_tokens " << min_tokens << ", temperature " << temperature);
+      REQUIRE(got[i] == Approx(expected[i]).epsilon(1e-5).margin(1e-7));
+    }
+    CHECK((got[9] == 0.0f) == (min_tokens == 4));
+    CHECK(std::max_element(got.begin(), got.end()) - got.begin() == 60);  // +6 on a spread of 2
+  }
+  SECTION("greedy: a bias picks the argmax, a ban removes it, logprobs stay raw") {
+    row.params.temperature = 0.0f;
+    row.params.repetition_penalty = 1.0f;
+    row.params.frequency_penalty = 0.0f;
+    row.bias_ids = {17};
+    row.bias_values = {100.0f};
+    row.banned = {};
+    const Result biased = sampler.sample({row});
+    CHECK(biased.tokens[0] == 17);
+    CHECK(biased.logprobs[0] == Approx(log_softmax(row.logits)[17]).margin(1e-5));
+    row.banned = {17};
+    row.params.min_tokens = 4;
+    const Result banned = sampler.sample({row});
+    std::vector<float> without = row.logits;
+    without[17] = -INFINITY;
+    CHECK(banned.tokens[0] == int32_t(std::max_element(without.begin(), without.end()) - without.begin()));
+    row.output.push_back(7);  // the 4th output token: min_tokens reached
+    CHECK(sampler.sample({row}).tokens[0] == 17);
+  }
+  SECTION("a seeded row never draws a banned token while min_tokens is not reached") {
+    row.logits.assign(64, 0.0f);
+    row.logits[9] = 8.0f;  // would be drawn almost always
+    row.params.min_tokens = 10;
+    row.bias_ids = {};
+    row.bias_values = {};
+    for (uint64_t offset = 0; offset < 200; ++offset) {
+      row.offset = offset;
+      row.params.seed = offset * 7 + 1;
+      REQUIRE(sampler.sample({row}).tokens[0] != 9);
+    }
+  }
+  SECTION("a 2.0 filler's params (without the 2.1 fields) are sampled as before") {
+    row.params.temperature = 0.0f;
+    row.params.repetition_penalty = 1.0f;
+    row.params.frequency_penalty = 0.0f;
+    Row old = row;
+    old.params.struct_size = offsetof(pllm_sampling_params, num_logit_bias);
+    old.params.min_tokens = 0;
+    row.bias_ids = {};
+    row.bias_values = {};
+    row.banned = {};
+    CHECK(sampler.sample({old}).tokens == sampler.sample({row}).tokens);
+  }
+}
+
+TEST_CASE("a scoring row reports its given token's raw logprob and the top alternatives", "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
+  std::mt19937 rng(21);
+  Sampler sampler(device);
+  std::vector<Row> rows;
+  for (int i = 0; i < 6; ++i) {
+    Row row{params(i % 2 == 0 ? 0.0f : 0.8f), random_logits(rng, 200), {1, 2}, {3}, uint64_t(i)};
+    row.params.num_top_logprobs = 3;
+    // Penalties, a bias and a ban change nothing a scoring row reports.
+    row.params.repetition_penalty = 1.5f;
+    row.bias_ids = {7};
+    row.bias_values = {50.0f};
+    row.banned = {int32_t(i * 11)};
+    row.params.min_tokens = 5;
+    row.scored = int32_t(i * 11);
+    rows.push_back(row);
+  }
+  const Result r = sampler.sample(rows, 3);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    INFO("row " << i);
+    const auto expected = log_softmax(rows[i].logits);
+    CHECK(r.tokens[i] == rows[i].scored);
+    CHECK(r.logprobs[i] == Approx(expected[std::size_t(rows[i].scored)]).margin(1e-5));
+    std::vector<int32_t> order(200);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return rows[i].logits[std::size_t(a)] > rows[i].logits[std::size_t(b)];
+    });
+    for (int j = 0; j < 3; ++j) {
+      CHECK(r.top_ids[i * 3 + std::size_t(j)] == order[std::size_t(j)]);
+      const double top = expected[std::size_t(order[std::size_t(j)])];
+      CHECK(r.top_logprobs[i * 3 + std::size_t(j)] == Approx(top).margin(1e-5));
+    }
+  }
+  rows[0].scored = 200;
+  CHECK_THROWS_WITH(sampler.sample({rows[0]}), Contains("scored token 200 is outside the vocabulary"));
+}
+
+TEST_CASE("logit_bias and min_tokens arguments are checked", "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  CAPTURE(name_of(device));
+  Sampler sampler(device);
+  Row row{params(1.0f), std::vector<float>(10, 0.0f), {}, {}, 0};
+  row.bias_ids = {3, 4, 3};
+  row.bias_values = {1.0f, 2.0f, 3.0f};
+  CHECK_THROWS_WITH(sampler.sample({row}), Contains("logit_bias lists token 3 twice"));
+  row.bias_ids = {3, 10};
+  row.bias_values = {1.0f, 2.0f};
+  CHECK_THROWS_WITH(sampler.sample({row}), Contains("logit_bias token 1 = 10 is outside the vocabulary"));
+  row.bias_ids = {3};
+  row.bias_values = {INFINITY};
+  CHECK_THROWS_WITH(sampler.sample({row}), Contains("logit_bias value 0 is not finite"));
+  row.bias_ids = {};
+  row.bias_values = {};
+  row.params.min_tokens = -1;
+  CHECK_THROWS_WITH(sampler.sample({row}), Contains("min_tokens must be >= 0"));
+  row.params.min_tokens = 2;
+  row.banned = {-1};
+  CHECK_THROWS_WITH(sampler.sample({row}), Contains("min_tokens banned token 0 = -1 is outside the vocabulary"));
+}
+
 TEST_CASE("with row_status, a row of non-finite logits is flagged and the others are sampled", "[sampler]") {
   const pllm_device device = EACH_DEVICE;
   CAPTURE(name_of(device));
@@ -650,6 +811,17 @@ TEST_CASE("CUDA samples exactly what the CPU samples, every feature, greedy and 
     row.params.num_top_logprobs = i % 5;
     for (int t = 0; t < i % 13; ++t) row.prompt.push_back(int32_t((i * 37 + t * 101) % 1500));
     for (int t = 0; t < i % 9; ++t) row.output.push_back(int32_t((i * 53 + t * 7) % 40));
+    // logit_bias on some rows (on history tokens too), min_tokens banning or not yet.
+    for (int t = 0; t < (i % 3 == 1 ? 1 + i % 5 : 0); ++t) {
+      row.bias_ids.push_back(int32_t((i * 29 + t * 211) % 1500));
+      row.bias_values.push_back(float(t % 2 == 0 ? 1 : -1) * (0.75f + 7.5f * float(t)));
+    }
+    if (i % 4 == 3) {
+      row.params.min_tokens = i % 8 == 3 ? 100 : 0;
+      row.banned = {int32_t(i % 40), int32_t((i * 53) % 40), 1499};
+      if (!row.bias_ids.empty()) row.banned.push_back(row.bias_ids[0]);
+    }
+    if (i % 10 == 9) row.scored = int32_t((i * 97) % 1500);
     rows.push_back(row);
   }
   Sampler cpu(kCpu), gpu(kCuda);

@@ -21,6 +21,12 @@ extern "C" {
  * What a sampler must honour (the engine validates the values first; a
  * sampler still refuses bad ones with PLLM_ERROR_INVALID_ARGUMENT):
  * every field of pllm_sampling_params, applied in this order (vLLM V1's):
+ *   0. (2.1) logit_bias: the bias is added to the raw logit of each listed token;
+ *      then min_tokens: while the row has produced fewer than min_tokens output
+ *      tokens (pllm_sample_row.num_output_tokens), every token of
+ *      min_tokens_banned_ids gets logit -infinity (it can never be sampled, and
+ *      the penalties below keep it there). vLLM V1 applies both as logits
+ *      processors before its penalties, and so does every pagedllm sampler;
  *   1. repetition_penalty over the distinct prompt + output tokens: a positive
  *      logit is divided by it, a negative one multiplied (HF, vLLM);
  *   2. frequency_penalty and presence_penalty over output tokens (OpenAI):
@@ -33,8 +39,10 @@ extern "C" {
  *      top_p of what is left), then draw from what is kept with the row's
  *      (seed, random_offset).
  * The reported log-probabilities (`logprobs`, `top_logprobs`) are of the RAW
- * logits: log_softmax before penalties, temperature and filtering (vLLM's
- * default "raw_logprobs", and what the OpenAI API reports). */
+ * logits: log_softmax before logit_bias, min_tokens, penalties, temperature and
+ * filtering (vLLM's default "raw_logprobs", and what the OpenAI API reports):
+ * the model's own belief, so a token banned by a bias of -100 still reports
+ * the log-probability the model gave it. */
 typedef struct pllm_sampler pllm_sampler;
 
 typedef struct pllm_sampler_create_args {
@@ -55,6 +63,18 @@ typedef struct pllm_sampling_params {
   float repetition_penalty; /* 1 = off */
   uint64_t seed;
   int32_t num_top_logprobs; /* alternatives to report per token; 0 = none */
+  /* ---- 2.1 (appended; zero means absent; a filler of 2.0 has none of them) ---- */
+  /* OpenAI's logit_bias: num_logit_bias distinct token ids, each with a finite
+   * bias added to its raw logit (step 0 above). 0 = none. */
+  int32_t num_logit_bias;
+  const int32_t* logit_bias_token_ids; /* [num_logit_bias], host memory */
+  const float* logit_bias_values;      /* [num_logit_bias], host memory */
+  /* vLLM's min_tokens: while num_output_tokens < min_tokens, the tokens below
+   * cannot be sampled (core lists the model's EOS ids unless ignore_eos, and
+   * the request's stop_token_ids). 0 = off. */
+  int32_t min_tokens;
+  int32_t num_min_tokens_banned_ids;
+  const int32_t* min_tokens_banned_ids; /* [num_min_tokens_banned_ids], host memory; may repeat an id */
 } pllm_sampling_params;
 
 /* Below this temperature a row is greedy: every sampler and core use this one
@@ -84,7 +104,18 @@ typedef struct pllm_sample_row {
    * device, so core never reorders logits. Several rows may share one (an n > 1
    * request's sequences at the end of its prompt). */
   int32_t logits_row;
+  /* ---- 2.1 (appended; zero means absent) ---- */
+  uint32_t flags; /* PLLM_SAMPLE_ROW_* */
+  /* With PLLM_SAMPLE_ROW_SCORE: the token this row reports instead of sampling
+   * one (a prompt position's logprob, vLLM's prompt_logprobs): token_ids gets
+   * it, logprobs its raw log-probability, top_logprobs the row's top raw
+   * alternatives, exactly as for a sampled token; nothing is drawn and the
+   * params' penalties, bias and filters do not apply (raw logprobs never see them). */
+  int32_t scored_token_id;
 } pllm_sample_row;
+
+/* pllm_sample_row.flags */
+#define PLLM_SAMPLE_ROW_SCORE 1u
 
 typedef struct pllm_sample_batch {
   uint32_t struct_size;
