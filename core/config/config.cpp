@@ -173,6 +173,24 @@ HostConfig read_root(const YAML::Node& root_node, SourceMap sources) {
     spec.finish();
     config.speculative = std::move(s);
   }
+  YamlMapReader parallel = root.child("parallel");
+  if (root.is_set("parallel")) {
+    ParallelConfig p;
+    p.tensor_parallel_size = static_cast<int>(parallel.get_int("tensor_parallel_size", 1, 1, 4096));
+    const bool on_cuda = config.device.type == DeviceType::kCuda;
+    p.backend = parallel.get_choice("backend", on_cuda ? "nccl" : "mpi", {"mpi", "nccl"});
+    if (p.backend == "nccl" && !on_cuda) {
+      parallel.fail("backend", "nccl moves CUDA memory; device is cpu: use backend: mpi");
+    }
+    if (p.backend == "mpi" && on_cuda) {
+      parallel.fail("backend", "mpi moves host memory; device is CUDA: use backend: nccl");
+    }
+    p.collectives.key_path = "parallel";
+    p.collectives.plugin = "collectives_" + p.backend;
+    p.collectives.options = parallel.get_json_object("options");
+    parallel.finish();
+    config.parallel = std::move(p);
+  }
   config.cache = read_cache(root.child("cache"));
   config.scheduler = read_scheduler(root.child("scheduler"));
   config.server = read_server(root.child("server"));

@@ -56,6 +56,17 @@ struct SpeculativeConfig {
   std::optional<int> disable_by_batch_size;
 };
 
+// Tensor parallelism (docs/tensor-parallel.md): the model split over
+// tensor_parallel_size ranks (processes mpirun starts), which meet through a
+// collectives plugin: backend mpi (collectives_mpi, CPU ranks) or nccl
+// (collectives_nccl, CUDA ranks); `collectives` is that plugin's slot
+// ("parallel", its options from parallel.options). Set only when the section is.
+struct ParallelConfig {
+  int tensor_parallel_size = 1;
+  std::string backend = "mpi";
+  PluginSlot collectives;
+};
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0 = any free port (printed at start)
@@ -85,6 +96,7 @@ struct HostConfig {
   PluginSlot attention;
   PluginSlot sampler;
   std::optional<SpeculativeConfig> speculative;
+  std::optional<ParallelConfig> parallel;
   CacheConfig cache;
   SchedulerConfig scheduler;
   ServerConfig server;

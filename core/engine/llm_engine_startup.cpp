@@ -34,6 +34,14 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
     : config_(config),
       log_(logger("engine")),
       tokenizer_(tokenizer::Tokenizer::from_model(config.model.path.string())) {
+  if (config.parallel && config.parallel->tensor_parallel_size > 1) {
+    throw ConfigError(fmt::format("{}: parallel.tensor_parallel_size: {}: the engine does not drive tensor-parallel "
+                                  "ranks yet (its driver/worker split is the open part of issue 22; "
+                                  "docs/tensor-parallel.md). The model plugin can already be split: "
+                                  "tests/plugins/models_llama/tensor_parallel_check.cpp",
+                                  config.sources.locate("parallel.tensor_parallel_size"),
+                                  config.parallel->tensor_parallel_size));
+  }
   const ConfiguredPlugins configured = load_configured_plugins(config, registry);
   if (!configured.ok()) throw ConfigError(join(configured.errors, "\n"));
   const auto library_of = [&](pllm_plugin_kind kind) {
@@ -48,7 +56,8 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
   const std::string model_options = config.model.plugin.options.dump();
   const std::string model_path = config.model.path.string();
   pllm_model_create_args model_args{sizeof(pllm_model_create_args), model_options.c_str(),
-                                    model_path.c_str(), device, to_plugin_dtype(config.model.dtype)};
+                                    model_path.c_str(), device, to_plugin_dtype(config.model.dtype),
+                                    /*collectives: tensor parallelism is not driven by the engine yet*/ nullptr};
   log_->info("loading model {} with {}", model_path, config.model.plugin.plugin);
   model_instance_ = create_plugin_instance<pllm_model_api, pllm_model>(
       library_of(PLLM_PLUGIN_KIND_MODEL), model_args);

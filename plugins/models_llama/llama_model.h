@@ -12,6 +12,17 @@
 // fused matrix, so get_tensor() serves any name (a tied lm_head is the
 // embedding itself), in the weight dtype.
 //
+// As rank r of a tensor-parallel group of N (a collectives ref at create;
+// docs/tensor-parallel.md) it loads only its shard of an HF checkpoint: q/k/v
+// by heads (heads [r H/N, (r+1) H/N); kv heads likewise, or, when N exceeds
+// them, kv head r / (N / KV) replicated on N / KV ranks), gate/up by rows
+// (intermediate columns), o/down by columns, embedding and lm_head by
+// vocabulary (ceil(V / N) rows per rank); the norms whole. config() is the
+// rank's view (its heads and intermediate size), so the KV cache core sizes
+// from info() holds the rank's kv heads. forward() all-reduces the embedding
+// rows and the outputs of o_proj and down_proj, and all-gathers the logits:
+// every rank returns the whole [rows, vocab] logits.
+//
 // With quantization (int8_w8a8 / int8_weight_only), every decoder matrix and
 // lm_head are quantized to int8 at load instead (per output row, weights.h);
 // a tied lm_head gets an int8 copy of the embedding, which itself stays in
@@ -43,7 +54,8 @@ class LlamaModel final : public llama::LlamaForward {
   // host. `weight_dtype`: F32, BF16, F16, or INVALID for the embedding's
   // stored dtype. `quantization`: int8 matrices multiplied that way, or none.
   LlamaModel(const std::filesystem::path& model_dir, int num_threads, pllm_dtype weight_dtype,
-             std::optional<llama_cpu::Int8Compute> quantization = std::nullopt);
+             std::optional<llama_cpu::Int8Compute> quantization = std::nullopt,
+             const pllm_collectives_ref* collectives = nullptr);
 
   const LlamaConfig& config() const override { return config_; }
   pllm_dtype dtype() const override { return PLLM_DTYPE_F32; }
@@ -66,12 +78,25 @@ class LlamaModel final : public llama::LlamaForward {
     std::vector<int64_t> shape;
   };
 
+  void set_up_tensor_parallel(const std::filesystem::path& model_dir, const pllm_collectives_ref& ref,
+                              const pllm_communicator_info& group);
   void load_weights(const std::filesystem::path& model_dir, pllm_dtype weight_dtype);
+  // The checkpoint block of `slot` this rank loads (the whole tensor without tensor parallelism).
+  llama_cpu::WeightPart shard_part(const llama::WeightSlot& slot, llama_cpu::WeightStorage* storage) const;
+  // The collectives' all-reduce (sum, in place) and all-gather, failures thrown naming `what`.
+  void all_reduce(float* data, int64_t count, std::string_view what);
+  void all_gather(const float* send, float* recv, int64_t count, std::string_view what);
   llama_cpu::WeightsRef lm_head() const {
     return config_.tie_word_embeddings && !quantization_ ? embed_.ref() : lm_head_.ref();
   }
 
-  LlamaConfig config_;
+  LlamaConfig full_config_;  // the checkpoint's
+  LlamaConfig config_;       // this rank's: its heads, kv heads and intermediate size
+  std::optional<pllm_collectives_ref> collectives_;
+  llama_cpu::TensorParallelRank tensor_parallel_;
+  int64_t vocab_shard_ = 0;  // ceil(vocab / N): rank r holds rows [r * vocab_shard_, ...) of embed and lm_head
+  int64_t vocab_first_ = 0, vocab_rows_ = 0;
+  int32_t kv_head_first_ = 0;
   plugins::ThreadPool pool_;
   std::vector<double> inv_freq_;
   pllm_dtype weight_dtype_ = PLLM_DTYPE_F32;
@@ -82,7 +107,7 @@ class LlamaModel final : public llama::LlamaForward {
 
   // Forward scratch, sized for the largest step seen so far.
   llama_cpu::DecoderScratch scratch_;
-  Buffer x_, rows_, logits_, hidden_;
+  Buffer x_, rows_, logits_, hidden_, shard_logits_, gathered_logits_;
 };
 
 }  // namespace pagedllm::models_llama

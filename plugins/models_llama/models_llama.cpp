@@ -82,6 +82,12 @@ class LlamaPlugin : public pllm::ModelPlugin {
  private:
   static std::unique_ptr<llama::LlamaForward> load(const Options& options, const pllm_model_create_args& args) {
     const int num_threads = plugins::resolve_num_threads(options.num_threads);
+    const pllm_collectives_ref* collectives =
+        PLLM_HAS_FIELD(pllm_model_create_args, &args, collectives) ? args.collectives : nullptr;
+    if (collectives && args.device.type != PLLM_DEVICE_CPU) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: tensor parallelism runs on the CPU only so far "
+                                                "(docs/tensor-parallel.md)");
+    }
     if (options.int8_compute() && args.device.type != PLLM_DEVICE_CPU) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: quantization " + options.quantization +
                                                     " runs on the CPU only (device type " +
@@ -106,7 +112,7 @@ class LlamaPlugin : public pllm::ModelPlugin {
                                                             "f16 (activations in f32); model dtype ") +
                                                     dtype_name(args.dtype) + " is not supported");
     }
-    return std::make_unique<LlamaModel>(args.model_path, num_threads, args.dtype, options.int8_compute());
+    return std::make_unique<LlamaModel>(args.model_path, num_threads, args.dtype, options.int8_compute(), collectives);
   }
 
   std::unique_ptr<llama::LlamaForward> model_;

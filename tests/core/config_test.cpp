@@ -288,3 +288,28 @@ TEST_CASE("a missing config file is a clear error", "[config]") {
   CHECK_THROWS_WITH(load_config("/nonexistent/serve.yaml"),
                     Contains("/nonexistent/serve.yaml: cannot read the config file"));
 }
+
+TEST_CASE("parallel: tensor_parallel_size and the collectives backend, checked strictly", "[config]") {
+  CHECK_FALSE(parse_config(kMinimal, "/etc/x.yaml").parallel.has_value());
+  const HostConfig c = parse_config(kMinimal + "parallel: {tensor_parallel_size: 2, options: {timeout_seconds: 5}}\n",
+                                    "/etc/x.yaml");
+  REQUIRE(c.parallel.has_value());
+  CHECK(c.parallel->tensor_parallel_size == 2);
+  CHECK(c.parallel->backend == "mpi");  // the default on the CPU
+  CHECK(c.parallel->collectives.plugin == "collectives_mpi");
+  CHECK(c.parallel->collectives.key_path == "parallel");
+  CHECK(c.parallel->collectives.options == nlohmann::json{{"timeout_seconds", 5}});
+  const HostConfig cuda = parse_config(kMinimal + "device: cuda:0\nparallel: {tensor_parallel_size: 2}\n",
+                                       "/etc/x.yaml");
+  CHECK(cuda.parallel->collectives.plugin == "collectives_nccl");  // the default on CUDA
+
+  CHECK_THAT(config_error(kMinimal + "parallel: {tensor_paralel_size: 2}\n"),
+             Contains("parallel.tensor_paralel_size: unknown key (did you mean 'tensor_parallel_size'?)"));
+  CHECK_THAT(config_error(kMinimal + "parallel: {tensor_parallel_size: 0}\n"),
+             Contains("parallel.tensor_parallel_size"));
+  CHECK_THAT(config_error(kMinimal + "parallel: {backend: gloo}\n"), Contains("parallel.backend: must be one of"));
+  CHECK_THAT(config_error(kMinimal + "parallel: {backend: nccl}\n"),
+             Contains("parallel.backend: nccl moves CUDA memory; device is cpu: use backend: mpi"));
+  CHECK_THAT(config_error(kMinimal + "device: cuda\nparallel: {backend: mpi}\n"),
+             Contains("parallel.backend: mpi moves host memory; device is CUDA: use backend: nccl"));
+}

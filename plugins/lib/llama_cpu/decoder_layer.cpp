@@ -35,7 +35,7 @@ void DecoderScratch::prepare(plugins::ThreadPool& pool, const LlamaConfig& c, co
 
 void decoder_layer_forward(plugins::ThreadPool& pool, const LlamaConfig& c, const DecoderLayerWeights& layer, float* x,
                            DecoderScratch& s, const pllm_attention_ref& attention, int32_t kv_layer,
-                           std::string_view who) {
+                           std::string_view who, const TensorParallelRank* tensor_parallel) {
   const int64_t tokens = s.tokens_, h = c.hidden_size, inter = c.intermediate_size, d = c.head_dim;
   const int64_t q = c.q_size(), kv = c.kv_size(), qkv_width = q + 2 * kv, half = d / 2;
   if (tokens <= 0) return;
@@ -54,11 +54,14 @@ void decoder_layer_forward(plugins::ThreadPool& pool, const LlamaConfig& c, cons
 
   llama::run_attention_layer(attention, kv_layer, c, s.qkv_, s.attn_, tokens, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0},
                              nullptr, who);
-  linear(pool, s.attn_, q, tokens, layer.o.ref(), h, q, x, h, true);
+  const bool add_to_residual = !tensor_parallel || tensor_parallel->rank == 0;
+  linear(pool, s.attn_, q, tokens, layer.o.ref(), h, q, x, h, add_to_residual);
+  if (tensor_parallel) tensor_parallel->all_reduce(x, tokens * h, "o_proj");
   rms_norm(pool, x, h, tokens, h, layer.post_norm.f32(), eps, s.normed_, h);
   linear(pool, s.normed_, h, tokens, layer.gate_up.ref(), 2 * inter, h, s.gate_up_, 2 * inter, false);
   swiglu(pool, s.gate_up_, tokens, inter, s.act_);
-  linear(pool, s.act_, inter, tokens, layer.down.ref(), h, inter, x, h, true);
+  linear(pool, s.act_, inter, tokens, layer.down.ref(), h, inter, x, h, add_to_residual);
+  if (tensor_parallel) tensor_parallel->all_reduce(x, tokens * h, "down_proj");
 }
 
 }  // namespace pagedllm::llama_cpu

@@ -34,16 +34,17 @@ void convert(const llama::SourceTensor& view, int64_t first, int64_t count, pllm
   }
 }
 
-// Rows [first_row, first_row + rows) of `view` (rows of k) quantized into
-// part's int8 storage from its row `dst_row` on.
-void quantize_rows(const llama::SourceTensor& view, int64_t first_row, int64_t rows, int64_t k,
-                   WeightStorage& storage, int64_t dst_row) {
+// Rows [first_row, first_row + rows) of `part`'s block of `view` (rows of k)
+// quantized into the part's int8 storage.
+void quantize_rows(const llama::SourceTensor& view, const WeightPart& part, int64_t first_row, int64_t rows) {
+  const int64_t k = part.width();
+  WeightStorage& storage = *part.storage;
   thread_local std::vector<float> wide;
   wide.resize(std::size_t(k));
   auto* q = static_cast<int8_t*>(storage.data());
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t dst = dst_row + first_row + r;
-    view.to_f32((first_row + r) * k, k, wide.data());
+    const int64_t dst = part.first_row + first_row + r;
+    view.to_f32(part.source_offset(first_row + r), k, wide.data());
     quantize_row_int8(wide.data(), k, q + dst * k, storage.scales()[dst], storage.row_sums()[dst]);
   }
 }
@@ -83,25 +84,39 @@ LoadedWeights load_weight_parts(const llama::WeightSource& checkpoint, const std
   pllm::report_progress("loading weights", 0, total_bytes);
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const llama::SourceTensor& view = *views[i];
-    auto* dst = static_cast<std::byte*>(parts[i].data());
-    const pllm_dtype dtype = parts[i].storage->dtype();
+    const WeightPart& part = parts[i];
+    auto* dst = static_cast<std::byte*>(part.data());
+    const pllm_dtype dtype = part.storage->dtype();
     const std::size_t size = weight_dtype_size(dtype);
     constexpr int64_t kChunk = 1 << 18;
-    const int64_t numel = view.numel();
+    const int64_t k = part.width(), rows = part.shape[0];
+    const int64_t chunk_rows = std::max<int64_t>(1, kChunk / k);
+    const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
     if (dtype == PLLM_DTYPE_I8) {
-      const int64_t k = parts[i].width(), rows = parts[i].shape[0];
-      const int64_t chunk_rows = std::max<int64_t>(1, kChunk / k);
-      pool.parallel_for((rows + chunk_rows - 1) / chunk_rows, [&](int64_t chunk, int) {
+      pool.parallel_for(chunks, [&](int64_t chunk, int) {
         const int64_t first = chunk * chunk_rows;
-        quantize_rows(view, first, std::min(chunk_rows, rows - first), k, *parts[i].storage, parts[i].first_row);
+        quantize_rows(view, part, first, std::min(chunk_rows, rows - first));
       });
-    } else {
+    } else if (part.source_width() == k) {
+      // Whole rows: one contiguous range of the checkpoint.
+      const int64_t numel = rows * k, start = part.source_offset(0);
       pool.parallel_for((numel + kChunk - 1) / kChunk, [&](int64_t chunk, int) {
         const int64_t first = chunk * kChunk;
-        convert(view, first, std::min(kChunk, numel - first), dtype, dst + std::size_t(first) * size);
+        convert(view, start + first, std::min(kChunk, numel - first), dtype, dst + std::size_t(first) * size);
+      });
+    } else {
+      // A block of columns (a row-parallel shard): each row's piece.
+      pool.parallel_for(chunks, [&](int64_t chunk, int) {
+        const int64_t first = chunk * chunk_rows;
+        for (int64_t r = first; r < std::min(rows, first + chunk_rows); ++r) {
+          convert(view, part.source_offset(r), k, dtype, dst + std::size_t(r * k) * size);
+        }
       });
     }
-    loaded.stored_bytes += view.nbytes;
+    // A block's share of the tensor's stored bytes (a whole tensor: all of them).
+    const int64_t whole = view.numel();
+    loaded.stored_bytes +=
+        whole == rows * k ? view.nbytes : uint64_t(double(view.nbytes) * double(rows * k) / double(whole));
     pllm::report_progress("loading weights", loaded.stored_bytes, total_bytes);
   }
   return loaded;

@@ -163,6 +163,8 @@ struct Placement {
       device_tensor;
   // Waits for the device (the poison runs on the default stream, the model on its own).
   std::function<void()> synchronize;
+  // The tensor-parallel group the model is a rank of (null: the whole model).
+  const pllm_collectives_ref* collectives = nullptr;
 };
 
 class Attention {
@@ -237,13 +239,15 @@ inline void poison_every_slot(Attention& attention, const Placement& placement, 
 // The args point into `path` and `options`, which must outlive the create call.
 inline pllm_model_create_args model_args(const std::string& path, const std::string& options,
                                          pllm_dtype dtype = PLLM_DTYPE_INVALID,
-                                         pllm_device device = {PLLM_DEVICE_CPU, 0}) {
+                                         pllm_device device = {PLLM_DEVICE_CPU, 0},
+                                         const pllm_collectives_ref* collectives = nullptr) {
   pllm_model_create_args args{};
   args.struct_size = sizeof args;
   args.options_json = options.c_str();
   args.model_path = path.c_str();
   args.device = device;
   args.dtype = dtype;
+  args.collectives = collectives;
   return args;
 }
 
@@ -251,10 +255,10 @@ class Model {
  public:
   // Throws pagedllm::PluginCallError when the plugin refuses.
   Model(const std::filesystem::path& dir, const std::string& options = "{}", pllm_dtype dtype = PLLM_DTYPE_INVALID,
-        pllm_device device = {PLLM_DEVICE_CPU, 0}) {
+        pllm_device device = {PLLM_DEVICE_CPU, 0}, const pllm_collectives_ref* collectives = nullptr) {
     const std::string path = dir.string();
-    instance_ = pagedllm::create_plugin_instance<pllm_model_api, pllm_model>(library(),
-                                                                             model_args(path, options, dtype, device));
+    instance_ = pagedllm::create_plugin_instance<pllm_model_api, pllm_model>(
+        library(), model_args(path, options, dtype, device, collectives));
   }
   static std::shared_ptr<pagedllm::PluginLibrary> library() {
     return registry().load("models_llama", PLLM_PLUGIN_KIND_MODEL, "model.plugin");
@@ -350,7 +354,7 @@ class PagedRunner {
               const std::string& attention_options, int32_t block_size = 4, int32_t num_blocks = 96, uint32_t seed = 7,
               Placement placement = {})
       : placement_(std::move(placement)),
-        model_(model_dir, model_options, placement_.dtype, placement_.device),
+        model_(model_dir, model_options, placement_.dtype, placement_.device, placement_.collectives),
         attention_(attention_options, placement_),
         block_size_(block_size),
         rng_(seed) {

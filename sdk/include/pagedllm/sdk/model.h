@@ -5,6 +5,7 @@
 
 #include "pagedllm/sdk/attention.h"
 #include "pagedllm/sdk/batch.h"
+#include "pagedllm/sdk/collectives.h"
 #include "pagedllm/sdk/status.h"
 #include "pagedllm/sdk/tensor.h"
 
@@ -23,6 +24,11 @@ typedef struct pllm_model_create_args {
   const char* model_path;   /* an HF model directory */
   pllm_device device;
   pllm_dtype dtype;         /* compute/weight dtype; PLLM_DTYPE_INVALID = as stored */
+  /* SDK 2.1. The tensor-parallel group this model is one rank of (docs/tensor-parallel.md):
+   * the model loads only its rank's shard and meets the other ranks through it in forward().
+   * NULL (or absent: an older host) = not parallel, the whole model. A model that cannot
+   * be split fails create with PLLM_ERROR_UNSUPPORTED when the group has more than one rank. */
+  const pllm_collectives_ref* collectives;
 } pllm_model_create_args;
 
 /* What core needs to know of a model. Filled by get_info(): the caller sets

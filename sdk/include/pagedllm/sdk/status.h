@@ -20,6 +20,7 @@ typedef enum pllm_status {
   PLLM_ERROR_IO = 6,               /* reading or mapping a file failed */
   PLLM_ERROR_DEVICE = 7,           /* the device (driver, kernel launch) failed */
   PLLM_ERROR_INTERNAL = 8,         /* a bug in the plugin */
+  PLLM_ERROR_COMMUNICATION = 9,    /* a collective failed: a rank died or hung, the transport broke (SDK 2.1) */
   PLLM_STATUS_FORCE_32BIT = 0x7fffffff /* keeps the enum 32 bits wide; never returned */
 } pllm_status;
 
@@ -48,6 +49,7 @@ static inline const char* pllm_status_name(pllm_status status) {
     case PLLM_ERROR_IO: return "i/o error";
     case PLLM_ERROR_DEVICE: return "device error";
     case PLLM_ERROR_INTERNAL: return "internal error";
+    case PLLM_ERROR_COMMUNICATION: return "communication error";
     case PLLM_STATUS_FORCE_32BIT: break;
   }
   return "unknown status";

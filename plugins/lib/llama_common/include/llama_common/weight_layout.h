@@ -77,15 +77,25 @@ struct CheckedTensors {
   std::vector<std::string> unused;                           // checkpoint tensors no part named
 };
 
-// Requires every part (anything with .name and .shape) in `checkpoint` with
-// exactly its shape: a pllm::Error naming the file and tensor otherwise.
+// Requires every part (anything with .name and .shape, or a block of a tensor:
+// .checkpoint_shape()) in `checkpoint` with exactly its shape: a pllm::Error
+// naming the file and tensor otherwise. stored_bytes counts what the parts read.
 template <class Parts>
 CheckedTensors check_checkpoint(const WeightSource& checkpoint, const Parts& parts) {
   CheckedTensors checked;
   std::set<std::string_view> used;
   for (const auto& part : parts) {
-    checked.views.push_back(&checkpoint.require(part.name, part.shape));
-    checked.stored_bytes += checked.views.back()->nbytes;
+    if constexpr (requires { part.checkpoint_shape(); }) {
+      checked.views.push_back(&checkpoint.require(part.name, part.checkpoint_shape()));
+      const SourceTensor& view = *checked.views.back();
+      int64_t block = 1;
+      for (int64_t d : part.shape) block *= d;
+      checked.stored_bytes += block == view.numel() ? view.nbytes
+                                                    : uint64_t(double(view.nbytes) * double(block) / double(view.numel()));
+    } else {
+      checked.views.push_back(&checkpoint.require(part.name, part.shape));
+      checked.stored_bytes += checked.views.back()->nbytes;
+    }
     used.insert(part.name);
   }
   for (const std::string& name : checkpoint.names()) {

@@ -10,6 +10,7 @@
 // the backend core passed in, as KV layer `kv_layer`.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -51,6 +52,18 @@ struct DecoderLayerWeights {
 void add_decoder_layer_parts(std::vector<WeightPart>& parts, const LlamaConfig& c, const std::string& prefix,
                              DecoderLayerWeights& layer, bool input_layernorm);
 
+// A rank of a tensor-parallel group (docs/tensor-parallel.md): its layer holds
+// its heads and its columns of gate/up (rows of o/down), and the partial
+// products of the row-parallel o_proj and down_proj meet in `all_reduce`
+// (an in-place sum over the ranks of `count` floats). Rank 0 adds its partial
+// to the residual, the others write theirs in its place, so that the sum is
+// residual + every rank's partial.
+struct TensorParallelRank {
+  int32_t rank = 0;
+  int32_t size = 1;
+  std::function<void(float* data, int64_t count, std::string_view what)> all_reduce;
+};
+
 // The per-step state of the layers: scratch sized for the step's rows and
 // their RoPE tables, computed once by prepare() and shared by every layer.
 class DecoderScratch {
@@ -61,17 +74,19 @@ class DecoderScratch {
 
  private:
   friend void decoder_layer_forward(plugins::ThreadPool&, const LlamaConfig&, const DecoderLayerWeights&, float*,
-                                    DecoderScratch&, const pllm_attention_ref&, int32_t, std::string_view);
+                                    DecoderScratch&, const pllm_attention_ref&, int32_t, std::string_view,
+                                    const TensorParallelRank*);
   int64_t tokens_ = 0;
   float *normed_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *gate_up_ = nullptr, *act_ = nullptr;
   float *cos_ = nullptr, *sin_ = nullptr;
   Buffer normed_buf_, qkv_buf_, attn_buf_, gate_up_buf_, act_buf_, cos_buf_, sin_buf_;
 };
 
-// Runs the layer over x [scratch.tokens(), hidden]. `who` prefixes errors (the
+// Runs the layer over x [scratch.tokens(), hidden]; `c` is the rank's view of
+// the model (its heads and intermediate columns) when `tensor_parallel` is set. `who` prefixes errors (the
 // attention backend's failure, with the layer).
 void decoder_layer_forward(plugins::ThreadPool& pool, const LlamaConfig& c, const DecoderLayerWeights& layer, float* x,
                            DecoderScratch& scratch, const pllm_attention_ref& attention, int32_t kv_layer,
-                           std::string_view who);
+                           std::string_view who, const TensorParallelRank* tensor_parallel = nullptr);
 
 }  // namespace pagedllm::llama_cpu

@@ -17,15 +17,28 @@
 
 namespace pagedllm::llama_cpu {
 
-// One checkpoint tensor and where its rows go: rows [first_row, first_row +
-// shape[0]) of `storage`, whose row width is shape[1] (1 for a vector).
+// One checkpoint tensor (or a block of it) and where its rows go: rows
+// [first_row, first_row + shape[0]) of `storage`, whose row width is shape[1]
+// (1 for a vector). A tensor-parallel shard reads a block of the checkpoint's
+// tensor: `source_shape` is the tensor's whole shape (empty: `shape`, the whole
+// tensor) and the block starts at (source_first_row, source_first_col).
 struct WeightPart {
   std::string name;
   std::vector<int64_t> shape;
   WeightStorage* storage;
   int64_t first_row;
+  std::vector<int64_t> source_shape = {};
+  int64_t source_first_row = 0;
+  int64_t source_first_col = 0;
 
   int64_t width() const { return shape.size() > 1 ? shape[1] : 1; }
+  const std::vector<int64_t>& checkpoint_shape() const { return source_shape.empty() ? shape : source_shape; }
+  int64_t source_width() const {
+    const std::vector<int64_t>& s = checkpoint_shape();
+    return s.size() > 1 ? s[1] : 1;
+  }
+  // The checkpoint element where local row `row` of the block starts.
+  int64_t source_offset(int64_t row) const { return (source_first_row + row) * source_width() + source_first_col; }
   // Where the tensor lives once loaded.
   void* data() const {
     return static_cast<std::byte*>(storage->data()) +

@@ -29,6 +29,11 @@
 //                     void verify(const pllm_verify_args&, pllm_verify_output&);
 //                     pllm_speculator_buffer allocate_buffer(uint64_t bytes);  (optional, both or neither)
 //                     void free_buffer(void* data);
+//   CollectivesPlugin: pllm_communicator_info info();                   (SDK 2.1)
+//                     void all_reduce(void* buffer, int64_t count, pllm_dtype, pllm_reduce_op, void* stream);
+//                     void all_gather(const void* send, void* recv, int64_t count, pllm_dtype, void* stream);
+//                     void broadcast(void* buffer, int64_t bytes, int32_t root, void* stream);
+//                     void barrier();
 //
 // A plugin that needs one-time setup gives its class `static void plugin_init()`
 // (called after the host services are available) and `static void plugin_shutdown()`.
@@ -81,6 +86,7 @@ inline const pllm_sample_row& sample_row(const pllm_sample_batch& batch, int64_t
                                                    r * int64_t(batch.row_stride));
 }
 struct SpeculatorPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_SPECULATOR; };
+struct CollectivesPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_COLLECTIVES; };
 
 namespace detail {
 
@@ -367,6 +373,49 @@ struct KindApi<T, PLLM_PLUGIN_KIND_SPECULATOR> {
     } else {
       return nullptr;
     }
+  }
+};
+
+template <class T>
+struct KindApi<T, PLLM_PLUGIN_KIND_COLLECTIVES> {
+  using H = pllm_communicator;
+  static const pllm_collectives_api* table() {
+    static const pllm_collectives_api api = {
+        sizeof(pllm_collectives_api),
+        &create<T, H, pllm_collectives_create_args>,
+        &destroy<T, H>,
+        [](H* s, pllm_communicator_info* out, pllm_error* e) noexcept {
+          return call<T>(s, "get_info", e, [&](T& p) { copy_info_out(p.info(), out); });
+        },
+        [](H* s, void* buffer, int64_t count, pllm_dtype dtype, pllm_reduce_op op, void* stream,
+           pllm_error* e) noexcept {
+          return call<T>(s, "all_reduce", e, [&](T& p) {
+            if (count < 0 || (count > 0 && !buffer)) {
+              throw Error(PLLM_ERROR_INVALID_ARGUMENT, "all_reduce: null buffer or negative count");
+            }
+            p.all_reduce(buffer, count, dtype, op, stream);
+          });
+        },
+        [](H* s, const void* send, void* recv, int64_t count, pllm_dtype dtype, void* stream,
+           pllm_error* e) noexcept {
+          return call<T>(s, "all_gather", e, [&](T& p) {
+            if (count < 0 || (count > 0 && (!send || !recv))) {
+              throw Error(PLLM_ERROR_INVALID_ARGUMENT, "all_gather: null buffer or negative count");
+            }
+            p.all_gather(send, recv, count, dtype, stream);
+          });
+        },
+        [](H* s, void* buffer, int64_t bytes, int32_t root, void* stream, pllm_error* e) noexcept {
+          return call<T>(s, "broadcast", e, [&](T& p) {
+            if (bytes < 0 || (bytes > 0 && !buffer)) {
+              throw Error(PLLM_ERROR_INVALID_ARGUMENT, "broadcast: null buffer or negative size");
+            }
+            p.broadcast(buffer, bytes, root, stream);
+          });
+        },
+        [](H* s, pllm_error* e) noexcept { return call<T>(s, "barrier", e, [&](T& p) { p.barrier(); }); },
+    };
+    return &api;
   }
 };
 

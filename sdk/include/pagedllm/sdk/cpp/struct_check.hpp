@@ -46,6 +46,15 @@ inline bool has_2_0_fields(const pllm_speculator_target& s) {
 inline bool has_2_0_fields(const pllm_speculator_buffer& s) {
   return PLLM_HAS_FIELD(pllm_speculator_buffer, &s, device);
 }
+// Structs that appeared after 2.0 must have the fields of the minor that
+// introduced them (the collectives kind: SDK 2.1).
+inline bool has_2_0_fields(const pllm_collectives_create_args& s) {
+  return PLLM_HAS_FIELD(pllm_collectives_create_args, &s, device);
+}
+inline bool has_2_0_fields(const pllm_collectives_ref& s) { return PLLM_HAS_FIELD(pllm_collectives_ref, &s, comm); }
+inline bool has_2_0_fields(const pllm_communicator_info& s) {
+  return PLLM_HAS_FIELD(pllm_communicator_info, &s, world_size);
+}
 
 // `s`, after checking that it is there and has its 2.0 fields; otherwise a
 // PLLM_ERROR_INVALID_ARGUMENT naming `what` and the struct_size it declared.

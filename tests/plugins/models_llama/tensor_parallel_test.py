@@ -1,0 +1,59 @@
+"""models_llama split over MPI ranks (TP = N) against the whole model (TP = 1): tensor_parallel_check.cpp
+under mpirun, on the embedded model and on random-weight save_pretrained checkpoints
+(tools/testing/make_tiny_llama.py) with 8 kv heads and with 2 (at TP = 4: each kv head on two ranks).
+
+usage: tensor_parallel_test.py --check BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
+"""
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--check", required=True)
+    parser.add_argument("--python", required=True)
+    parser.add_argument("--source-dir", required=True)
+    parser.add_argument("mpiexec", nargs="+")
+    args = parser.parse_args()
+    source = Path(args.source_dir)
+    one_thread = '{"num_threads": 1}'
+
+    with tempfile.TemporaryDirectory() as tmp:
+        def random_model(name, *flags):
+            out = Path(tmp) / name
+            subprocess.run([args.python, str(source / "tools/testing/make_tiny_llama.py"), str(out), *flags],
+                           check=True, capture_output=True)
+            return out
+
+        # Vocabularies that do not divide by the ranks: the last rank's shard is shorter (padded in the gather).
+        kv8 = random_model("kv8", "--num-heads", "8", "--num-kv-heads", "8", "--head-dim", "8",
+                           "--hidden-size", "64", "--intermediate-size", "96", "--num-layers", "2",
+                           "--vocab-size", "1001", "--seed", "3")
+        kv2 = random_model("kv2", "--num-heads", "8", "--num-kv-heads", "2", "--head-dim", "8",
+                           "--hidden-size", "64", "--intermediate-size", "96", "--num-layers", "2",
+                           "--vocab-size", "998", "--dtype", "bf16", "--tie-word-embeddings", "--seed", "4")
+        cases = [
+            (2, source / "models/pagedllm-tiny", 6),
+            (2, kv8, 8),
+            (2, kv2, 8),
+            (4, kv2, 4),  # 4 ranks, 2 kv heads: each replicated on two ranks
+        ]
+        for ranks, model, steps in cases:
+            start = time.monotonic()
+            command = [args.mpiexec[0], "-np", str(ranks), *args.mpiexec[1:], args.check, str(model), str(steps),
+                       one_thread]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+            output = done.stdout + done.stderr
+            if done.returncode != 0:
+                sys.exit(f"FAILED: TP = {ranks} on {model.name}: exit {done.returncode}\n{output}")
+            print(f"TP = {ranks} on {model.name} ({time.monotonic() - start:.1f} s): "
+                  f"{done.stdout.strip().splitlines()[-1]}")
+
+
+if __name__ == "__main__":
+    main()
