@@ -44,6 +44,7 @@ ConfiguredPlugins load_configured_plugins(const HostConfig& config, PluginRegist
       {&config.sampler, PLLM_PLUGIN_KIND_SAMPLER},
   };
   if (config.speculative) slots.emplace_back(&config.speculative->plugin, PLLM_PLUGIN_KIND_SPECULATOR);
+  if (config.constraint) slots.emplace_back(&*config.constraint, PLLM_PLUGIN_KIND_CONSTRAINT);
 
   for (const auto& [slot, kind] : slots) {
     ConfiguredPlugin configured{slot, kind, nullptr};

@@ -53,7 +53,7 @@ class PluginLibrary {
   std::filesystem::path file_;
   boost::dll::shared_library library_;
   const pllm_plugin_descriptor* descriptor_ = nullptr;
-  std::variant<std::monostate, pllm_attention_api, pllm_model_api, pllm_sampler_api,
+  std::variant<std::monostate, pllm_attention_api, pllm_model_api, pllm_sampler_api, pllm_constraint_api,
                pllm_speculator_api>
       table_;
   std::unique_ptr<HostServices> host_services_;

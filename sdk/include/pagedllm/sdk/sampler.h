@@ -94,6 +94,20 @@ typedef struct pllm_sample_batch {
   /* [num_logits_rows, vocab_size] f32 with contiguous rows, on the sampler's
    * device (a sampler on a GPU also accepts host logits, copying them in). */
   const pllm_tensor* logits;
+  /* Structured output (SDK 2.1; absent or NULL: no row is constrained). Host
+   * memory, [num_rows, bitmask_words] 32-bit words, bitmask_words =
+   * ceil(vocab_size / 32): row r may only draw a token whose bit (id % 32) of
+   * word (id / 32) is set. Applied first, before step 1 above: a masked-out
+   * token's logit is -infinity for everything that follows, the reported
+   * log-probabilities included (a constrained request's logprobs are of the
+   * distribution it was sampled from, as in vLLM). A row whose mask allows no
+   * finite logit reports PLLM_SAMPLE_NON_FINITE_LOGITS. A sampler on a device
+   * uploads the mask once per call. */
+  const uint32_t* token_bitmask;
+  int32_t bitmask_words;
+  /* [num_rows]: nonzero = row r is constrained (its bitmask row is read); NULL
+   * with a token_bitmask: every row is. */
+  const uint8_t* constrained_rows;
 } pllm_sample_batch;
 
 /* What became of a row (sample_output.row_status). */
