@@ -173,6 +173,11 @@ HostConfig read_root(const YAML::Node& root_node, SourceMap sources) {
     spec.finish();
     config.speculative = std::move(s);
   }
+  if (root.is_set("constraint")) {
+    YamlMapReader constraint = root.child("constraint");
+    config.constraint = read_plugin_slot(constraint, "constraint");
+    constraint.finish();
+  }
   config.cache = read_cache(root.child("cache"));
   config.scheduler = read_scheduler(root.child("scheduler"));
   config.server = read_server(root.child("server"));

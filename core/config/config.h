@@ -85,6 +85,8 @@ struct HostConfig {
   PluginSlot attention;
   PluginSlot sampler;
   std::optional<SpeculativeConfig> speculative;
+  // Structured output's constraint engine (SDK 2.1); unset: constrained requests are refused.
+  std::optional<PluginSlot> constraint;
   CacheConfig cache;
   SchedulerConfig scheduler;
   ServerConfig server;

@@ -7,6 +7,7 @@
 
 #include "core/server/api_error.h"
 #include "core/server/request_fields.h"
+#include "core/server/structured_output_request.h"
 #include "core/tokenizer/tokenizer_error.h"
 
 namespace pagedllm::server {
@@ -116,13 +117,6 @@ void reject_unsupported(const json& request, ApiKind kind) {
   if (kind == ApiKind::kChat) {
     if (const json* tools = field(request, "tools"); tools && !tools->empty()) {
       throw invalid_request("'tools' (function calling) is not supported", "tools");
-    }
-    if (const json* format = field(request, "response_format")) {
-      const json* type = format->is_object() ? field(*format, "type") : nullptr;
-      if (!type || *type != "text") {
-        throw invalid_request("'response_format' other than {\"type\": \"text\"} is not supported",
-                              "response_format");
-      }
     }
   }
 }
@@ -247,6 +241,7 @@ GenerateRequest make_engine_request(const GenerationPlan& plan, std::size_t inde
   request.sampling = plan.sampling;
   request.sampling.max_tokens = plan.prompts[index].max_tokens;
   request.speculative = plan.speculative;
+  request.constraint = plan.constraint;
   return request;
 }
 
@@ -308,6 +303,7 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
     plan.echo = get_bool(request, "echo").value_or(false);
   }
   s.logprobs = plan.logprobs;
+  plan.constraint = parse_output_constraint(request);
 
   if (chat) {
     const auto messages = parse_chat_messages(request);

@@ -43,6 +43,8 @@ struct GenerationPlan {
   // "speculative_decoding": false opts out of speculative decoding (default on
   // when the server has a speculator).
   bool speculative = true;
+  // response_format / structured_outputs / guided_* (structured_output_request.h).
+  std::optional<OutputConstraint> constraint;
 
   int num_choices() const { return static_cast<int>(prompts.size()) * sampling.n; }
 };
