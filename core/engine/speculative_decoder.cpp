@@ -105,7 +105,8 @@ void SpeculativeDecoder::row_probabilities(const pllm_tensor& logits, std::span<
   if (rows.empty()) return;
   if (status) status->assign(rows.size(), PLLM_SAMPLE_OK);
   const auto n = static_cast<std::int32_t>(rows.size());
-  pllm_sample_batch batch{sizeof(pllm_sample_batch), n, sizeof(pllm_sample_row), rows.data(), &logits, nullptr, 0, nullptr};
+  pllm_sample_batch batch{sizeof(pllm_sample_batch), n, sizeof(pllm_sample_row), rows.data(), &logits,
+                          nullptr, 0, nullptr};
   const pllm_tensor probs = f32_tensor(out_probs, {n, vocab_size_});
   const pllm_probabilities_output out{sizeof(pllm_probabilities_output), &probs, status ? status->data() : nullptr};
   pllm_error error{};

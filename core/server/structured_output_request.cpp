@@ -89,9 +89,9 @@ std::vector<OutputConstraint> structured_outputs(const json& request) {
       } else if (key == "json_object") {
         if (!value.is_boolean()) wrong_type(param, "a boolean", value);
         if (value.get<bool>()) found.push_back({Type::kJsonObject, "", param});
-      } else if (key == "disable_any_whitespace" || key == "disable_fallback" || key == "disable_additional_properties" ||
-                 key == "whitespace_pattern" || key == "backend") {
-        // vLLM's tuning knobs of its own backends: accepted, xgrammar's defaults apply.
+      } else if (key == "backend" || key == "disable_fallback") {
+        // Which of vLLM's engines compiles, and whether it may fall back to another: the server's
+        // constraint plugin does, with no fallback; neither changes what the output may be.
       } else {
         throw invalid_request(fmt::format("'{}' is not supported (json, regex, choice, json_object are)", param),
                               param);

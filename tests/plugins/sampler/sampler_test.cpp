@@ -721,7 +721,7 @@ TEST_CASE("a token mask restricts a row exactly as -inf logits for its disallowe
   }
 }
 
-TEST_CASE("a mask that allows no finite logit flags the row; a mask of the wrong width is refused", "[sampler]") {
+TEST_CASE("a mask allowing no finite logit flags the row, and a mask of the wrong width is refused", "[sampler]") {
   const pllm_device device = EACH_DEVICE;
   INFO(name_of(device));
   std::mt19937 rng(5);
