@@ -53,7 +53,9 @@ function(pagedllm_check_plugin_include_boundary target)
         continue()
       endif()
       file(RELATIVE_PATH _relative ${PROJECT_SOURCE_DIR} ${_dir})
-      if(NOT _relative MATCHES "^(sdk/include|plugins/lib/[^/]+/include)$" AND NOT _dir STREQUAL _own_directory)
+      # .deps/: third-party sources scripts/setup.sh unpacks (xgrammar), outside the project like /usr/include.
+      if(NOT _relative MATCHES "^(sdk/include|plugins/lib/[^/]+/include|\\.deps/.*)$"
+         AND NOT _dir STREQUAL _own_directory)
         message(FATAL_ERROR "${target}: include directory '${_dir}' (from ${_current}) is outside the plugin "
           "include boundary: a plugin sees the SDK, its own directory and the include/ of each library it links "
           "(docs/architecture.md \"Layout\")")

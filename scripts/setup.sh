@@ -15,7 +15,7 @@ if [[ ${1:-} == --serve-only ]]; then serve_only=true; fi
 
 packages=(
   # toolchain
-  cmake ninja-build g++ pkg-config git file ccache
+  cmake ninja-build g++ pkg-config git file ccache curl
   # libraries of core and the plugins
   libboost-dev libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libopenblas-dev libpcre2-dev libutf8proc-dev
@@ -77,6 +77,35 @@ else
   "$venv/bin/python" -m pip check >/dev/null
   echo "$want" >"$stamp"
   echo "setup: .venv ready in $((SECONDS - start)) s"
+fi
+
+# xgrammar (the structured-output plugin's grammar engine, plugins/constraint_xgrammar): its
+# C++ core is built from the pinned PyPI source distribution by CMake (cmake/PagedLLMXgrammar.cmake).
+# pip download --no-binary would build the Python package's metadata (it hangs without tvm_ffi), so
+# the sdist is fetched from its files.pythonhosted.org URL, its sha256 checked, and unpacked into the
+# git-ignored .deps/ (kept across builds: every build tree compiles the same sources, which ccache
+# then serves to the ASan and TSan builds).
+xgrammar_version=0.2.8
+xgrammar_sha256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
+xgrammar_url=https://files.pythonhosted.org/packages/03/0f/29f521535729be740779c2c98b630ef6607cf28be9b669895dd2b821ff63/xgrammar-$xgrammar_version.tar.gz
+xgrammar_tar=$repo/.deps/xgrammar-$xgrammar_version.tar.gz
+xgrammar_dir=$repo/.deps/xgrammar-$xgrammar_version
+if [[ ! -f $xgrammar_dir/.sha256-verified ]]; then
+  mkdir -p "$repo/.deps"
+  if [[ ! -f $xgrammar_tar || $(sha256sum "$xgrammar_tar" | cut -d' ' -f1) != "$xgrammar_sha256" ]]; then
+    echo "setup: downloading the xgrammar $xgrammar_version source distribution (2.7 MB)"
+    curl -sSfL --retry 3 -o "$xgrammar_tar.part" "$xgrammar_url"
+    mv "$xgrammar_tar.part" "$xgrammar_tar"
+  fi
+  if [[ $(sha256sum "$xgrammar_tar" | cut -d' ' -f1) != "$xgrammar_sha256" ]]; then
+    echo "setup: $xgrammar_tar does not have the expected sha256 $xgrammar_sha256; removed" >&2
+    rm -f "$xgrammar_tar"
+    exit 1
+  fi
+  rm -rf "$xgrammar_dir"
+  tar -xzf "$xgrammar_tar" -C "$repo/.deps"
+  echo "$xgrammar_sha256" >"$xgrammar_dir/.sha256-verified"
+  echo "setup: xgrammar $xgrammar_version unpacked into .deps/"
 fi
 
 # The default model of configs/serve.yaml: SmolLM2-135M-Instruct as a Q4_1 GGUF file

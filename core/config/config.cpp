@@ -191,6 +191,11 @@ HostConfig read_root(const YAML::Node& root_node, SourceMap sources) {
     parallel.finish();
     config.parallel = std::move(p);
   }
+  if (root.is_set("constraint")) {
+    YamlMapReader constraint = root.child("constraint");
+    config.constraint = read_plugin_slot(constraint, "constraint");
+    constraint.finish();
+  }
   config.cache = read_cache(root.child("cache"));
   config.scheduler = read_scheduler(root.child("scheduler"));
   config.server = read_server(root.child("server"));

@@ -97,6 +97,8 @@ struct HostConfig {
   PluginSlot sampler;
   std::optional<SpeculativeConfig> speculative;
   std::optional<ParallelConfig> parallel;
+  // Structured output's constraint engine (SDK 2.1); unset: constrained requests are refused.
+  std::optional<PluginSlot> constraint;
   CacheConfig cache;
   SchedulerConfig scheduler;
   ServerConfig server;

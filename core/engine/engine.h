@@ -69,6 +69,16 @@ struct SamplingOptions {
   std::optional<int> prompt_logprobs;
 };
 
+// Structured output: what the request's text must be (OpenAI's response_format,
+// vLLM's guided_* / structured_outputs). Enforced by the configured constraint
+// plugin's token masks inside the sampler.
+struct OutputConstraint {
+  enum class Type { kJsonObject, kJsonSchema, kRegex, kChoice };
+  Type type = Type::kJsonObject;
+  std::string text;   // the schema (JSON), the regex, or the choices as a JSON array
+  std::string field;  // the API field it came from ("response_format.json_schema.schema"), for errors
+};
+
 struct GenerateRequest {
   std::vector<std::int32_t> prompt_token_ids;
   SamplingOptions sampling;
@@ -76,8 +86,10 @@ struct GenerateRequest {
   // Requests with different salts never share prefix-cache blocks.
   std::string cache_salt;
   // Use speculative decoding when the engine has a speculator (false: decode
-  // one token per step). Requests with n > 1 or logprobs never speculate.
+  // one token per step). Requests with n > 1, logprobs or a constraint never speculate.
   bool speculative = true;
+  // Unset: unconstrained. Constrained requests do not speculate (docs/structured-output.md).
+  std::optional<OutputConstraint> constraint;
 };
 
 struct TokenLogprob {

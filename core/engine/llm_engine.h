@@ -32,6 +32,7 @@
 #include "core/engine/request_validation.h"
 #include "core/engine/sequence_output.h"
 #include "core/engine/speculative_decoder.h"
+#include "core/engine/structured_output.h"
 #include "core/plugin/plugin_instance.h"
 #include "core/scheduler/scheduler.h"
 
@@ -73,6 +74,7 @@ class LlmEngine final : public Engine {
     OutputCallback callback;
     std::uint64_t seed = 0;
     Clock::time_point arrival;
+    ConstraintGrammar grammar;  // compiled by submit() when the request is constrained
   };
 
   // A request the engine thread owns: what the scheduler does not keep.
@@ -100,6 +102,9 @@ class LlmEngine final : public Engine {
     pllm_sampling_params prompt_params{};
     bool prompt_logprobs_sent = false;
     std::vector<bool> finished;
+    // Structured output: the compiled constraint and, per sequence index, its matcher.
+    ConstraintGrammar grammar;
+    std::vector<std::unique_ptr<ConstraintMatcher>> matchers;
   };
 
   // ---- engine thread ----
@@ -160,6 +165,7 @@ class LlmEngine final : public Engine {
   ModelInstance model_instance_;
   SamplerInstance sampler_;
   std::unique_ptr<SpeculativeDecoder> speculative_;  // with a speculative: section
+  std::unique_ptr<StructuredOutput> structured_output_;  // with a constraint: section
   pllm_model_info model_info_{};
   tokenizer::Tokenizer tokenizer_;
   std::optional<tokenizer::ChatTemplate> chat_template_;

@@ -5,10 +5,21 @@
 
 #include <cstddef>
 
+#include <fmt/format.h>
+
 namespace pagedllm {
 
 RequestId LlmEngine::submit(GenerateRequest request, OutputCallback on_output) {
   Request scheduled = to_scheduler_request(request, limits_);
+  ConstraintGrammar grammar;
+  if (request.constraint) {
+    if (!structured_output_) {
+      throw RequestRejected(-1, fmt::format("{}: this server has no constraint plugin for structured output "
+                                            "(a constraint: section in its config)", request.constraint->field),
+                            request.constraint->field);
+    }
+    grammar = structured_output_->compile(*request.constraint);  // throws RequestRejected naming the field
+  }
   std::lock_guard lock(mutex_);
   if (!failure_.empty()) {
     throw EngineUnavailable("the engine failed and is not serving: " + failure_, std::chrono::seconds(30));
@@ -22,6 +33,7 @@ RequestId LlmEngine::submit(GenerateRequest request, OutputCallback on_output) {
   pending.request = std::move(request);
   pending.callback = std::move(on_output);
   pending.arrival = Clock::now();
+  pending.grammar = std::move(grammar);
   const RequestId id = pending.id;
   in_flight_.insert(id);
   inbox_.push_back(std::move(pending));
@@ -82,6 +94,7 @@ bool LlmEngine::drain_inbox() {
     request.callback = std::move(p.callback);
     request.seed = p.seed;
     request.arrival = p.arrival;
+    request.grammar = std::move(p.grammar);
     live_.emplace(p.id, std::move(request));
     update_metrics([&](EngineMetrics& m) { m.prompt_tokens_total += prompt_tokens; });
   }

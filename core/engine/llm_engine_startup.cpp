@@ -110,6 +110,18 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
       std::span<const std::int32_t>(model_info_.eos_token_ids,
                                     static_cast<std::size_t>(std::max(0, model_info_.num_eos_token_ids))),
       tokenizer_.eos_id());
+  if (config.constraint) {
+    // The token masks are fields SDK 2.1 appended to the sample batch: an older sampler would ignore them.
+    if (const SdkVersion v = sampler_.library().sdk_version(); v.major == 2 && v.minor < 1) {
+      throw ConfigError(fmt::format("{}: constraint: structured output needs a sampler built against SDK 2.1 or "
+                                    "newer (it applies the token masks); sampler '{}' was built against {}",
+                                    config.sources.locate("constraint.plugin"), sampler_.library().name(), v.str()));
+    }
+    structured_output_ = std::make_unique<StructuredOutput>(library_of(PLLM_PLUGIN_KIND_CONSTRAINT),
+                                                            config.constraint->options.dump(), tokenizer_,
+                                                            model_info_.vocab_size, defaults_.eos_token_ids);
+    log_->info("structured output by {}", config.constraint->plugin);
+  }
 
   // ---- limits ----
   const int model_limit = model_info_.max_position_embeddings;

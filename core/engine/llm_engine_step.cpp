@@ -304,7 +304,39 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
   std::vector<float> top_logprobs(n * static_cast<std::size_t>(max_top));
   std::vector<std::int32_t> status(n);
   pllm_sample_batch batch{sizeof(pllm_sample_batch), static_cast<std::int32_t>(n), sizeof(pllm_sample_row),
-                          rows.data(), &logits};
+                          rows.data(), &logits, nullptr, 0, nullptr};
+  // Structured output: each constrained row's matcher fills its mask row (one call for the batch).
+  std::vector<pllm_constraint_matcher*> matchers(n, nullptr);
+  std::vector<std::uint32_t> bitmask;
+  std::vector<std::uint8_t> constrained(n, 0);
+  if (structured_output_) {
+    std::vector<pllm_constraint_matcher*> to_fill;
+    std::vector<std::size_t> filled_rows;
+    for (std::size_t i = 0; i < n; ++i) {
+      LiveRequest& request = live(output.sequences[slots[i].row].request_id);
+      if (!request.grammar) continue;
+      const auto index = static_cast<std::size_t>(slots[i].sequence_index);
+      if (request.matchers.size() <= index) request.matchers.resize(index + 1);
+      if (!request.matchers[index]) request.matchers[index] = structured_output_->make_matcher(request.grammar);
+      matchers[i] = request.matchers[index]->get();
+      to_fill.push_back(matchers[i]);
+      filled_rows.push_back(i);
+    }
+    if (!to_fill.empty()) {
+      const auto words = static_cast<std::size_t>(structured_output_->words());
+      std::vector<std::uint32_t> filled(to_fill.size() * words);
+      structured_output_->fill_bitmask(to_fill, filled.data());
+      bitmask.assign(n * words, 0);
+      for (std::size_t k = 0; k < filled_rows.size(); ++k) {
+        std::copy_n(filled.begin() + static_cast<std::ptrdiff_t>(k * words), words,
+                    bitmask.begin() + static_cast<std::ptrdiff_t>(filled_rows[k] * words));
+        constrained[filled_rows[k]] = 1;
+      }
+      batch.token_bitmask = bitmask.data();
+      batch.bitmask_words = static_cast<std::int32_t>(words);
+      batch.constrained_rows = constrained.data();
+    }
+  }
   pllm_sample_output out{sizeof(pllm_sample_output), tokens.data(), logprobs.data(), max_top,
                          max_top > 0 ? top_tokens.data() : nullptr, max_top > 0 ? top_logprobs.data() : nullptr,
                          status.data()};
@@ -328,6 +360,12 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
                                                              "vocabulary of {}",
                                                              sampler_.library().name(), tokens[i],
                                                              model_info_.vocab_size));
+    }
+    if (matchers[i] && !structured_output_->accept(matchers[i], tokens[i])) {
+      // The sampler drew a token its mask forbade: a sampler plugin fault, not the request's.
+      throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': sampled token {} outside the row's "
+                                                             "structured-output mask",
+                                                             sampler_.library().name(), tokens[i]));
     }
     if (samples.empty() || samples.back().sequence_id != row.sequence_id) {
       samples.push_back({row.sequence_id, {}, {}});

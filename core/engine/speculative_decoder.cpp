@@ -147,7 +147,7 @@ std::vector<std::int32_t> SpeculativeDecoder::sample_tokens(const pllm_tensor& l
   if (rows.empty()) return tokens;
   if (status) status->assign(rows.size(), PLLM_SAMPLE_OK);
   pllm_sample_batch batch{sizeof(pllm_sample_batch), static_cast<std::int32_t>(rows.size()), sizeof(pllm_sample_row),
-                          rows.data(), &logits};
+                          rows.data(), &logits, nullptr, 0, nullptr};
   pllm_sample_output out{sizeof(pllm_sample_output), tokens.data(), nullptr, 0, nullptr, nullptr,
                          status ? status->data() : nullptr};
   pllm_error error{};
@@ -168,7 +168,8 @@ void SpeculativeDecoder::row_probabilities(const pllm_tensor& logits, std::span<
   if (rows.empty()) return;
   if (status) status->assign(rows.size(), PLLM_SAMPLE_OK);
   const auto n = static_cast<std::int32_t>(rows.size());
-  pllm_sample_batch batch{sizeof(pllm_sample_batch), n, sizeof(pllm_sample_row), rows.data(), &logits};
+  pllm_sample_batch batch{sizeof(pllm_sample_batch), n, sizeof(pllm_sample_row), rows.data(), &logits,
+                          nullptr, 0, nullptr};
   const pllm_probabilities_output out{sizeof(pllm_probabilities_output), &probs, status ? status->data() : nullptr};
   pllm_error error{};
   check_plugin_call(sampler_.api().probabilities(sampler_.get(), &batch, &out, &error), error, sampler_.library(),

@@ -48,16 +48,16 @@ std::string describe_kv_sizing(const HostConfig& config, const ConfiguredPlugins
 }  // namespace
 
 void print_check_summary(const HostConfig& config, const ConfiguredPlugins& configured, std::ostream& out) {
-  fmt::print(out, "{:<12}{:<18}{:<12}{:<10}{:<6}{}\n", "slot", "plugin", "kind", "version", "sdk", "file");
+  fmt::print(out, "{:<12}{:<21}{:<12}{:<10}{:<6}{}\n", "slot", "plugin", "kind", "version", "sdk", "file");
   for (const auto& p : configured.plugins) {
     if (!p.library) {
-      fmt::print(out, "{:<12}{:<18}{:<12}{:<10}{:<6}{}\n", p.slot->key_path, p.slot->plugin,
+      fmt::print(out, "{:<12}{:<21}{:<12}{:<10}{:<6}{}\n", p.slot->key_path, p.slot->plugin,
                  plugin_kind_name(p.kind), "-", "-", "(not loaded)");
       continue;
     }
     std::error_code ec;
     const fs::path file = fs::weakly_canonical(p.library->file(), ec);
-    fmt::print(out, "{:<12}{:<18}{:<12}{:<10}{:<6}{}\n", p.slot->key_path, p.library->name(),
+    fmt::print(out, "{:<12}{:<21}{:<12}{:<10}{:<6}{}\n", p.slot->key_path, p.library->name(),
                plugin_kind_name(p.library->kind()), p.library->version(), p.library->sdk_version().str(),
                (ec ? p.library->file() : file).string());
   }

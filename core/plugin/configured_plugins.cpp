@@ -45,6 +45,7 @@ ConfiguredPlugins load_configured_plugins(const HostConfig& config, PluginRegist
   };
   if (config.speculative) slots.emplace_back(&config.speculative->plugin, PLLM_PLUGIN_KIND_SPECULATOR);
   if (config.parallel) slots.emplace_back(&config.parallel->collectives, PLLM_PLUGIN_KIND_COLLECTIVES);
+  if (config.constraint) slots.emplace_back(&*config.constraint, PLLM_PLUGIN_KIND_CONSTRAINT);
 
   for (const auto& [slot, kind] : slots) {
     ConfiguredPlugin configured{slot, kind, nullptr};

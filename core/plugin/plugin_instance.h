@@ -79,6 +79,7 @@ using ModelInstance = PluginInstance<pllm_model_api, pllm_model>;
 using SamplerInstance = PluginInstance<pllm_sampler_api, pllm_sampler>;
 using SpeculatorInstance = PluginInstance<pllm_speculator_api, pllm_speculator>;
 using CollectivesInstance = PluginInstance<pllm_collectives_api, pllm_communicator>;
+using ConstraintInstance = PluginInstance<pllm_constraint_api, pllm_constraint_engine>;
 
 // The reference a model's forward() (or a draft) takes to `attention`.
 inline pllm_attention_ref attention_ref(const AttentionInstance& attention) {

@@ -7,7 +7,7 @@
 
 namespace pagedllm {
 
-// "attention", "model", "sampler", "speculator", "collectives".
+// "attention", "model", "sampler", "speculator", "collectives", "constraint".
 std::string_view plugin_kind_name(pllm_plugin_kind kind);
 
 }  // namespace pagedllm

@@ -27,6 +27,7 @@ std::string_view plugin_kind_name(pllm_plugin_kind kind) {
     case PLLM_PLUGIN_KIND_SAMPLER: return "sampler";
     case PLLM_PLUGIN_KIND_SPECULATOR: return "speculator";
     case PLLM_PLUGIN_KIND_COLLECTIVES: return "collectives";
+    case PLLM_PLUGIN_KIND_CONSTRAINT: return "constraint";
     case PLLM_PLUGIN_KIND_INVALID: return "invalid";
     case PLLM_PLUGIN_KIND_FORCE_32BIT: break;
   }
@@ -46,6 +47,8 @@ bool has_2_0_fields(const pllm_sampler_api& t) { return PLLM_HAS_FIELD(pllm_samp
 bool has_2_0_fields(const pllm_speculator_api& t) { return PLLM_HAS_FIELD(pllm_speculator_api, &t, verify); }
 // A kind added after 2.0 needs the slots of the minor that introduced it (collectives: 2.1).
 bool has_2_0_fields(const pllm_collectives_api& t) { return PLLM_HAS_FIELD(pllm_collectives_api, &t, barrier); }
+// The constraint kind came with 2.1: every constraint plugin has at least 2.1's slots.
+bool has_2_0_fields(const pllm_constraint_api& t) { return PLLM_HAS_FIELD(pllm_constraint_api, &t, is_terminated); }
 
 #if defined(__x86_64__)
 constexpr Elf64_Half kHostElfMachine = EM_X86_64;
@@ -210,6 +213,16 @@ std::shared_ptr<PluginLibrary> PluginLibrary::load(const fs::path& file, SdkVers
       require_slots(file, name, {{"create", t.create}, {"destroy", t.destroy}, {"get_info", t.get_info},
                                  {"all_reduce", t.all_reduce}, {"all_gather", t.all_gather},
                                  {"broadcast", t.broadcast}, {"barrier", t.barrier}});
+      plugin->table_ = t;
+      break;
+    }
+    case PLLM_PLUGIN_KIND_CONSTRAINT: {
+      auto t = normalised_table<pllm_constraint_api>(file, name, d->kind_api);
+      require_slots(file, name, {{"create", t.create}, {"destroy", t.destroy}, {"compile", t.compile},
+                                 {"release_grammar", t.release_grammar}, {"create_matcher", t.create_matcher},
+                                 {"destroy_matcher", t.destroy_matcher}, {"fill_bitmask", t.fill_bitmask},
+                                 {"accept_token", t.accept_token}, {"rollback", t.rollback},
+                                 {"is_terminated", t.is_terminated}});
       plugin->table_ = t;
       break;
     }

@@ -54,7 +54,7 @@ class PluginLibrary {
   boost::dll::shared_library library_;
   const pllm_plugin_descriptor* descriptor_ = nullptr;
   std::variant<std::monostate, pllm_attention_api, pllm_model_api, pllm_sampler_api,
-               pllm_speculator_api, pllm_collectives_api>
+               pllm_speculator_api, pllm_collectives_api, pllm_constraint_api>
       table_;
   std::unique_ptr<HostServices> host_services_;
   bool initialised_ = false;

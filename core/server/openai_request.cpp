@@ -7,6 +7,7 @@
 
 #include "core/server/api_error.h"
 #include "core/server/request_fields.h"
+#include "core/server/structured_output_request.h"
 #include "core/tokenizer/tokenizer_error.h"
 
 namespace pagedllm::server {
@@ -154,13 +155,6 @@ void reject_unsupported(const json& request, ApiKind kind) {
     if (const json* tools = field(request, "tools"); tools && !tools->empty()) {
       throw invalid_request("'tools' (function calling) is not supported", "tools");
     }
-    if (const json* format = field(request, "response_format")) {
-      const json* type = format->is_object() ? field(*format, "type") : nullptr;
-      if (!type || *type != "text") {
-        throw invalid_request("'response_format' other than {\"type\": \"text\"} is not supported",
-                              "response_format");
-      }
-    }
   }
 }
 
@@ -287,6 +281,7 @@ GenerateRequest make_engine_request(const GenerationPlan& plan, std::size_t inde
   // Ranking the best_of sequences needs every sampled token's logprob.
   if (plan.best_of > plan.sampling.n) request.sampling.logprobs = plan.logprobs.value_or(0);
   request.speculative = plan.speculative;
+  request.constraint = plan.constraint;
   return request;
 }
 
@@ -370,6 +365,7 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
   // echo with logprobs shows the prompt tokens' logprobs (OpenAI), with as many alternatives.
   if (plan.echo && plan.logprobs) s.prompt_logprobs = std::max(*plan.logprobs, plan.prompt_logprobs.value_or(0));
   if (plan.prompt_logprobs) s.prompt_logprobs = std::max(*plan.prompt_logprobs, s.prompt_logprobs.value_or(0));
+  plan.constraint = parse_output_constraint(request);
 
   if (chat) {
     const auto messages = parse_chat_messages(request);

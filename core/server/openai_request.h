@@ -50,6 +50,8 @@ struct GenerationPlan {
   // choices returned per prompt: the best by cumulative logprob). Never
   // streamed when above n.
   int best_of = 1;
+  // response_format / structured_outputs / guided_* (structured_output_request.h).
+  std::optional<OutputConstraint> constraint;
 
   int num_choices() const { return static_cast<int>(prompts.size()) * sampling.n; }
   // Sequences generated for all prompts.

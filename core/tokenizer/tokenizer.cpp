@@ -59,6 +59,9 @@ Tokenizer Tokenizer::from_json(const Json& root, const std::string& source) {
   if (const Json* decoder = component("decoder")) {
     tokenizer.decoder_ = make_decoder(*decoder, place / "decoder");
     tokenizer.decoder_has_byte_fallback_ = contains_component(*decoder, "ByteFallback");
+    tokenizer.token_encoding_ = contains_component(*decoder, "ByteLevel") ? TokenEncoding::kByteLevel
+                                : tokenizer.decoder_has_byte_fallback_ ? TokenEncoding::kByteFallback
+                                                                       : TokenEncoding::kRaw;
   }
   if (const Json* post_processor = component("post_processor")) {
     tokenizer.post_processor_ = PostProcessor::from_json(*post_processor, place / "post_processor");

@@ -70,6 +70,10 @@ class Tokenizer {
   std::optional<TokenId> pad_id() const { return pad_id_; }
   const TokenizerConfig& config() const { return config_; }
   const PostProcessor& post_processor() const { return post_processor_; }
+  // How the token strings (id_to_token) spell bytes, from the decoder: GPT-2
+  // byte-level, SentencePiece byte fallback, or the bytes themselves.
+  enum class TokenEncoding { kRaw, kByteFallback, kByteLevel };
+  TokenEncoding token_encoding() const { return token_encoding_; }
   // The file the tokenizer came from.
   const std::string& source() const { return source_; }
 
@@ -104,6 +108,7 @@ class Tokenizer {
   std::vector<bool> token_special_;
   std::vector<bool> token_fallback_byte_;
   bool decoder_has_byte_fallback_ = false;
+  TokenEncoding token_encoding_ = TokenEncoding::kRaw;
   std::optional<TokenId> bos_id_;
   std::optional<TokenId> eos_id_;
   std::optional<TokenId> pad_id_;

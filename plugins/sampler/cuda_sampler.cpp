@@ -8,6 +8,7 @@
 #include "cuda_common/cuda_check.h"
 #include "sample_batch_check.h"
 #include "sampling_math.h"
+#include "token_mask.h"
 
 namespace pagedllm::sampler {
 namespace {
@@ -55,7 +56,8 @@ CudaSampler::CudaSampler(int device_index) : device_(device_index) {
 CudaSampler::~CudaSampler() {
   (void)cudaSetDevice(device_);
   if (stream_) (void)cudaStreamSynchronize(stream_);
-  for (Buffer* b : {&inputs_, &staged_inputs_, &logits_copy_, &work_, &outputs_, &staged_outputs_, &top_keys_, &probs_}) {
+  for (Buffer* b : {&inputs_, &staged_inputs_, &logits_copy_, &masked_logits_, &work_, &outputs_, &staged_outputs_,
+                    &top_keys_, &probs_}) {
     b->release();
   }
   if (stream_) (void)cudaStreamDestroy(stream_);
@@ -94,6 +96,7 @@ int64_t CudaSampler::upload(const pllm_sample_batch& batch, SampleKernelArgs& ar
                   0,
                   scored_token(row),
                   row_key(p.seed, row.random_offset)};
+    d.constrained = row_constrained(batch, int64_t(r)) ? 1 : 0;
     if (has_logit_adjustments(row)) {
       for_each_logit_adjustment(row, banned_, [&](int32_t id, float bias, bool banned) {
         adjustments_.push_back({id, bias, banned ? 1 : 0});
@@ -105,10 +108,16 @@ int64_t CudaSampler::upload(const pllm_sample_batch& batch, SampleKernelArgs& ar
         row, vocab, [&](int32_t id, int32_t output_count) { penalties_.push_back({id, output_count}); });
   }
 
-  // One host-to-device copy: rows, then penalty entries, then adjustment entries.
+  // One host-to-device copy: rows, penalty entries, logit adjustment entries, and the token masks
+  // of a constrained batch.
+  check_token_mask(batch, vocab);
+  const bool masked = has_token_mask(batch);
+  const std::size_t mask_bytes = masked ? n * std::size_t(batch.bitmask_words) * sizeof(uint32_t) : 0;
   const std::size_t rows_bytes = aligned(n * sizeof(DeviceRow));
   const std::size_t penalty_bytes = aligned(penalties_.size() * sizeof(PenaltyEntry));
-  const std::size_t input_bytes = rows_bytes + penalty_bytes + adjustments_.size() * sizeof(AdjustmentEntry);
+  const std::size_t adjustment_bytes = aligned(adjustments_.size() * sizeof(AdjustmentEntry));
+  const std::size_t mask_offset = rows_bytes + penalty_bytes + adjustment_bytes;
+  const std::size_t input_bytes = mask_offset + mask_bytes;
   staged_inputs_.reserve(input_bytes, device_);
   inputs_.reserve(input_bytes, device_);
   auto* staged = static_cast<std::byte*>(staged_inputs_.data);
@@ -118,6 +127,7 @@ int64_t CudaSampler::upload(const pllm_sample_batch& batch, SampleKernelArgs& ar
     std::memcpy(staged + rows_bytes + penalty_bytes, adjustments_.data(),
                 adjustments_.size() * sizeof(AdjustmentEntry));
   }
+  if (masked) std::memcpy(staged + mask_offset, batch.token_bitmask, mask_bytes);
   PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(inputs_.data, staged, input_bytes, cudaMemcpyHostToDevice, stream_));
   auto* device_inputs = static_cast<std::byte*>(inputs_.data);
   args.rows = reinterpret_cast<const DeviceRow*>(device_inputs);
@@ -133,6 +143,17 @@ int64_t CudaSampler::upload(const pllm_sample_batch& batch, SampleKernelArgs& ar
     logits_copy_.reserve(bytes, device_);
     PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(logits_copy_.data, l.data, bytes, cudaMemcpyHostToDevice, stream_));
     args.logits = static_cast<const float*>(logits_copy_.data);
+  }
+  if (masked) {
+    // Every row gathered into one [num_rows, vocab] buffer, the constrained ones masked.
+    masked_logits_.reserve(n * std::size_t(vocab) * sizeof(float), device_);
+    MaskKernelArgs mask{args.logits, args.logits_stride, vocab, args.rows,
+                        reinterpret_cast<const uint32_t*>(device_inputs + mask_offset),
+                        batch.bitmask_words, static_cast<float*>(masked_logits_.data)};
+    launch_mask_rows(mask, batch.num_rows, stream_);
+    args.logits = static_cast<const float*>(masked_logits_.data);
+    args.logits_stride = vocab;
+    args.gathered = 1;
   }
   work_.reserve(n * std::size_t(vocab) * sizeof(float), device_);
   args.work = static_cast<float*>(work_.data);

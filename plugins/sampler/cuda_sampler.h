@@ -46,7 +46,7 @@ class CudaSampler {
 
   int device_;
   cudaStream_t stream_ = nullptr;
-  Buffer inputs_, staged_inputs_{true}, logits_copy_, work_, outputs_, staged_outputs_{true}, top_keys_, probs_;
+  Buffer inputs_, staged_inputs_{true}, logits_copy_, masked_logits_, work_, outputs_, staged_outputs_{true}, top_keys_, probs_;
   TokenHistory history_;
   std::vector<DeviceRow> rows_;
   std::vector<PenaltyEntry> penalties_;

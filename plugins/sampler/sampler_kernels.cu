@@ -94,7 +94,7 @@ __device__ uint64_t radix_select(int64_t vocab, const float* values, uint64_t ta
 __global__ void sample_rows_kernel(SampleKernelArgs a) {
   const DeviceRow row = a.rows[blockIdx.x];
   const int64_t vocab = a.vocab;
-  const float* raw = a.logits + int64_t(row.logits_row) * a.logits_stride;
+  const float* raw = a.logits + int64_t(a.gathered ? int32_t(blockIdx.x) : row.logits_row) * a.logits_stride;
   float* work = a.work + int64_t(blockIdx.x) * vocab;
   DeviceResult* result = a.results + blockIdx.x;
   const bool probabilities = a.probs != nullptr;
@@ -261,6 +261,16 @@ __global__ void sample_rows_kernel(SampleKernelArgs a) {
 }
 
 // A power of two of threads, 32 to 1024, about 32 elements each.
+__global__ void mask_rows_kernel(MaskKernelArgs a) {
+  const DeviceRow row = a.rows[blockIdx.x];
+  const float* raw = a.logits + int64_t(row.logits_row) * a.logits_stride;
+  float* out = a.masked + int64_t(blockIdx.x) * a.vocab;
+  const uint32_t* mask = a.bitmask + int64_t(blockIdx.x) * a.words;
+  for (int64_t i = threadIdx.x; i < a.vocab; i += blockDim.x) {
+    out[i] = !row.constrained || ((mask[i >> 5] >> (i & 31)) & 1u) ? raw[i] : -INFINITY;
+  }
+}
+
 unsigned threads_for(int64_t vocab) {
   unsigned threads = 32;
   while (threads < kMaxThreads && int64_t(threads) * 32 < vocab) threads *= 2;
@@ -272,6 +282,12 @@ unsigned threads_for(int64_t vocab) {
 void launch_sample_rows(const SampleKernelArgs& args, int32_t num_rows, cudaStream_t stream) {
   if (num_rows == 0) return;
   cuda::launch<sample_rows_kernel>(unsigned(num_rows), threads_for(args.vocab), 0, stream, args);
+  PAGEDLLM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_mask_rows(const MaskKernelArgs& args, int32_t num_rows, cudaStream_t stream) {
+  if (num_rows == 0) return;
+  cuda::launch<mask_rows_kernel>(unsigned(num_rows), threads_for(args.vocab), 0, stream, args);
   PAGEDLLM_CUDA_CHECK_LAUNCH();
 }
 

@@ -20,6 +20,7 @@ struct DeviceRow {
   int32_t adjustment_count;
   int32_t scored;  // PLLM_SAMPLE_ROW_SCORE: the token to report instead of sampling; -1 samples
   uint64_t key;           // row_key(seed, random_offset)
+  int32_t constrained;    // nonzero: the row's token mask applies (launch_mask_rows)
 };
 
 // A distinct token of a row's logit_bias or min_tokens ban (logit_adjustments.h).
@@ -58,7 +59,23 @@ struct SampleKernelArgs {
   float* probs;              // [num_rows, probs_stride], or null: sample instead
   int64_t probs_stride;
   int32_t want_logprobs;
+  // Nonzero: logits holds one row per batch row (launch_mask_rows' output), so
+  // row r reads row r instead of its logits_row.
+  int32_t gathered;
 };
+
+// Structured output: copies each row's logits row into masked[r] (vocab wide),
+// a constrained row's disallowed tokens as -infinity.
+struct MaskKernelArgs {
+  const float* logits;
+  int64_t logits_stride;
+  int64_t vocab;
+  const DeviceRow* rows;
+  const uint32_t* bitmask;  // [num_rows, words]
+  int32_t words;
+  float* masked;            // [num_rows, vocab]
+};
+void launch_mask_rows(const MaskKernelArgs& args, int32_t num_rows, cudaStream_t stream);
 
 // One block per row: logit_bias and min_tokens, penalties, greedy argmax or temperature + min-p + top-k +
 // top-p (radix selects) + Gumbel-max; raw logprobs and top-N; or, with

@@ -14,6 +14,7 @@
 #include "common/thread_pool.h"
 #include "row_sampler.h"
 #include "sample_batch_check.h"
+#include "token_mask.h"
 #ifdef PAGEDLLM_HAVE_CUDA
 #include "cuda_sampler.h"
 #endif
@@ -30,6 +31,7 @@ class CpuSampler {
   void sample(const pllm_sample_batch& batch, pllm_sample_output& out) {
     const int64_t vocab = check_batch(batch, on_host, "host memory");
     check_sample_output(batch, out);
+    mask_rows(batch, vocab);
     const int64_t top = out.max_top_logprobs;
     // Non-finite rows first, so that an error leaves no row half-written.
     std::vector<uint8_t> finite(std::size_t(batch.num_rows));
@@ -59,6 +61,7 @@ class CpuSampler {
   void probabilities(const pllm_sample_batch& batch, const pllm_probabilities_output& out) {
     const int64_t vocab = check_batch(batch, on_host, "host memory");
     check_probabilities_output(batch, vocab, out, on_host, "host memory");
+    mask_rows(batch, vocab);
     std::vector<uint8_t> finite(std::size_t(batch.num_rows));
     for (int32_t r = 0; r < batch.num_rows; ++r) {
       finite[std::size_t(r)] = RowSampler::finite_row(logits_row(batch, r), vocab);
@@ -77,9 +80,34 @@ class CpuSampler {
   }
 
  private:
-  static const float* logits_row(const pllm_sample_batch& batch, int64_t r) {
-    return static_cast<const float*>(batch.logits->data) + row_of(batch, r).logits_row * batch.logits->strides[0];
+  // Row r's logits: the model's row, or for a constrained row its masked copy.
+  const float* logits_row(const pllm_sample_batch& batch, int64_t r) const {
+    const float* raw =
+        static_cast<const float*>(batch.logits->data) + row_of(batch, r).logits_row * batch.logits->strides[0];
+    const int64_t masked = masked_row_[std::size_t(r)];
+    return masked < 0 ? raw : masked_.data() + masked * batch.logits->shape[1];
   }
+
+  // Copies every constrained row's logits with its disallowed tokens at -infinity (token_mask.h).
+  void mask_rows(const pllm_sample_batch& batch, int64_t vocab) {
+    check_token_mask(batch, vocab);
+    masked_row_.assign(std::size_t(batch.num_rows), -1);
+    int64_t count = 0;
+    for (int32_t r = 0; r < batch.num_rows; ++r) {
+      if (row_constrained(batch, r)) masked_row_[std::size_t(r)] = count++;
+    }
+    masked_.resize(std::size_t(count * vocab));
+    for (int32_t r = 0; r < batch.num_rows; ++r) {
+      const int64_t m = masked_row_[std::size_t(r)];
+      if (m < 0) continue;
+      const float* raw =
+          static_cast<const float*>(batch.logits->data) + row_of(batch, r).logits_row * batch.logits->strides[0];
+      apply_token_mask(raw, mask_of(batch, r), vocab, masked_.data() + m * vocab);
+    }
+  }
+
+  std::vector<float> masked_;        // the constrained rows' masked logits
+  std::vector<int64_t> masked_row_;  // per batch row: its row of masked_, or -1
 
   plugins::ThreadPool pool_;
   std::vector<RowSampler> workers_;  // one scratch set per pool thread

@@ -151,6 +151,7 @@ def serve_config():
         "model: {plugin: models_llama, path: tiny}\n"
         "attention: {plugin: attention_cpu}\n"
         "sampler: {plugin: sampler}\n"
+        "constraint: {plugin: constraint_xgrammar}\n"
         "cache: {block_size: 16, kv_cache_bytes: 64MiB, enable_prefix_caching: true}\n"
         "scheduler: {max_num_seqs: 64, max_num_batched_tokens: 2048}\n"
         "server: {host: 127.0.0.1, port: 0, shutdown_grace_period_s: 10}\n"

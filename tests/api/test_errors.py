@@ -65,7 +65,6 @@ def test_400_for_fields_the_server_does_not_implement(client, model):
     chat = client.chat.completions.create
     tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
     bad_request(chat, "tools", model=model, messages=USER, tools=[tool])
-    bad_request(chat, "response_format", model=model, messages=USER, response_format={"type": "json_object"})
 
 
 def test_unknown_fields_are_ignored_as_openai_does(client, model):

@@ -99,7 +99,7 @@ TEST_CASE("an exception inside a plugin becomes a status and a message", "[sdk][
   pllm_sampling_params params{};
   pllm_sample_row row{sizeof(row), &params, nullptr, 0, nullptr, 0, 0, 0, 0, 0};
   const pllm_tensor logits_tensor{sizeof(pllm_tensor), logits, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0}, 2, {1, 2}, {2, 1}};
-  pllm_sample_batch batch{sizeof(batch), 1, sizeof(row), &row, &logits_tensor};
+  pllm_sample_batch batch{sizeof(batch), 1, sizeof(row), &row, &logits_tensor, nullptr, 0, nullptr};
   int32_t token = -1;
   float logprob = 0;
   pllm_sample_output out{sizeof(out), &token, &logprob, 0, nullptr, nullptr, nullptr};

@@ -281,8 +281,10 @@ TEST_CASE("chat logprobs, fields and message errors", "[server][request]") {
   check_400(engine, k, {{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}},
             "messages[0].content[0].type", "only text content");
   check_400(engine, k, {{"messages", hi}, {"tools", {{{"type", "function"}}}}}, "tools", "not supported");
-  check_400(engine, k, {{"messages", hi}, {"response_format", {{"type", "json_object"}}}}, "response_format",
-            "not supported");
+  check_400(engine, k, {{"messages", hi}, {"response_format", {{"type", "xml"}}}}, "response_format.type",
+            "not one of 'text', 'json_object', 'json_schema'");
+  CHECK(chat(engine, {{"messages", hi}, {"response_format", {{"type", "json_object"}}}}).constraint->type ==
+        OutputConstraint::Type::kJsonObject);
   CHECK(chat(engine, {{"messages", hi}, {"response_format", {{"type", "text"}}}}).prompts.size() == 1);
   // An assistant turn may have no content (it had tool calls).
   CHECK(chat(engine, {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", nullptr}},

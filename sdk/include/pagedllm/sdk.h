@@ -7,6 +7,7 @@
 #include "pagedllm/sdk/attention.h"
 #include "pagedllm/sdk/batch.h"
 #include "pagedllm/sdk/collectives.h"
+#include "pagedllm/sdk/constraint.h"
 #include "pagedllm/sdk/host.h"
 #include "pagedllm/sdk/model.h"
 #include "pagedllm/sdk/plugin.h"

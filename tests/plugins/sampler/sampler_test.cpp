@@ -112,6 +112,9 @@ struct Row {
   int32_t scored = -1;  // >= 0: a PLLM_SAMPLE_ROW_SCORE row reporting this token
 };
 
+// Structured output: per row, the allowed tokens (bit id % 32 of word id / 32); empty = unconstrained.
+using Masks = std::vector<std::vector<uint32_t>>;
+
 struct Result {
   std::vector<int32_t> status;
   std::vector<int32_t> tokens;
@@ -136,7 +139,7 @@ class Sampler {
   // with_status false, a null row_status (a non-finite row fails the call).
   Result sample(const std::vector<Row>& rows, int32_t max_top = 0, bool with_logprobs = true,
                 bool with_status = false) {
-    Batch b(rows, device_);
+    Batch b(rows, device_, masks, mask_words);
     Result r;
     r.status.assign(rows.size(), -7);
     r.tokens.assign(rows.size(), -7);
@@ -161,7 +164,7 @@ class Sampler {
   // on_device: the probabilities are written to the sampler's device, else to the host.
   std::vector<std::vector<float>> probabilities(const std::vector<Row>& rows, bool on_device = false,
                                                 std::vector<int32_t>* status = nullptr) {
-    Batch b(rows, device_);
+    Batch b(rows, device_, masks, mask_words);
     const int64_t vocab = int64_t(rows[0].logits.size());
     const pllm_device where = on_device ? device_ : kCpu;
     DeviceFloats out_probs(where, std::vector<float>(rows.size() * std::size_t(vocab), NAN));
@@ -202,8 +205,25 @@ class Sampler {
     std::unique_ptr<DeviceFloats> logits;
     pllm_tensor logits_tensor{};
     pllm_sample_batch batch{};
-    Batch(const std::vector<Row>& in, const pllm_device& device) {
+    std::vector<uint32_t> bitmask;
+    std::vector<uint8_t> constrained;
+    Batch(const std::vector<Row>& in, const pllm_device& device, const Masks& masks = {}, int32_t mask_words = 0) {
       const std::size_t vocab = in[0].logits.size();
+      const std::size_t words = mask_words > 0 ? std::size_t(mask_words) : (vocab + 31) / 32;
+      // Unconstrained rows' mask words stay zero (allowing nothing): constrained_rows says which to read.
+      if (!masks.empty()) {
+        REQUIRE(masks.size() == in.size());
+        bitmask.assign(in.size() * words, 0u);
+        constrained.assign(in.size(), 0);
+        for (std::size_t r = 0; r < in.size(); ++r) {
+          if (masks[r].empty()) continue;
+          std::copy_n(masks[r].begin(), std::min(words, masks[r].size()), bitmask.begin() + std::ptrdiff_t(r * words));
+          constrained[r] = 1;
+        }
+        batch.token_bitmask = bitmask.data();
+        batch.bitmask_words = int32_t(words);
+        batch.constrained_rows = constrained.data();
+      }
       const std::size_t stride = vocab + 3;
       std::vector<float> host((in.size() + 1) * stride, NAN);
       params.reserve(in.size());
@@ -251,6 +271,12 @@ class Sampler {
   };
   pllm_device device_;
   pagedllm::SamplerInstance instance_;
+
+ public:
+  // Structured output for the next calls: one mask per row (empty: none), and the words per
+  // row the batch declares (0: ceil(vocab / 32), the right width).
+  Masks masks;
+  int32_t mask_words = 0;
 };
 
 std::vector<float> random_logits(std::mt19937& rng, std::size_t vocab, float spread = 4.0f) {
@@ -785,6 +811,117 @@ TEST_CASE("with row_status, a row of non-finite logits is flagged and the others
   CHECK(std::accumulate(probs[1].begin(), probs[1].end(), 0.0) == 0.0);
   CHECK(std::accumulate(probs[2].begin(), probs[2].end(), 0.0) == Approx(1.0).epsilon(1e-5));
 }
+
+// A random mask allowing `allowed` tokens of `vocab` (at least one).
+std::vector<uint32_t> random_mask(std::mt19937& rng, std::size_t vocab, std::size_t allowed) {
+  std::vector<uint32_t> mask((vocab + 31) / 32, 0u);
+  std::vector<std::size_t> ids(vocab);
+  std::iota(ids.begin(), ids.end(), std::size_t{0});
+  std::shuffle(ids.begin(), ids.end(), rng);
+  for (std::size_t k = 0; k < allowed; ++k) mask[ids[k] / 32] |= 1u << (ids[k] % 32);
+  return mask;
+}
+
+bool allowed_by(const std::vector<uint32_t>& mask, int32_t id) { return (mask[std::size_t(id) / 32] >> (id % 32)) & 1u; }
+
+// The reference: the same row with its disallowed logits at -inf, unconstrained.
+Row masked_out(const Row& row, const std::vector<uint32_t>& mask) {
+  Row ref = row;
+  for (std::size_t v = 0; !mask.empty() && v < ref.logits.size(); ++v) {
+    if (!allowed_by(mask, int32_t(v))) ref.logits[v] = -INFINITY;
+  }
+  return ref;
+}
+
+TEST_CASE("a token mask restricts a row exactly as -inf logits for its disallowed tokens would", "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  INFO(name_of(device));
+  std::mt19937 rng(77);
+  const std::size_t vocab = 1000;  // not a multiple of 32: the last word is partial
+  std::vector<Row> rows, reference;
+  Masks masks;
+  const float temperatures[] = {0.0f, 0.8f, 1.3f};
+  for (int i = 0; i < 24; ++i) {
+    Row row{params(temperatures[i % 3]), random_logits(rng, vocab, 3.0f), {}, {}, uint64_t(i)};
+    row.params.seed = uint64_t(500 + i);
+    row.params.top_k = i % 4 == 1 ? 5 : 0;
+    row.params.top_p = i % 4 == 2 ? 0.5f : 1.0f;
+    row.params.repetition_penalty = i % 5 == 3 ? 1.3f : 1.0f;
+    row.params.num_top_logprobs = 3;
+    row.output = {int32_t(i), int32_t(2 * i)};
+    // Every other row unconstrained, beside the constrained ones in the same batch.
+    masks.push_back(i % 2 == 0 ? random_mask(rng, vocab, i % 8 == 0 ? 1 : std::size_t(3 + 7 * i))
+                               : std::vector<uint32_t>{});
+    rows.push_back(row);
+    reference.push_back(masked_out(row, masks.back()));
+  }
+  Sampler constrained(device), plain(device);
+  constrained.masks = masks;
+  for (const uint64_t shift : {0u, 13u, 101u}) {
+    for (std::size_t r = 0; r < rows.size(); ++r) rows[r].offset = reference[r].offset = shift + r;
+    const Result a = constrained.sample(rows, 3);
+    const Result b = plain.sample(reference, 3);
+    CHECK(a.tokens == b.tokens);
+    CHECK(a.top_ids == b.top_ids);
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      INFO("row " << r);
+      if (!masks[r].empty()) CHECK(allowed_by(masks[r], a.tokens[r]));
+      CHECK(a.logprobs[r] == b.logprobs[r]);  // the reported logprobs are of the masked distribution
+      // Alternatives with a finite logprob are allowed tokens (a row allowing fewer than 3 lists -inf ones after).
+      for (std::size_t j = 0; j < 3; ++j) {
+        const int32_t id = a.top_ids[r * 3 + j];
+        if (!masks[r].empty() && a.top_logprobs[r * 3 + j] > -INFINITY) CHECK(allowed_by(masks[r], id));
+      }
+    }
+  }
+  // probabilities() (what a speculator verifies against) honours the mask too.
+  const auto p = constrained.probabilities(rows);
+  const auto q = plain.probabilities(reference);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (std::size_t v = 0; v < vocab; ++v) REQUIRE(p[r][v] == q[r][v]);
+  }
+}
+
+TEST_CASE("a mask allowing no finite logit flags the row, and a mask of the wrong width is refused", "[sampler]") {
+  const pllm_device device = EACH_DEVICE;
+  INFO(name_of(device));
+  std::mt19937 rng(5);
+  const Row ok{params(0.0f), random_logits(rng, 64), {}, {}, 0};
+  Row only_inf = ok;
+  only_inf.logits[9] = -INFINITY;
+  Sampler sampler(device);
+  sampler.masks = {{}, {0u, 0u}, {1u << 9, 0u}};
+  const Result r = sampler.sample({ok, ok, only_inf}, 0, true, true);
+  CHECK(r.status ==
+        std::vector<int32_t>{PLLM_SAMPLE_OK, PLLM_SAMPLE_NON_FINITE_LOGITS, PLLM_SAMPLE_NON_FINITE_LOGITS});
+  CHECK(r.tokens[1] == -1);
+  sampler.masks = {{}, {~0u, ~0u, ~0u}};
+  sampler.mask_words = 3;
+  CHECK_THROWS_WITH(sampler.sample({ok, ok}), Contains("bitmask_words is 3") && Contains("needs 2"));
+}
+
+#ifdef PAGEDLLM_HAVE_CUDA
+// Masks on the emulated cuda:0 against the CPU: the same tokens, top ids and logprobs.
+TEST_CASE("CUDA masks exactly as the CPU does", "[sampler][cuda]") {
+  std::mt19937 rng(91);
+  std::vector<Row> rows;
+  Masks masks;
+  for (int i = 0; i < 40; ++i) {
+    Row row{params(i % 3 == 0 ? 0.0f : 0.9f), random_logits(rng, 2000, 3.0f), {}, {}, uint64_t(i * 5)};
+    row.params.seed = uint64_t(70 + i);
+    row.params.num_top_logprobs = i % 4;
+    masks.push_back(i % 3 != 2 ? random_mask(rng, 2000, std::size_t(1 + 31 * i)) : std::vector<uint32_t>{});
+    rows.push_back(row);
+  }
+  Sampler cpu(kCpu), gpu(kCuda);
+  cpu.masks = gpu.masks = masks;
+  const Result a = cpu.sample(rows, 3);
+  const Result b = gpu.sample(rows, 3);
+  CHECK(a.tokens == b.tokens);
+  CHECK(a.top_ids == b.top_ids);
+  for (std::size_t r = 0; r < rows.size(); ++r) CHECK(a.logprobs[r] == Approx(b.logprobs[r]).margin(1e-6));
+}
+#endif
 
 #ifdef PAGEDLLM_HAVE_CUDA
 // Identical inputs through the CPU sampler and the emulated CUDA one: the same

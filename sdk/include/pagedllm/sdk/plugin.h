@@ -23,6 +23,7 @@ typedef enum pllm_plugin_kind {
   PLLM_PLUGIN_KIND_SAMPLER = 3,    /* pllm_sampler_api */
   PLLM_PLUGIN_KIND_SPECULATOR = 4, /* pllm_speculator_api */
   PLLM_PLUGIN_KIND_COLLECTIVES = 5, /* pllm_collectives_api (SDK 2.1) */
+  PLLM_PLUGIN_KIND_CONSTRAINT = 6, /* pllm_constraint_api (SDK 2.1) */
   PLLM_PLUGIN_KIND_FORCE_32BIT = 0x7fffffff /* keeps the enum 32 bits wide; never a kind */
 } pllm_plugin_kind;
 

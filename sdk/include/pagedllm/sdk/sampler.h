@@ -39,7 +39,8 @@ extern "C" {
  *      top_p of what is left), then draw from what is kept with the row's
  *      (seed, random_offset).
  * The reported log-probabilities (`logprobs`, `top_logprobs`) are of the RAW
- * logits: log_softmax before logit_bias, min_tokens, penalties, temperature and
+ * logits (a constrained row's: its masked logits, token_bitmask below):
+ * log_softmax before logit_bias, min_tokens, penalties, temperature and
  * filtering (vLLM's default "raw_logprobs", and what the OpenAI API reports):
  * the model's own belief, so a token banned by a bias of -100 still reports
  * the log-probability the model gave it. */
@@ -125,6 +126,20 @@ typedef struct pllm_sample_batch {
   /* [num_logits_rows, vocab_size] f32 with contiguous rows, on the sampler's
    * device (a sampler on a GPU also accepts host logits, copying them in). */
   const pllm_tensor* logits;
+  /* Structured output (SDK 2.1; absent or NULL: no row is constrained). Host
+   * memory, [num_rows, bitmask_words] 32-bit words, bitmask_words =
+   * ceil(vocab_size / 32): row r may only draw a token whose bit (id % 32) of
+   * word (id / 32) is set. Applied first, before step 0 above: a masked-out
+   * token's logit is -infinity for everything that follows, the reported
+   * log-probabilities included (a constrained request's logprobs are of the
+   * distribution it was sampled from, as in vLLM). A row whose mask allows no
+   * finite logit reports PLLM_SAMPLE_NON_FINITE_LOGITS. A sampler on a device
+   * uploads the mask once per call. */
+  const uint32_t* token_bitmask;
+  int32_t bitmask_words;
+  /* [num_rows]: nonzero = row r is constrained (its bitmask row is read); NULL
+   * with a token_bitmask: every row is. */
+  const uint8_t* constrained_rows;
 } pllm_sample_batch;
 
 /* What became of a row (sample_output.row_status). */

@@ -34,6 +34,15 @@
 //                     void all_gather(const void* send, void* recv, int64_t count, pllm_dtype, void* stream);
 //                     void broadcast(void* buffer, int64_t bytes, int32_t root, void* stream);
 //                     void barrier();
+//   ConstraintPlugin (SDK 2.1; the handles are the plugin's own objects, cast):
+//                     pllm_constraint_grammar* compile(const pllm_constraint_spec&);   (any thread: no overlap check)
+//                     void release_grammar(pllm_constraint_grammar*);                 (any thread: no overlap check)
+//                     pllm_constraint_matcher* create_matcher(const pllm_constraint_grammar*);
+//                     void destroy_matcher(pllm_constraint_matcher*);
+//                     void fill_bitmask(std::span<pllm_constraint_matcher* const>, uint32_t* bitmask, int32_t words);
+//                     bool accept_token(pllm_constraint_matcher*, int32_t token);
+//                     void rollback(pllm_constraint_matcher*, int32_t num_tokens);
+//                     bool is_terminated(const pllm_constraint_matcher*);
 //
 // A plugin that needs one-time setup gives its class `static void plugin_init()`
 // (called after the host services are available) and `static void plugin_shutdown()`.
@@ -87,6 +96,7 @@ inline const pllm_sample_row& sample_row(const pllm_sample_batch& batch, int64_t
 }
 struct SpeculatorPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_SPECULATOR; };
 struct CollectivesPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_COLLECTIVES; };
+struct ConstraintPlugin { static constexpr pllm_plugin_kind kind = PLLM_PLUGIN_KIND_CONSTRAINT; };
 
 namespace detail {
 
@@ -414,6 +424,82 @@ struct KindApi<T, PLLM_PLUGIN_KIND_COLLECTIVES> {
           });
         },
         [](H* s, pllm_error* e) noexcept { return call<T>(s, "barrier", e, [&](T& p) { p.barrier(); }); },
+    };
+    return &api;
+  }
+};
+
+template <class T>
+struct KindApi<T, PLLM_PLUGIN_KIND_CONSTRAINT> {
+  using H = pllm_constraint_engine;
+  // compile() and release_grammar() run on any thread, beside the engine thread's calls
+  // (pllm_constraint_api): guarded, but outside the per-instance overlap check.
+  template <class Body>
+  static pllm_status unserialised(H* s, const char* name, pllm_error* e, Body&& body) noexcept {
+    return guard(e, [&] {
+      if (!s) throw Error(PLLM_ERROR_INVALID_ARGUMENT, std::string(name) + ": null plugin instance");
+      std::forward<Body>(body)(reinterpret_cast<Instance<T>*>(s)->plugin);
+    });
+  }
+  static const pllm_constraint_api* table() {
+    static const pllm_constraint_api api = {
+        sizeof(pllm_constraint_api),
+        &create<T, H, pllm_constraint_create_args>,
+        &destroy<T, H>,
+        [](H* s, const pllm_constraint_spec* spec, pllm_constraint_grammar** out, pllm_error* e) noexcept {
+          return unserialised(s, "compile", e, [&](T& p) {
+            if (!spec || !out || spec->struct_size < sizeof(pllm_constraint_spec)) {
+              throw Error(PLLM_ERROR_INVALID_ARGUMENT, "compile: null or short spec, or null output");
+            }
+            *out = nullptr;
+            *out = p.compile(*spec);
+          });
+        },
+        [](H* s, pllm_constraint_grammar* grammar) noexcept {
+          pllm_error ignored{};
+          (void)unserialised(s, "release_grammar", &ignored, [&](T& p) { p.release_grammar(grammar); });
+        },
+        [](H* s, const pllm_constraint_grammar* grammar, pllm_constraint_matcher** out, pllm_error* e) noexcept {
+          return call<T>(s, "create_matcher", e, [&](T& p) {
+            if (!grammar || !out) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "create_matcher: null grammar or output");
+            *out = nullptr;
+            *out = p.create_matcher(grammar);
+          });
+        },
+        [](H* s, pllm_constraint_matcher* matcher) noexcept {
+          pllm_error ignored{};
+          (void)call<T>(s, "destroy_matcher", &ignored, [&](T& p) { p.destroy_matcher(matcher); });
+        },
+        [](H* s, pllm_constraint_matcher* const* matchers, int32_t n, uint32_t* bitmask, int32_t words,
+           pllm_error* e) noexcept {
+          return call<T>(s, "fill_bitmask", e, [&](T& p) {
+            if (n < 0 || (n > 0 && (!matchers || !bitmask)) || words <= 0) {
+              throw Error(PLLM_ERROR_INVALID_ARGUMENT, "fill_bitmask: bad matchers, bitmask or word count");
+            }
+            p.fill_bitmask(std::span<pllm_constraint_matcher* const>(matchers, static_cast<std::size_t>(n)), bitmask,
+                           words);
+          });
+        },
+        [](H* s, pllm_constraint_matcher* matcher, int32_t token, int32_t* accepted, pllm_error* e) noexcept {
+          return call<T>(s, "accept_token", e, [&](T& p) {
+            if (!matcher || !accepted) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "accept_token: null matcher or output");
+            *accepted = p.accept_token(matcher, token) ? 1 : 0;
+          });
+        },
+        [](H* s, pllm_constraint_matcher* matcher, int32_t n, pllm_error* e) noexcept {
+          return call<T>(s, "rollback", e, [&](T& p) {
+            if (!matcher || n < 0) throw Error(PLLM_ERROR_INVALID_ARGUMENT, "rollback: null matcher or negative count");
+            p.rollback(matcher, n);
+          });
+        },
+        [](H* s, const pllm_constraint_matcher* matcher) noexcept -> int32_t {
+          int32_t terminated = 0;
+          pllm_error ignored{};
+          (void)call<T>(s, "is_terminated", &ignored, [&](T& p) {
+            if (matcher) terminated = p.is_terminated(matcher) ? 1 : 0;
+          });
+          return terminated;
+        },
     };
     return &api;
   }

@@ -33,6 +33,10 @@ inline bool has_2_0_fields(const pllm_sampler_create_args& s) {
 inline bool has_2_0_fields(const pllm_speculator_create_args& s) {
   return PLLM_HAS_FIELD(pllm_speculator_create_args, &s, num_speculative_tokens);
 }
+// The constraint kind came with 2.1: its structs' first fields are 2.1's.
+inline bool has_2_0_fields(const pllm_constraint_create_args& s) {
+  return PLLM_HAS_FIELD(pllm_constraint_create_args, &s, num_special_tokens);
+}
 inline bool has_2_0_fields(const pllm_attention_ref& s) { return PLLM_HAS_FIELD(pllm_attention_ref, &s, backend); }
 inline bool has_2_0_fields(const pllm_kv_cache_spec& s) { return PLLM_HAS_FIELD(pllm_kv_cache_spec, &s, dtype); }
 inline bool has_2_0_fields(const pllm_batch& s) { return PLLM_HAS_FIELD(pllm_batch, &s, hidden_indices); }

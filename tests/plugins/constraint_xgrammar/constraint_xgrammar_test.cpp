@@ -1,0 +1,176 @@
+// constraint_xgrammar, loaded as a plugin, over a vocabulary small enough that the tokens each
+// constraint allows can be listed by hand: the expected sets below are written from the
+// constraint's definition, not from the plugin.
+
+#include <catch2/catch.hpp>
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/plugin/plugin_instance.h"
+#include "core/plugin/plugin_registry.h"
+#include "pagedllm/sdk.h"
+
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Raw (byte) tokens; id 9 is the stop token (EOS), id 10 a special token whose text is "a".
+const std::vector<std::string> kVocab = {"a", "b", "ab", "c", "{", "}", "\"", "1", "x\"y", "</s>", "a"};
+constexpr int32_t kEos = 9;
+constexpr int32_t kSpecial = 10;
+constexpr int32_t kVocabSize = 40;  // the model's logits are wider than the tokenizer: ids 11..39 never allowed
+
+class Constraint {
+ public:
+  explicit Constraint(const std::string& options = "{}") {
+    static pagedllm::PluginRegistry registry({PAGEDLLM_BINARY_DIR "/plugins"});
+    std::vector<const char*> strings;
+    std::vector<int32_t> lengths;
+    for (const auto& t : kVocab) {
+      strings.push_back(t.data());
+      lengths.push_back(int32_t(t.size()));
+    }
+    const int32_t stop[] = {kEos};
+    const int32_t special[] = {kSpecial};
+    pllm_constraint_create_args args{};
+    args.struct_size = sizeof args;
+    args.options_json = options.c_str();
+    args.vocab_size = kVocabSize;
+    args.num_tokens = int32_t(kVocab.size());
+    args.token_strings = strings.data();
+    args.token_lengths = lengths.data();
+    args.vocab_type = PLLM_VOCAB_RAW;
+    args.stop_token_ids = stop;
+    args.num_stop_tokens = 1;
+    args.special_token_ids = special;
+    args.num_special_tokens = 1;
+    instance_ = pagedllm::create_plugin_instance<pllm_constraint_api, pllm_constraint_engine>(
+        registry.load("constraint_xgrammar", PLLM_PLUGIN_KIND_CONSTRAINT, "constraint.plugin"), args);
+  }
+
+  // A compiled grammar, or the error's status and message.
+  pllm_status compile(pllm_constraint_type type, const std::string& text, pllm_constraint_grammar** out,
+                      std::string* message = nullptr) {
+    const pllm_constraint_spec spec{sizeof spec, type, text.c_str()};
+    pllm_error error{};
+    const pllm_status status = instance_.api().compile(instance_.get(), &spec, out, &error);
+    if (message) *message = error.message;
+    return status;
+  }
+
+  struct Matcher {
+    Constraint* owner;
+    pllm_constraint_grammar* grammar;
+    pllm_constraint_matcher* matcher;
+    ~Matcher() {
+      owner->instance_.api().destroy_matcher(owner->instance_.get(), matcher);
+      owner->instance_.api().release_grammar(owner->instance_.get(), grammar);
+    }
+    std::set<int32_t> allowed() const {
+      std::vector<uint32_t> mask((kVocabSize + 31) / 32, 0xdeadbeefu);
+      pllm_error error{};
+      pllm_constraint_matcher* const one[] = {matcher};
+      REQUIRE(owner->instance_.api().fill_bitmask(owner->instance_.get(), one, 1, mask.data(), int32_t(mask.size()),
+                                                  &error) == PLLM_OK);
+      std::set<int32_t> ids;
+      for (int32_t id = 0; id < kVocabSize; ++id) {
+        if ((mask[std::size_t(id) / 32] >> (id % 32)) & 1u) ids.insert(id);
+      }
+      return ids;
+    }
+    bool accept(int32_t token) {
+      int32_t accepted = -1;
+      pllm_error error{};
+      REQUIRE(owner->instance_.api().accept_token(owner->instance_.get(), matcher, token, &accepted, &error) ==
+              PLLM_OK);
+      return accepted == 1;
+    }
+    void rollback(int32_t n) {
+      pllm_error error{};
+      REQUIRE(owner->instance_.api().rollback(owner->instance_.get(), matcher, n, &error) == PLLM_OK);
+    }
+    bool terminated() const { return owner->instance_.api().is_terminated(owner->instance_.get(), matcher) != 0; }
+  };
+
+  std::unique_ptr<Matcher> matcher(pllm_constraint_type type, const std::string& text) {
+    pllm_constraint_grammar* grammar = nullptr;
+    std::string message;
+    REQUIRE(compile(type, text, &grammar, &message) == PLLM_OK);
+    pllm_constraint_matcher* m = nullptr;
+    pllm_error error{};
+    REQUIRE(instance_.api().create_matcher(instance_.get(), grammar, &m, &error) == PLLM_OK);
+    return std::unique_ptr<Matcher>(new Matcher{this, grammar, m});  // in place: its destructor frees both
+  }
+
+ private:
+  pagedllm::ConstraintInstance instance_;
+};
+
+}  // namespace
+
+TEST_CASE("constraint_xgrammar: a choice allows exactly the tokens that continue a choice", "[constraint]") {
+  Constraint c;
+  auto m = c.matcher(PLLM_CONSTRAINT_CHOICE, R"(["ab", "c"])");
+  // "a" and "ab" start "ab", "c" is "c"; the special token spelled "a" never; EOS not before the end.
+  CHECK(m->allowed() == std::set<int32_t>{0, 2, 3});
+  CHECK(m->accept(0));
+  CHECK(m->allowed() == std::set<int32_t>{1});
+  CHECK_FALSE(m->accept(3));  // refused, state unchanged
+  CHECK(m->allowed() == std::set<int32_t>{1});
+  CHECK(m->accept(1));
+  CHECK(m->allowed() == std::set<int32_t>{kEos});
+  CHECK(m->accept(kEos));
+  CHECK(m->terminated());
+  CHECK(m->allowed() == std::set<int32_t>{kEos});
+  CHECK(m->accept(kEos));  // a request ignoring EOS keeps drawing it
+  // Rollback (a rejected speculative draft): back before the stop token and "b".
+  m->rollback(2);
+  CHECK_FALSE(m->terminated());
+  CHECK(m->allowed() == std::set<int32_t>{1});
+  m->rollback(1);
+  CHECK(m->allowed() == std::set<int32_t>{0, 2, 3});
+  CHECK_FALSE(m->accept(kSpecial));
+}
+
+TEST_CASE("constraint_xgrammar: choices with quotes, regexes and JSON schemas", "[constraint]") {
+  Constraint c;
+  auto quoted = c.matcher(PLLM_CONSTRAINT_CHOICE, R"(["x\"y"])");
+  CHECK(quoted->allowed() == std::set<int32_t>{8});
+  auto regex = c.matcher(PLLM_CONSTRAINT_REGEX, "(ab|c)+1");
+  CHECK(regex->allowed() == std::set<int32_t>{0, 2, 3});
+  CHECK(regex->accept(3));
+  CHECK(regex->allowed() == std::set<int32_t>{0, 2, 3, 7});
+  CHECK(regex->accept(7));
+  CHECK(regex->allowed() == std::set<int32_t>{kEos});
+  // {"type": "integer"} with compact JSON: digits only ("1"), then the end.
+  Constraint compact(R"({"any_whitespace": false})");
+  auto integer = compact.matcher(PLLM_CONSTRAINT_JSON_SCHEMA, R"({"type": "integer"})");
+  CHECK(integer->allowed() == std::set<int32_t>{7});
+  CHECK(integer->accept(7));
+  CHECK(integer->allowed().count(kEos) == 1);
+  auto object = compact.matcher(PLLM_CONSTRAINT_JSON_OBJECT, "");
+  CHECK(object->allowed() == std::set<int32_t>{4});
+  CHECK(object->accept(4));
+  CHECK(object->allowed() == std::set<int32_t>{5, 6});  // "}" or a key's opening quote
+}
+
+TEST_CASE("constraint_xgrammar: bad constraints are INVALID_ARGUMENT with a message, never a crash",
+          "[constraint]") {
+  Constraint c;
+  pllm_constraint_grammar* grammar = nullptr;
+  std::string message;
+  CHECK(c.compile(PLLM_CONSTRAINT_REGEX, "(ab", &grammar, &message) == PLLM_ERROR_INVALID_ARGUMENT);
+  CHECK_FALSE(message.empty());
+  CHECK(c.compile(PLLM_CONSTRAINT_JSON_SCHEMA, "{not json", &grammar, &message) == PLLM_ERROR_INVALID_ARGUMENT);
+  CHECK(c.compile(PLLM_CONSTRAINT_JSON_SCHEMA, R"({"type": "no-such-type"})", &grammar, &message) ==
+        PLLM_ERROR_INVALID_ARGUMENT);
+  CHECK(c.compile(PLLM_CONSTRAINT_CHOICE, "[]", &grammar, &message) == PLLM_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(message, Contains("non-empty list"));
+  CHECK(c.compile(PLLM_CONSTRAINT_CHOICE, R"(["a", 3])", &grammar, &message) == PLLM_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(message, Contains("choice 1"));
+  CHECK(c.compile(pllm_constraint_type(77), "x", &grammar, &message) == PLLM_ERROR_UNSUPPORTED);
+  CHECK(grammar == nullptr);
+}
