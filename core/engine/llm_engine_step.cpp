@@ -179,8 +179,9 @@ void LlmEngine::score_prompts(const SchedulerOutput& output, const pllm_tensor& 
   std::vector<float> logprobs(n);
   std::vector<std::int32_t> top_tokens(n * static_cast<std::size_t>(max_top));
   std::vector<float> top_logprobs(n * static_cast<std::size_t>(max_top));
+  // Prompt tokens are scored unconstrained: a constraint governs only what a request generates.
   pllm_sample_batch batch{sizeof(pllm_sample_batch), static_cast<std::int32_t>(n), sizeof(pllm_sample_row),
-                          rows.data(), &logits};
+                          rows.data(), &logits, nullptr, 0, nullptr};
   pllm_sample_output out{sizeof(pllm_sample_output), tokens.data(), logprobs.data(), max_top,
                          max_top > 0 ? top_tokens.data() : nullptr, max_top > 0 ? top_logprobs.data() : nullptr,
                          status.data()};

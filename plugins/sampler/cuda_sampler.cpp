@@ -95,8 +95,8 @@ int64_t CudaSampler::upload(const pllm_sample_batch& batch, SampleKernelArgs& ar
                   int32_t(adjustments_.size()),
                   0,
                   scored_token(row),
-                  row_key(p.seed, row.random_offset)};
-    d.constrained = row_constrained(batch, int64_t(r)) ? 1 : 0;
+                  row_key(p.seed, row.random_offset),
+                  row_constrained(batch, int64_t(r)) ? 1 : 0};
     if (has_logit_adjustments(row)) {
       for_each_logit_adjustment(row, banned_, [&](int32_t id, float bias, bool banned) {
         adjustments_.push_back({id, bias, banned ? 1 : 0});

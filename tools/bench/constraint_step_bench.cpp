@@ -91,9 +91,17 @@ int main(int argc, char** argv) {
     std::vector<pllm_sample_row> rows(static_cast<std::size_t>(batch));
     for (int r = 0; r < batch; ++r) {
       pllm_sampling_params& p = params[static_cast<std::size_t>(r)];
-      p = pllm_sampling_params{sizeof(pllm_sampling_params), temperature, 0.95f, 0, 0.0f, 0.0f, 0.0f, 1.0f,
-                               static_cast<std::uint64_t>(r), 0};
-      rows[static_cast<std::size_t>(r)] = pllm_sample_row{sizeof(pllm_sample_row), &p, nullptr, 0, nullptr, 0, 0, r};
+      p = pllm_sampling_params{};
+      p.struct_size = sizeof(pllm_sampling_params);
+      p.temperature = temperature;
+      p.top_p = 0.95f;
+      p.repetition_penalty = 1.0f;
+      p.seed = static_cast<std::uint64_t>(r);
+      pllm_sample_row& row = rows[static_cast<std::size_t>(r)];
+      row = pllm_sample_row{};
+      row.struct_size = sizeof(pllm_sample_row);
+      row.params = &p;
+      row.logits_row = r;
     }
     std::vector<std::int32_t> tokens(static_cast<std::size_t>(batch));
     std::vector<std::int32_t> status(static_cast<std::size_t>(batch));
