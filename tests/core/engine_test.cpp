@@ -351,7 +351,7 @@ TEST_CASE("with a sampler of SDK 2.0 the engine refuses logit_bias, min_tokens a
   require_drained(f.engine());
 }
 
-TEST_CASE("logit_bias steers greedy decoding; min_tokens suspends stop strings", "[engine]") {
+TEST_CASE("logit_bias steers greedy decoding and min_tokens suspends stop strings", "[engine]") {
   EngineFixture f;
   f.engine().start();
   const Collected full = f.run(f.request("class A:", 12));
