@@ -12,5 +12,5 @@ scripts/setup.sh --serve-only
 export CCACHE_BASEDIR=$PWD CCACHE_NOHASHDIR=1
 cmake -S . -B build -G Ninja -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
   -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
-cmake --build build --parallel "$(nproc)" --target pagedllm-host models_llama attention_cpu sampler
+cmake --build build --parallel "$(nproc)" --target pagedllm-host models_llama attention_cpu sampler constraint_xgrammar
 exec build/bin/pagedllm-host --config configs/serve.yaml "$@"
