@@ -24,15 +24,10 @@ using pagedllm::plugins::dtype_name;
 
 class MpiCollectives : public pllm::CollectivesPlugin {
  public:
-  struct Options {
-    double timeout_seconds;
-    static Options parse(pllm::OptionReader& r) {
-      return {r.get_in_range("timeout_seconds", 300.0, 0.001, 86400.0)};
-    }
-  };
+  using Options = pagedllm::mpi_runtime::TimeoutOptions;
 
   MpiCollectives(const Options& options, const pllm_collectives_create_args& args)
-      : timeout_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_seconds))),
+      : timeout_(options.timeout()),
         timeout_seconds_(options.timeout_seconds) {
     if (args.device.type != PLLM_DEVICE_CPU) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED,

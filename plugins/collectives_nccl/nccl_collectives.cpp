@@ -24,15 +24,10 @@ using pagedllm::mpi_runtime::Clock;
 
 class NcclCollectives : public pllm::CollectivesPlugin {
  public:
-  struct Options {
-    double timeout_seconds;
-    static Options parse(pllm::OptionReader& r) {
-      return {r.get_in_range("timeout_seconds", 300.0, 0.001, 86400.0)};
-    }
-  };
+  using Options = pagedllm::mpi_runtime::TimeoutOptions;
 
   NcclCollectives(const Options& options, const pllm_collectives_create_args& args)
-      : timeout_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.timeout_seconds))),
+      : timeout_(options.timeout()),
         timeout_seconds_(options.timeout_seconds),
         device_(args.device.index) {
     if (args.device.type != PLLM_DEVICE_CUDA) {

@@ -22,6 +22,17 @@ namespace pagedllm::mpi_runtime {
 
 using Clock = std::chrono::steady_clock;
 
+// The options of both collectives plugins: how long one call waits for its peers.
+struct TimeoutOptions {
+  double timeout_seconds;
+  static TimeoutOptions parse(pllm::OptionReader& r) {
+    return {r.get_in_range("timeout_seconds", 300.0, 0.001, 86400.0)};
+  }
+  Clock::duration timeout() const {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  }
+};
+
 // The arguments streamed into one string.
 template <class... Args>
 std::string cat(Args&&... args) {
