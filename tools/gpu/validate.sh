@@ -6,19 +6,25 @@
 # 10 minutes a call); docs/gpu-validation.md says how a session calls it and
 # where its numbers are recorded.
 #
-#   tools/gpu/validate.sh [STAGE...]      # default: every stage, in order
-#   stages: env deps configure build test attn e2e eagle
+#   tools/gpu/validate.sh [STAGE...]      # default: env deps configure build test attn e2e eagle
+#   stages: unpack env deps configure build test attn e2e eagle sanitize
+#
+# Two ways to get the build. `deps configure build` make it on the GPU machine (minutes of
+# device time). `unpack` takes the one tools/gpu/pack_build.sh built on the dev machine and the
+# call carried in .gpu-build/ (seconds): with 15 minutes of device time a session, that is
+# the way to call it:
+#   run(command="tools/gpu/validate.sh unpack env test e2e eagle attn sanitize", carry=[".gpu-build"])
 #
 # Results go to $OUT (the device tool's folder; default build-gpu/out), as at most
-# 7 files: summary.md (one line per stage and the numbers), build.log, test.log,
+# 8 files: summary.md (one line per stage and the numbers), build.log, test.log,
 # attn_bench.log, attn_bench_quick.json, attn_bench_decode.json, e2e.log (the
-# e2e and eagle stages both write there).
+# e2e and eagle stages both write there), sanitize.log.
 # A failing stage is marked FAIL in the summary and the run goes on to the next
 # one; the exit status is 1 when any stage failed.
 #
 # Contracts with code written elsewhere, by name:
-#   - GPU tests are ctest tests whose names contain "cuda" (test_attention_cuda,
-#     models_llama's CUDA cases); a GPU test that prints "SKIPPED: no CUDA device"
+#   - GPU tests are ctest tests whose names contain "cuda" or "CUDA" (test_attention_cuda,
+#     models_llama's CUDA cases, test_sampler's CUDA cases); a GPU test that prints "SKIPPED: no CUDA device"
 #     here counts as a failure, since this machine has one.
 #   - pagedllm-attn-bench runs side B on a GPU with `--device-b cuda:0`. The stage
 #     reads `pagedllm-attn-bench --help` first; without that flag it is marked FAIL
@@ -35,6 +41,7 @@
 # carries; the deps stage unpacks them under /tmp/pagedllm-deps (never into /).
 #
 # Environment: BUILD (default build-gpu), CUDA_ARCH (default 90a), JOBS (default 16),
+# TEST_EXCLUDE (a ctest -E regex: GPU tests the test stage leaves out),
 # BUDGET_S (seconds for the whole run, default 560: a stage that cannot start with
 # at least a minute left is marked "not run" so the call ends inside its 10 minutes).
 # shellcheck disable=SC2317  # the stage functions are called through `stage NAME FUNCTION`
@@ -121,8 +128,13 @@ deps_stage() {
   echo "unpacked the packages of .gpu-deps into $DEPS_PREFIX"
 }
 
-# Makes the unpacked packages visible to CMake, the compiler and the loader.
+# Makes the unpacked packages (or pack_build.sh's libraries) visible to CMake, the
+# compiler and the loader.
 use_deps() {
+  local cuda_libs=/usr/local/cuda/lib64 nccl
+  # NCCL is not in the image's CUDA tree but in its PyTorch's wheels (nvidia-nccl-cu13).
+  nccl=$(find /opt/torch/.venv/lib -maxdepth 5 -path '*/site-packages/nvidia/nccl/lib' 2>/dev/null | head -n 1)
+  export LD_LIBRARY_PATH=$PWD/.gpu-build/lib:$cuda_libs${nccl:+:$nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   [[ -d $DEPS_PREFIX/usr ]] || return 0
   export CMAKE_PREFIX_PATH=$DEPS_PREFIX/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
   export OpenBLAS_DIR=$DEPS_PREFIX/usr/lib/x86_64-linux-gnu/openblas-pthread/cmake/openblas
@@ -130,6 +142,31 @@ use_deps() {
   local lib=$DEPS_PREFIX/usr/lib/x86_64-linux-gnu
   export LIBRARY_PATH=$lib:$lib/openblas-pthread${LIBRARY_PATH:+:$LIBRARY_PATH}
   export LD_LIBRARY_PATH=$lib:$lib/openblas-pthread${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+}
+
+# The tree tools/gpu/pack_build.sh built on the dev machine. Its ctest files name that
+# machine's checkout by absolute path: a link from there to this copy makes them resolve.
+unpack_stage() {
+  [[ -f .gpu-build/build.tar.xz ]] || {
+    echo "no .gpu-build/build.tar.xz: run tools/gpu/pack_build.sh on the dev machine and carry .gpu-build"
+    return 1
+  }
+  tar -xJf .gpu-build/build.tar.xz && tar -C .gpu-build -xJf .gpu-build/lib.tar.xz || return 1
+  local root
+  root=$(cat .gpu-build/ROOT)
+  if [[ $root != "$PWD" ]]; then
+    [[ -e $root ]] && { echo "$root (where the tree was built) exists here and is not this copy ($PWD)"; return 1; }
+    mkdir -p "$(dirname "$root")" && ln -s "$PWD" "$root" || return 1
+  fi
+  [[ -x $BUILD/bin/pagedllm-host ]] || { echo "the archive holds no $BUILD/bin/pagedllm-host"; return 1; }
+  # The oracle tests run the Python the tree was configured with ($root/.venv/bin/python, not
+  # carried): here it is the image's python3, which has torch, transformers and numpy. A
+  # script, not a link: a linked interpreter would take .venv for its prefix and lose them.
+  if [[ ! -e $root/.venv/bin/python ]]; then
+    mkdir -p "$root/.venv/bin" && printf '#!/bin/sh\nexec python3 "$@"\n' >"$root/.venv/bin/python" &&
+      chmod +x "$root/.venv/bin/python" || return 1
+  fi
+  echo "unpacked $BUILD in $PWD (built at $root, $(find .gpu-build/lib -type f | wc -l) carried libraries)"
 }
 
 configure_stage() {
@@ -156,12 +193,33 @@ build_stage() {
 
 test_stage() {
   local left=$(($(seconds_left) - 30))
-  timeout "$left" ctest --test-dir "$BUILD" -R cuda --output-on-failure --timeout 300 >"$OUT/test.log" 2>&1
+  # A test that crashes leaves a core; cuda-gdb (the image has no gdb) adds every thread's
+  # stack to test.log. The binaries carry line tables (pack_build.sh builds with -g1).
+  local cores=/tmp/pagedllm-cores
+  mkdir -p "$cores"
+  ulimit -c unlimited
+  echo "$cores/core.%e.%p" 2>/dev/null >/proc/sys/kernel/core_pattern || echo "cannot set core_pattern: no backtraces"
+  local exclude=()
+  [[ -n ${TEST_EXCLUDE:-} ]] && exclude=(-E "$TEST_EXCLUDE")
+  timeout "$left" ctest --test-dir "$BUILD" -R 'cuda|CUDA' "${exclude[@]}" --output-on-failure --timeout 300 \
+    >"$OUT/test.log" 2>&1
   local status=$?
+  local core
+  for core in "$cores"/core.*; do
+    [[ -e $core ]] || continue
+    # %e is the first 15 characters of the program's name.
+    local comm=${core#"$cores"/core.}
+    local program
+    program=$(find "$BUILD/bin" -maxdepth 1 -name "${comm%.*}*" -type f | head -n 1)
+    {
+      echo "== the stacks of ${program:-an unknown program} at its crash ($core)"
+      timeout 60 cuda-gdb -batch -ex 'thread apply all bt' "$program" "$core"
+    } >>"$OUT/test.log" 2>&1
+  done
   local listed
   listed=$(grep -cE 'Test +#' "$OUT/test.log")
   if ((listed == 0)); then
-    echo "no ctest test matches 'cuda' (test.log)"
+    echo "no ctest test matches 'cuda|CUDA' (test.log)"
     return 1
   fi
   if grep -q 'SKIPPED: no CUDA device\|Not Run\|\*\*\*Skipped' "$OUT/test.log"; then
@@ -179,13 +237,13 @@ attn_stage() {
     echo "pagedllm-attn-bench has no --device-b: attention_cuda cannot be A/B'd yet"
     return 1
   fi
-  local status=0
+  local status=0 left=$(($(seconds_left) - 20))
   {
     echo "== quick suite: attention_cpu (a) vs attention_cuda on cuda:0 (b), f32"
-    "$bench" --a attention_cpu --b attention_cuda --device-b cuda:0 --suite quick \
+    timeout "$left" "$bench" --a attention_cpu --b attention_cuda --device-b cuda:0 --suite quick \
       --json "$OUT/attn_bench_quick.json" || status=1
     echo "== decode bandwidth, bf16 KV, 16 sequences"
-    "$bench" --a attention_cpu --b attention_cuda --device-b cuda:0 --workload decode \
+    timeout "$(($(seconds_left) - 20))" "$bench" --a attention_cpu --b attention_cuda --device-b cuda:0 --workload decode \
       --context 1024,4096,16384,32768 --gqa 4 --head-dim 128 --dtype bf16 --batch 16 --reps 10 \
       --json "$OUT/attn_bench_decode.json" || status=1
   } >"$OUT/attn_bench.log" 2>&1
@@ -252,6 +310,41 @@ eagle_stage() {
   ((equal == ${#PROMPTS[@]}))
 }
 
+# compute-sanitizer over the GPU test binaries: memcheck (out-of-bounds and misaligned
+# accesses, leaks of device memory) on each, racecheck (shared-memory hazards) on the
+# attention kernels, the ones that share memory between a block's threads. Each run is
+# cut at a third of what is left of the budget; a cut run counts as a failure.
+sanitize_stage() {
+  command -v compute-sanitizer >/dev/null || { echo "compute-sanitizer is not on this machine"; return 1; }
+  local log=$OUT/sanitize.log status=0 runs=0
+  : >"$log"
+  local plan=(
+    "memcheck test_attention_cuda --leak-check full"
+    "racecheck test_attention_cuda"
+    "memcheck test_models_llama_cuda --leak-check full"
+    "memcheck test_spec_eagle_cuda --leak-check full"
+  )
+  for item in "${plan[@]}"; do
+    read -r tool binary extra <<<"$item"
+    local left=$(($(seconds_left) / 3))
+    if ((left < 20)); then
+      echo "-- $tool $binary: not run (budget)" >>"$log"
+      status=1
+      continue
+    fi
+    echo "== compute-sanitizer --tool $tool $extra $binary (cut at $left s)" >>"$log"
+    # shellcheck disable=SC2086  # extra is zero or more options
+    timeout "$left" compute-sanitizer --tool "$tool" $extra --error-exitcode 3 "$BUILD/bin/$binary" >>"$log" 2>&1
+    local code=$?
+    echo "-- exit $code" >>"$log"
+    ((code == 0)) || status=1
+    runs=$((runs + 1))
+  done
+  grep -E '^== |ERROR SUMMARY|^-- ' "$log"
+  echo "$runs sanitizer runs, $( ((status == 0)) && echo 'no errors' || echo 'errors or cut runs') (sanitize.log)"
+  return "$status"
+}
+
 # ---- run ----
 stages=("$@")
 ((${#stages[@]})) || stages=(env deps configure build test attn e2e eagle)
@@ -265,12 +358,12 @@ note "| --- | --- | --- | --- |"
 use_deps
 for s in "${stages[@]}"; do
   case $s in
-    env | deps | configure | build | test | attn | e2e | eagle)
+    unpack | env | deps | configure | build | test | attn | e2e | eagle | sanitize)
       stage "$s" "${s}_stage"
       [[ $s == deps ]] && use_deps
       ;;
     *)
-      note "| $s | **FAIL** | 0 s | unknown stage (env deps configure build test attn e2e eagle) |"
+      note "| $s | **FAIL** | 0 s | unknown stage (unpack env deps configure build test attn e2e eagle sanitize) |"
       FAILED=1
       ;;
   esac
