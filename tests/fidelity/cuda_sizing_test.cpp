@@ -84,10 +84,13 @@ TEST_CASE("engine on CUDA: the KV pool is what gpu_memory_utilization leaves of 
   const double in_use = double(total_bytes - free_bytes), target = 0.5 * double(total_bytes);
   CAPTURE(total_bytes, free_bytes, blocks);
   CHECK(blocks > 0);
-  // Everything the engine holds (weights, workspace, the pool) is the
-  // utilization's share, short of it by less than one block (and allocation rounding).
+  // Everything the engine holds (weights, workspace, the pool) is the utilization's
+  // share, short of it by less than one block and one of the allocator's pages: CUDA
+  // rounds the pool up to 2 MiB pages, and the engine trims whole blocks until the rounded
+  // pool fits (kv_cache_sizing.cpp; on an H100 it ended 0.69 MiB short).
+  const double page = 2.0 * 1024 * 1024;
   CHECK(in_use <= target);
-  CHECK(in_use > target - block_bytes - 64 * 1024);
+  CHECK(in_use > target - block_bytes - page - 64 * 1024);
 
   engine->start();
   std::mutex mutex;
