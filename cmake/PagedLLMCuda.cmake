@@ -30,6 +30,11 @@ if(NOT PAGEDLLM_ENABLE_CUDA STREQUAL "OFF")
     # with -DCMAKE_CUDA_ARCHITECTURES=... (e.g. "89" for an L4, "native").
     set(CMAKE_CUDA_ARCHITECTURES "80;90a" CACHE STRING "CUDA architectures the CUDA plugins are compiled for")
     enable_language(CUDA)
+    # One CUDA runtime per process, the toolkit's libcudart.so (CUDA::cudart, which every
+    # CUDA target links already). CMake's default, Static, would also link a private
+    # cudart_static into each plugin with .cu sources: two runtimes in every CUDA plugin,
+    # each with its own state, and a copy per plugin in the host.
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
     # Targets that link the SDK inherit cxx_std_20, which CMake 3.25 maps to a
     # CUDA20 dialect it has no flag for with nvcc 13: name the flag.
     set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
