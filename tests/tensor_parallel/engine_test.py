@@ -1,0 +1,303 @@
+"""pagedllm-host under `mpirun -np 2` with parallel.tensor_parallel_size: 2 (docs/tensor-parallel.md):
+rank 0 schedules, samples and serves, rank 1 runs its steps on its shard.
+
+greedy: one-shot greedy output of TP = 2 equals TP = 1's (one process, the whole model) on the
+  embedded model and on random-weight models (tools/testing/make_tiny_llama.py, as the sharded-model
+  test models_llama:tensor_parallel uses) with 8 kv heads and with 2 (replicated at TP = 2 they are
+  not; pagedllm-tiny's 2 kv heads are split, the random kv2 model's too, with a tied embedding and an
+  uneven vocabulary). Rank 1 must report it ran rank 0's steps.
+server: the server over TP = 2 with a pool small enough that a batch of prompts is preempted by
+  swap (the swap-out/in operations run on every rank), n = 2 forks (copy-on-write) and a repeated
+  prompt (prefix cache hits): every completion equals TP = 1's on the same workload and pool of the
+  same block count (each TP = 2 rank holds half the kv heads, so half the bytes per block).
+dead worker: rank 1 killed (SIGKILL) mid-stream: the job ends well within the test's limit with a
+  non-zero status, mpirun naming rank 1.
+stuck worker: rank 1 stopped (SIGSTOP) mid-stream, timeout_seconds 2: rank 0's step fails naming
+  the timed-out collective, the server stops and the job ends (MPI_Abort), non-zero, no hang.
+clean stop: SIGTERM to rank 0: it drains, stops rank 1, and the job exits 0.
+
+usage: engine_test.py --host BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
+"""
+
+import argparse
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+TIMEOUT_S = 60  # for any one run: a hang fails the test instead of stalling CI
+
+
+def fail(what, output=""):
+    sys.exit(f"FAILED: {what}" + (f"\n--- output ---\n{output}" if output else ""))
+
+
+def write_config(path, model, tp, kv_blocks_bytes, extra=""):
+    parallel = f"parallel: {{tensor_parallel_size: {tp}, backend: mpi{extra}}}\n" if tp > 1 else ""
+    path.write_text(f"""model:
+  plugin: models_llama
+  path: {model}
+  options: {{num_threads: 1}}
+device: cpu
+attention: {{plugin: attention_cpu}}
+sampler: {{plugin: sampler}}
+cache: {{block_size: 16, kv_cache_bytes: {kv_blocks_bytes}, swap_space: {kv_blocks_bytes}, enable_prefix_caching: true}}
+scheduler: {{max_num_seqs: 16, max_num_batched_tokens: 512, max_model_len: 256, preemption_mode: swap}}
+server: {{host: 127.0.0.1, port: 0, shutdown_grace_period_s: 5}}
+{parallel}""")
+    return path
+
+
+class Runner:
+    def __init__(self, host, mpiexec, tmp):
+        self.host, self.mpiexec, self.tmp = host, mpiexec, tmp
+
+    def command(self, tp, args):
+        base = [self.host, *args]
+        return [self.mpiexec[0], "-np", str(tp), *self.mpiexec[1:], *base] if tp > 1 else base
+
+    def one_shot(self, tp, config, prompt, max_tokens):
+        command = self.command(tp, ["--config", str(config), "--prompt", prompt, "--temperature", "0",
+                                    "--max-tokens", str(max_tokens), "--ignore-eos"])
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+        if done.returncode != 0:
+            fail(f"TP = {tp} one-shot on {config}: exit {done.returncode}", done.stdout + done.stderr)
+        return done.stdout, done.stderr
+
+    def start_server(self, tp, config, env=None):
+        log = open(self.tmp / f"server-{time.monotonic_ns()}.log", "w+")
+        process = subprocess.Popen(self.command(tp, ["--config", str(config)]), stdout=log, stderr=subprocess.STDOUT,
+                                   text=True, start_new_session=True, env=env)
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            text = Path(log.name).read_text()
+            url = re.search(r"listening on http://([0-9.]+):(\d+)", text)
+            worker = re.search(r"rank 1 of 2 ready \(pid (\d+)\)", text)
+            if url and (tp == 1 or worker):
+                return Server(process, log, url.group(1), int(url.group(2)), int(worker.group(1)) if worker else None)
+            if process.poll() is not None:
+                fail(f"TP = {tp} server exited {process.returncode} before listening", text)
+            time.sleep(0.05)
+        process.kill()
+        fail(f"TP = {tp} server not listening after {TIMEOUT_S} s", Path(log.name).read_text())
+
+
+class Server:
+    def __init__(self, process, log, address, port, worker_pid):
+        self.process, self.log, self.address, self.port, self.worker_pid = process, log, address, port, worker_pid
+
+    def output(self):
+        return Path(self.log.name).read_text()
+
+    def post(self, body, timeout=TIMEOUT_S):
+        connection = http.client.HTTPConnection(self.address, self.port, timeout=timeout)
+        connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response
+
+    def completions(self, body):
+        status, response = self.post(body)
+        data = response.read()
+        if status != 200:
+            fail(f"POST /v1/completions: {status} {data!r}", self.output())
+        return json.loads(data)
+
+    def metric(self, name):
+        connection = http.client.HTTPConnection(self.address, self.port, timeout=TIMEOUT_S)
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+        found = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M)
+        return float(found.group(1)) if found else fail(f"/metrics has no {name}", text)
+
+    def rank0_pid(self):
+        # mpirun's children are the ranks; rank 0 is the one that is not the worker.
+        children = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout.split()
+        pids = [int(p) for p in children if int(p) != self.worker_pid]
+        if len(pids) != 1:
+            fail(f"mpirun's children {children}: expected rank 0 besides worker {self.worker_pid}", self.output())
+        return pids[0]
+
+    def wait(self, limit_s):
+        try:
+            return self.process.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            fail(f"the job still ran {limit_s} s later: a hang", self.output())
+
+    def start_stream(self):
+        """A streamed request among 16 others (so that it is still running a while later), once its
+        first chunk arrived: the request is running on both ranks."""
+        load = threading.Thread(target=self.post_quietly, args=({
+            "prompt": [f"def load_{i}(x):" for i in range(16)], "max_tokens": 240, "temperature": 0,
+            "ignore_eos": True},), daemon=True)
+        load.start()
+        status, response = self.post({"prompt": "def fib(n):", "max_tokens": 240, "temperature": 0,
+                                      "ignore_eos": True, "stream": True})
+        if status != 200:
+            fail(f"stream: {status} {response.read()!r}", self.output())
+        first = response.readline()
+        if not first.startswith(b"data: "):
+            fail(f"stream: first line {first!r}", self.output())
+        return response
+
+    def post_quietly(self, body):
+        try:
+            self.post(body)[1].read()
+        except (http.client.HTTPException, OSError):
+            pass  # the job ended under it: what the failure tests do
+
+
+def read_rest(stream):
+    """What is left of a stream, and whether it ended properly ([DONE]) rather than being cut."""
+    body = b""
+    try:
+        while chunk := stream.read(1):
+            body += chunk
+    except (http.client.HTTPException, OSError):
+        pass
+    text = body.decode(errors="replace")
+    return text, "data: [DONE]" in text
+
+
+def check_greedy(runner, tmp, models):
+    for name, model, prompt in models:
+        outputs = {}
+        for tp in (1, 2):
+            config = write_config(tmp / f"{name}-tp{tp}.yaml", model, tp, "8MiB")
+            start = time.monotonic()
+            outputs[tp], log = runner.one_shot(tp, config, prompt, 24)
+            if tp == 2 and not re.search(r"\[rank 1\] \[worker\] \[info\] stopped by rank 0 after (\d+) steps", log):
+                fail(f"{name}: rank 1 did not report the steps it ran", log)
+            print(f"greedy {name} TP = {tp} ({time.monotonic() - start:.1f} s): {outputs[tp].strip()[:60]!r}")
+        if outputs[1] != outputs[2]:
+            fail(f"{name}: TP = 2 output differs from TP = 1\nTP = 1: {outputs[1]!r}\nTP = 2: {outputs[2]!r}")
+
+
+def run_workload(server):
+    # Eight prompts of different continuations (about 30 tokens), 96 tokens each: about 64 blocks,
+    # in a pool of 24. Then a prompt again (its full blocks come from the prefix cache) and an n = 2 fork.
+    prompts = [f"# Example {i}\ndef scaled_sum_{i}(values, scale):\n    total = 0\n    for v in values:\n        total +="
+               for i in range(8)]
+    batch = server.completions({"prompt": prompts, "max_tokens": 96, "temperature": 0, "ignore_eos": True})
+    texts = [c["text"] for c in sorted(batch["choices"], key=lambda c: c["index"])]
+    repeated = server.completions({"prompt": prompts[-1], "max_tokens": 16, "temperature": 0, "ignore_eos": True})
+    texts.append(repeated["choices"][0]["text"])
+    forked = server.completions({"prompt": "class Stack:\n", "max_tokens": 40, "temperature": 0, "n": 2,
+                                 "ignore_eos": True})
+    texts += [c["text"] for c in sorted(forked["choices"], key=lambda c: c["index"])]
+    return texts, repeated["usage"]["prompt_tokens_details"]["cached_tokens"], server.metric(
+        "pagedllm:num_preemptions_total")
+
+
+def check_server(runner, tmp, tiny):
+    # 24 blocks of 16 tokens: 49152 bytes a block for the whole model, 24576 for each rank's half.
+    # Which requests share a step depends on when they arrive, so the two runs may batch them
+    # differently: capped below AVX512-BF16, the model multiplies f32 activations at every batch size
+    # (not bf16-rounded ones above 16 rows), and a batch changes sums only in their last bits.
+    env = {**os.environ, "PAGEDLLM_CPU_ISA": "avx512vnni"}
+    results = {}
+    for tp, bytes_per_block in ((1, 49152), (2, 24576)):
+        config = write_config(tmp / f"server-tp{tp}.yaml", tiny, tp, 24 * bytes_per_block)
+        server = runner.start_server(tp, config, env)
+        start = time.monotonic()
+        results[tp] = run_workload(server)
+        if tp == 2:
+            os.kill(server.rank0_pid(), signal.SIGTERM)
+        else:
+            server.process.send_signal(signal.SIGTERM)
+        rc = server.wait(TIMEOUT_S)
+        if rc != 0:
+            fail(f"TP = {tp} server: SIGTERM exit {rc}", server.output())
+        if tp == 2 and "[rank 1] [worker] [info] stopped by rank 0" not in server.output():
+            fail("clean stop: rank 1 was not stopped by rank 0", server.output())
+        texts, cached, preemptions = results[tp]
+        print(f"server TP = {tp} ({time.monotonic() - start:.1f} s): {len(texts)} completions, {preemptions:.0f} "
+              f"preemptions, {cached} cached prompt tokens; SIGTERM: exit 0")
+        if preemptions == 0 or cached == 0:
+            fail(f"TP = {tp} server: the workload must preempt and hit the prefix cache", server.output())
+    for i, (one, two) in enumerate(zip(results[1][0], results[2][0])):
+        if one != two:
+            fail(f"server completion {i}: TP = 2 differs from TP = 1\nTP = 1: {one!r}\nTP = 2: {two!r}")
+
+
+def check_dead_worker(runner, tmp, tiny):
+    server = runner.start_server(2, write_config(tmp / "dead.yaml", tiny, 2, "8MiB"))
+    stream = server.start_stream()
+    start = time.monotonic()
+    os.kill(server.worker_pid, signal.SIGKILL)
+    rc = server.wait(30)
+    body, completed = read_rest(stream)
+    output = server.output()
+    if rc == 0 or not re.search(r"process rank 1 .*(signal 9|Killed)", output):
+        fail(f"dead worker: exit {rc}; expected non-zero and mpirun naming rank 1", output)
+    if completed:
+        fail("dead worker: the stream completed although its job was ended under it", body)
+    print(f"dead worker: the job ended {time.monotonic() - start:.1f} s after rank 1 was killed mid-stream, "
+          f"exit {rc}, mpirun named rank 1; the stream was cut")
+
+
+def check_stuck_worker(runner, tmp, tiny):
+    server = runner.start_server(2, write_config(tmp / "stuck.yaml", tiny, 2, "8MiB", ", options: {timeout_seconds: 2}"))
+    time.sleep(3)  # idle longer than the timeout: rank 0's heartbeats keep rank 1 waiting without failing
+    stream = server.start_stream()
+    start = time.monotonic()
+    os.kill(server.worker_pid, signal.SIGSTOP)
+    try:
+        rc = server.wait(30)
+    finally:
+        try:
+            os.kill(server.worker_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    body, _ = read_rest(stream)
+    output = server.output()
+    if rc == 0 or "timed out after 2 s" not in output or "ending the MPI job (MPI_Abort)" not in output:
+        fail(f"stuck worker: exit {rc}; expected rank 0 to time out, stop and end the job", output)
+    if "the engine failed" not in body:
+        fail(f"stuck worker: the stream did not end with the engine's error: {body[-300:]!r}", output)
+    print(f"stuck worker: rank 0 timed out and the job ended {time.monotonic() - start:.1f} s after rank 1 "
+          f"stopped mid-stream, exit {rc}; the stream got the engine's error")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--python", required=True)
+    parser.add_argument("--source-dir", required=True)
+    parser.add_argument("mpiexec", nargs="+")
+    args = parser.parse_args()
+    source = Path(args.source_dir)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+
+        def random_model(name, *flags):
+            out = tmp / name
+            subprocess.run([args.python, str(source / "tools/testing/make_tiny_llama.py"), str(out), *flags],
+                           check=True, capture_output=True)
+            return out
+
+        kv8 = random_model("kv8", "--num-heads", "8", "--num-kv-heads", "8", "--head-dim", "8", "--hidden-size", "64",
+                           "--intermediate-size", "96", "--num-layers", "2", "--vocab-size", "1001", "--seed", "3")
+        kv2 = random_model("kv2", "--num-heads", "8", "--num-kv-heads", "2", "--head-dim", "8", "--hidden-size", "64",
+                           "--intermediate-size", "96", "--num-layers", "2", "--vocab-size", "998", "--dtype", "bf16",
+                           "--tie-word-embeddings", "--seed", "4")
+        tiny = source / "models/pagedllm-tiny"
+        runner = Runner(args.host, args.mpiexec, tmp)
+        check_greedy(runner, tmp, [("pagedllm-tiny", tiny, "def fibonacci(n):"),
+                                   ("random kv8", kv8, "The quick brown fox"),
+                                   ("random kv2", kv2, "Hello, world! 123")])
+        check_server(runner, tmp, tiny)
+        check_dead_worker(runner, tmp, tiny)
+        check_stuck_worker(runner, tmp, tiny)
+
+
+if __name__ == "__main__":
+    main()
