@@ -16,6 +16,7 @@
 #include "core/engine/tensor_parallel.h"
 #include "core/host/cli_options.h"
 #include "core/host/one_shot.h"
+#include "core/host/parallel_launch.h"
 #include "core/host/plugin_check.h"
 #include "core/plugin/sdk_version.h"
 #include "core/server/serve.h"
@@ -103,9 +104,11 @@ int run(const std::vector<std::string>& args) {
   }
 
   // Tensor parallelism (docs/tensor-parallel.md): every rank mpirun started joins the group; rank 0
-  // serves (or generates) and drives the others, which run its steps on their shards.
+  // serves (or generates) and drives the others, which run its steps on their shards. Started by
+  // hand, the host first replaces itself with mpirun starting the ranks.
   std::unique_ptr<TensorParallelGroup> group;
   try {
+    relaunch_under_mpi_if_needed(config, args);
     group = TensorParallelGroup::join(config, registry);
     if (group) set_log_process_label(fmt::format("rank {}", group->rank()));
   } catch (const ConfigError& e) {

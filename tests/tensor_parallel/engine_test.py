@@ -181,6 +181,29 @@ def check_greedy(runner, tmp, models):
             fail(f"{name}: TP = 2 output differs from TP = 1\nTP = 1: {outputs[1]!r}\nTP = 2: {outputs[2]!r}")
 
 
+def check_single_command(runner, tmp, tiny):
+    # pagedllm-host started alone with tensor_parallel_size 2 relaunches itself under the MPI launcher
+    # PAGEDLLM_MPIRUN names (here the tests' mpirun with its flags), which starts both ranks.
+    config = write_config(tmp / "single.yaml", tiny, 2, "8MiB")
+    command = [runner.host, "--config", str(config), "--prompt", "def fibonacci(n):", "--temperature", "0",
+               "--max-tokens", "24", "--ignore-eos"]
+    whole, _ = runner.one_shot(1, write_config(tmp / "single-tp1.yaml", tiny, 1, "8MiB"), "def fibonacci(n):", 24)
+    start = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env={**os.environ, "PAGEDLLM_MPIRUN": " ".join(runner.mpiexec)})
+    output = done.stdout + done.stderr
+    if done.returncode != 0 or "starting the ranks with: " not in done.stderr or "[rank 1] [worker]" not in output:
+        fail(f"single command: exit {done.returncode}; expected both ranks started by the relaunch", output)
+    if done.stdout != whole:
+        fail(f"single command: TP = 2 differs from TP = 1\nTP = 1: {whole!r}\nTP = 2: {done.stdout!r}")
+    missing = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
+                             env={**os.environ, "PAGEDLLM_MPIRUN": str(tmp / "no-such-mpirun")})
+    if missing.returncode != 2 or "no-such-mpirun" not in missing.stderr or "No such file" not in missing.stderr:
+        fail(f"single command with a missing launcher: exit {missing.returncode}", missing.stderr)
+    print(f"single command ({time.monotonic() - start:.1f} s): relaunched under mpirun, output equals TP = 1's; "
+          f"a missing launcher: exit 2 naming it")
+
+
 def run_workload(server):
     # Eight prompts of different continuations (about 30 tokens), 96 tokens each: about 64 blocks,
     # in a pool of 24. Then a prompt again (its full blocks come from the prefix cache) and an n = 2 fork.
@@ -294,6 +317,7 @@ def main():
         check_greedy(runner, tmp, [("pagedllm-tiny", tiny, "def fibonacci(n):"),
                                    ("random kv8", kv8, "The quick brown fox"),
                                    ("random kv2", kv2, "Hello, world! 123")])
+        check_single_command(runner, tmp, tiny)
         check_server(runner, tmp, tiny)
         check_dead_worker(runner, tmp, tiny)
         check_stuck_worker(runner, tmp, tiny)
