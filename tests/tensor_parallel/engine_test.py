@@ -15,6 +15,9 @@ dead worker: rank 1 killed (SIGKILL) mid-stream: the job ends well within the te
 stuck worker: rank 1 stopped (SIGSTOP) mid-stream, timeout_seconds 2: rank 0's step fails naming
   the timed-out collective, the server stops and the job ends (MPI_Abort), non-zero, no hang.
 clean stop: SIGTERM to rank 0: it drains, stops rank 1, and the job exits 0.
+single command: pagedllm-host alone relaunches itself under the launcher (PAGEDLLM_MPIRUN) and
+  matches TP = 1; a launcher that does not exist is a config error naming it.
+speculation: a speculative: section under TP = 2 is refused at start on every rank.
 
 usage: engine_test.py --host BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
 """
@@ -204,6 +207,18 @@ def check_single_command(runner, tmp, tiny):
           f"a missing launcher: exit 2 naming it")
 
 
+def check_refused_speculation(runner, tmp, tiny):
+    # The EAGLE head reads the target's embedding and lm_head, which TP splits: refused on every rank.
+    config = write_config(tmp / "eagle.yaml", tiny, 2, "8MiB")
+    config.write_text(config.read_text() + f"speculative: {{plugin: spec_eagle, draft: {tiny}-eagle}}\n")
+    done = subprocess.run(runner.command(2, ["--config", str(config), "--prompt", "x"]), capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+    if done.returncode != 2 or "speculative decoding under tensor parallelism is not supported yet" not in done.stderr:
+        fail(f"speculative under TP: exit {done.returncode}, expected a config error saying so",
+             done.stdout + done.stderr)
+    print("speculative under TP: refused at start (exit 2)")
+
+
 def run_workload(server):
     # Eight prompts of different continuations (about 30 tokens), 96 tokens each: about 64 blocks,
     # in a pool of 24. Then a prompt again (its full blocks come from the prefix cache) and an n = 2 fork.
@@ -318,6 +333,7 @@ def main():
                                    ("random kv8", kv8, "The quick brown fox"),
                                    ("random kv2", kv2, "Hello, world! 123")])
         check_single_command(runner, tmp, tiny)
+        check_refused_speculation(runner, tmp, tiny)
         check_server(runner, tmp, tiny)
         check_dead_worker(runner, tmp, tiny)
         check_stuck_worker(runner, tmp, tiny)
