@@ -32,6 +32,9 @@ struct MessageHeader {
   std::uint64_t payload_bytes = 0;
 };
 constexpr std::size_t kInlinePayloadBytes = kMessageBlockBytes - sizeof(MessageHeader);
+// Far above any plan (a step of 2^20 tokens over 2^16 sequences of 2^12 blocks is about 1 GiB): a
+// header claiming more is corrupt, and is refused before anything is allocated for it.
+constexpr std::uint64_t kMaxPayloadBytes = std::uint64_t{4} << 30;
 
 class ByteWriter {
  public:
@@ -294,6 +297,11 @@ GroupMessage GroupMessageReceiver::receive() {
   if (header.sequence != ++sequence_) {
     throw std::runtime_error(fmt::format("rank {}: message {} from rank 0 arrived when {} was due", group_.rank(),
                                          header.sequence, sequence_));
+  }
+  if (header.payload_bytes > kMaxPayloadBytes) {
+    throw std::runtime_error(fmt::format("rank {}: message {} from rank 0 claims {} bytes, more than a step plan "
+                                         "can hold ({})",
+                                         group_.rank(), header.sequence, header.payload_bytes, kMaxPayloadBytes));
   }
   const auto kind = static_cast<GroupMessageKind>(header.kind);
   if (kind != GroupMessageKind::kStep && kind != GroupMessageKind::kHeartbeat && kind != GroupMessageKind::kStop) {

@@ -12,7 +12,7 @@ server: the server over TP = 2 with a pool small enough that a batch of prompts 
   same block count (each TP = 2 rank holds half the kv heads, so half the bytes per block).
 dead worker: rank 1 killed (SIGKILL) mid-stream: the job ends well within the test's limit with a
   non-zero status, mpirun naming rank 1.
-stuck worker: rank 1 stopped (SIGSTOP) mid-stream, timeout_seconds 2: rank 0's step fails naming
+stuck worker: rank 1 stopped (SIGSTOP) mid-stream, timeout_seconds 3: rank 0's step fails naming
   the timed-out collective, the server stops and the job ends (MPI_Abort), non-zero, no hang.
 clean stop: SIGTERM to rank 0: it drains, stops rank 1, and the job exits 0.
 single command: pagedllm-host alone relaunches itself under the launcher (PAGEDLLM_MPIRUN) and
@@ -283,8 +283,8 @@ def check_dead_worker(runner, tmp, tiny):
 
 
 def check_stuck_worker(runner, tmp, tiny):
-    server = runner.start_server(2, write_config(tmp / "stuck.yaml", tiny, 2, "8MiB", ", options: {timeout_seconds: 2}"))
-    time.sleep(3)  # idle longer than the timeout: rank 0's heartbeats keep rank 1 waiting without failing
+    server = runner.start_server(2, write_config(tmp / "stuck.yaml", tiny, 2, "8MiB", ", options: {timeout_seconds: 3}"))
+    time.sleep(4)  # idle longer than the timeout: rank 0's heartbeats keep rank 1 waiting without failing
     stream = server.start_stream()
     start = time.monotonic()
     os.kill(server.worker_pid, signal.SIGSTOP)
@@ -297,7 +297,7 @@ def check_stuck_worker(runner, tmp, tiny):
             pass
     body, _ = read_rest(stream)
     output = server.output()
-    if rc == 0 or "timed out after 2 s" not in output or "ending the MPI job (MPI_Abort)" not in output:
+    if rc == 0 or "timed out after 3 s" not in output or "ending the MPI job (MPI_Abort)" not in output:
         fail(f"stuck worker: exit {rc}; expected rank 0 to time out, stop and end the job", output)
     if "the engine failed" not in body:
         fail(f"stuck worker: the stream did not end with the engine's error: {body[-300:]!r}", output)
