@@ -51,7 +51,9 @@ class Worker {
                             config.cache.block_size, info.dtype},
          resolve_max_model_len(config, info), 0});
     require_same_kv_pool(group, sizing.num_device_blocks, sizing.num_host_blocks);
-    log_->info("rank {} of {} ready (pid {}): {}", group.rank(), group.size(), getpid(),
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    log_->info("rank {} of {} ready (pid {} on {}): {}", group.rank(), group.size(), getpid(), host,
                describe_kv_cache_sizing(sizing, config.cache.block_size, config.device.str()));
   }
 

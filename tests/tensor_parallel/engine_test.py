@@ -82,7 +82,7 @@ class Runner:
         while time.monotonic() < deadline:
             text = Path(log.name).read_text()
             url = re.search(r"listening on http://([0-9.]+):(\d+)", text)
-            worker = re.search(r"rank 1 of 2 ready \(pid (\d+)\)", text)
+            worker = re.search(r"rank 1 of 2 ready \(pid (\d+) on ", text)
             if url and (tp == 1 or worker):
                 return Server(process, log, url.group(1), int(url.group(2)), int(worker.group(1)) if worker else None)
             if process.poll() is not None:
