@@ -18,6 +18,8 @@ clean stop: SIGTERM to rank 0: it drains, stops rank 1, and the job exits 0.
 single command: pagedllm-host alone relaunches itself under the launcher (PAGEDLLM_MPIRUN) and
   matches TP = 1; a launcher that does not exist is a config error naming it.
 speculation: a speculative: section under TP = 2 is refused at start on every rank.
+rank 0 failing alone: a config error only rank 0 can see, while rank 1 waits for it: the job ends at
+  once with rank 0's status.
 
 usage: engine_test.py --host BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
 """
@@ -27,6 +29,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -207,6 +210,26 @@ def check_single_command(runner, tmp, tiny):
           f"a missing launcher: exit 2 naming it")
 
 
+def check_rank0_fails_alone(runner, tmp, kv8, tiny):
+    # Only rank 0 loads the tokenizer: one larger than the model's vocabulary fails rank 0 after its
+    # model loaded, while rank 1 already waits in the start's pool agreement. Rank 0 must end the job
+    # at once (not finalise and wait for rank 1), mpirun naming it.
+    model = tmp / "kv8-big-tokenizer"
+    shutil.copytree(kv8, model)
+    shutil.copy(tiny / "tokenizer.json", model / "tokenizer.json")
+    shutil.copy(tiny / "tokenizer_config.json", model / "tokenizer_config.json")
+    config = write_config(tmp / "rank0-fails.yaml", model, 2, "8MiB")
+    start = time.monotonic()
+    done = subprocess.run(runner.command(2, ["--config", str(config), "--prompt", "x"]), capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+    output = done.stdout + done.stderr
+    if (done.returncode != 2 or "rank 0 of 2: config error" not in output or "but the model's vocabulary has 1001"
+            not in output or not re.search(r"Process name: \[\[\d+,1\],0\]", output)):
+        fail(f"rank 0 failing alone: exit {done.returncode}; expected 2, its error and mpirun naming rank 0", output)
+    print(f"rank 0 failing alone at start: the job ended after {time.monotonic() - start:.1f} s, exit 2, "
+          "mpirun named rank 0")
+
+
 def check_refused_speculation(runner, tmp, tiny):
     # The EAGLE head reads the target's embedding and lm_head, which TP splits: refused on every rank.
     config = write_config(tmp / "eagle.yaml", tiny, 2, "8MiB")
@@ -334,6 +357,7 @@ def main():
                                    ("random kv2", kv2, "Hello, world! 123")])
         check_single_command(runner, tmp, tiny)
         check_refused_speculation(runner, tmp, tiny)
+        check_rank0_fails_alone(runner, tmp, kv8, tiny)
         check_server(runner, tmp, tiny)
         check_dead_worker(runner, tmp, tiny)
         check_stuck_worker(runner, tmp, tiny)
