@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <csignal>
+
 #include <fmt/format.h>
 
 #include "core/common/logging.h"
@@ -101,6 +103,11 @@ class Worker {
 }  // namespace
 
 int run_tensor_parallel_worker(const HostConfig& config, PluginRegistry& registry, TensorParallelGroup& group) {
+  // A worker ends on rank 0's stop, after rank 0's drain. mpirun passes SIGINT/SIGTERM to every rank
+  // (Ctrl-C, or a supervisor stopping the job): were a worker to die of it, rank 0's drain would wait
+  // in a collective for it. If rank 0 itself dies, mpirun ends the workers with SIGKILL.
+  std::signal(SIGINT, SIG_IGN);
+  std::signal(SIGTERM, SIG_IGN);
   Worker worker(config, registry, group);
   worker.run();
   return 0;

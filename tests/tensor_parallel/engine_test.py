@@ -65,9 +65,10 @@ class Runner:
     def __init__(self, host, mpiexec, tmp):
         self.host, self.mpiexec, self.tmp = host, mpiexec, tmp
 
-    def command(self, tp, args):
+    def command(self, tp, args, launch="mpiexec"):
+        """pagedllm-host with `args`; at tp > 1 under the tests' mpirun, or (launch="self") alone."""
         base = [self.host, *args]
-        return [self.mpiexec[0], "-np", str(tp), *self.mpiexec[1:], *base] if tp > 1 else base
+        return [self.mpiexec[0], "-np", str(tp), *self.mpiexec[1:], *base] if tp > 1 and launch == "mpiexec" else base
 
     def one_shot(self, tp, config, prompt, max_tokens):
         command = self.command(tp, ["--config", str(config), "--prompt", prompt, "--temperature", "0",
@@ -77,10 +78,10 @@ class Runner:
             fail(f"TP = {tp} one-shot on {config}: exit {done.returncode}", done.stdout + done.stderr)
         return done.stdout, done.stderr
 
-    def start_server(self, tp, config, env=None):
+    def start_server(self, tp, config, env=None, launch="mpiexec"):
         log = open(self.tmp / f"server-{time.monotonic_ns()}.log", "w+")
-        process = subprocess.Popen(self.command(tp, ["--config", str(config)]), stdout=log, stderr=subprocess.STDOUT,
-                                   text=True, start_new_session=True, env=env)
+        process = subprocess.Popen(self.command(tp, ["--config", str(config)], launch), stdout=log,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
         deadline = time.monotonic() + TIMEOUT_S
         while time.monotonic() < deadline:
             text = Path(log.name).read_text()
@@ -206,8 +207,17 @@ def check_single_command(runner, tmp, tiny):
                              env={**os.environ, "PAGEDLLM_MPIRUN": str(tmp / "no-such-mpirun")})
     if missing.returncode != 2 or "no-such-mpirun" not in missing.stderr or "No such file" not in missing.stderr:
         fail(f"single command with a missing launcher: exit {missing.returncode}", missing.stderr)
+    # Served the same way, the process the user started is mpirun: SIGTERM to it reaches every rank;
+    # the workers wait for rank 0's drain and stop.
+    server = runner.start_server(2, config, {**os.environ, "PAGEDLLM_MPIRUN": " ".join(runner.mpiexec)}, "self")
+    server.completions({"prompt": "def f(x):", "max_tokens": 8, "temperature": 0})
+    server.process.send_signal(signal.SIGTERM)
+    server.wait(TIMEOUT_S)
+    output = server.output()
+    if "[rank 1] [worker] [info] stopped by rank 0 after" not in output or "[rank 0] [host] [info] stopped" not in output:
+        fail("single command: SIGTERM to the launcher did not stop rank 0 and then rank 1 by its stop", output)
     print(f"single command ({time.monotonic() - start:.1f} s): relaunched under mpirun, output equals TP = 1's; "
-          f"a missing launcher: exit 2 naming it")
+          f"a missing launcher: exit 2 naming it; SIGTERM to the launcher: rank 0 drained and stopped rank 1")
 
 
 def check_rank0_fails_alone(runner, tmp, kv8, tiny):
