@@ -4,7 +4,7 @@
 // manager, sampler, server) sends to the other ranks (the workers) before every forward, and the
 // messages that keep an idle group alive and stop it.
 //
-// Every message is one broadcast from rank 0 of kMessageBlockBytes (a header and, when it fits,
+// Every message is one broadcast from rank 0 of 4 KiB (a header and, when it fits,
 // the payload), followed by a second broadcast of the payload's rest when it does not. A worker
 // waits for the next message inside a broadcast, which fails after the collectives plugin's
 // timeout: rank 0 therefore sends a heartbeat whenever it has sent nothing for kHeartbeatInterval.
