@@ -1,11 +1,12 @@
 """pagedllm-host under `mpirun -np 2` with parallel.tensor_parallel_size: 2 (docs/tensor-parallel.md):
 rank 0 schedules, samples and serves, rank 1 runs its steps on its shard.
 
-greedy: one-shot greedy output of TP = 2 equals TP = 1's (one process, the whole model) on the
+greedy: a server's greedy tokens over TP = 2 equal TP = 1's (one process, the whole model), their
+  logprobs within LOGPROB_TOLERANCE, and SIGTERM to rank 0 stops every rank with exit 0, on the
   embedded model and on random-weight models (tools/testing/make_tiny_llama.py, as the sharded-model
-  test models_llama:tensor_parallel uses) with 8 kv heads and with 2 (replicated at TP = 2 they are
-  not; pagedllm-tiny's 2 kv heads are split, the random kv2 model's too, with a tied embedding and an
-  uneven vocabulary). Rank 1 must report it ran rank 0's steps.
+  test models_llama:tensor_parallel uses) with 8 kv heads and with 2 (tied embedding, a vocabulary
+  that does not divide by the ranks); the 2-kv-head model also at TP = 4, where each kv head is
+  replicated on two ranks. Every worker must report it ran rank 0's steps.
 server: the server over TP = 2 with a pool small enough that a batch of prompts is preempted by
   swap (the swap-out/in operations run on every rank), n = 2 forks (copy-on-write) and a repeated
   prompt (prefix cache hits): every completion equals TP = 1's on the same workload and pool of the
@@ -86,9 +87,9 @@ class Runner:
         while time.monotonic() < deadline:
             text = Path(log.name).read_text()
             url = re.search(r"listening on http://([0-9.]+):(\d+)", text)
-            worker = re.search(r"rank 1 of 2 ready \(pid (\d+) on ", text)
-            if url and (tp == 1 or worker):
-                return Server(process, log, url.group(1), int(url.group(2)), int(worker.group(1)) if worker else None)
+            workers = [int(pid) for pid in re.findall(rf"rank \d+ of {tp} ready \(pid (\d+) on ", text)]
+            if url and len(workers) == tp - 1:
+                return Server(process, log, url.group(1), int(url.group(2)), workers)
             if process.poll() is not None:
                 fail(f"TP = {tp} server exited {process.returncode} before listening", text)
             time.sleep(0.05)
@@ -97,8 +98,11 @@ class Runner:
 
 
 class Server:
-    def __init__(self, process, log, address, port, worker_pid):
-        self.process, self.log, self.address, self.port, self.worker_pid = process, log, address, port, worker_pid
+    def __init__(self, process, log, address, port, worker_pids):
+        self.process, self.log, self.address, self.port = process, log, address, port
+        self.worker_pids = worker_pids  # ranks 1.. in the order they reported
+        self.worker_pid = next(iter(re.findall(r"rank 1 of \d+ ready \(pid (\d+) on ", self.output())), None)
+        self.worker_pid = int(self.worker_pid) if self.worker_pid else None
 
     def output(self):
         return Path(self.log.name).read_text()
@@ -126,9 +130,9 @@ class Server:
     def rank0_pid(self):
         # mpirun's children are the ranks; rank 0 is the one that is not the worker.
         children = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout.split()
-        pids = [int(p) for p in children if int(p) != self.worker_pid]
+        pids = [int(p) for p in children if int(p) not in self.worker_pids]
         if len(pids) != 1:
-            fail(f"mpirun's children {children}: expected rank 0 besides worker {self.worker_pid}", self.output())
+            fail(f"mpirun's children {children}: expected rank 0 besides workers {self.worker_pids}", self.output())
         return pids[0]
 
     def wait(self, limit_s):
@@ -174,18 +178,45 @@ def read_rest(stream):
     return text, "data: [DONE]" in text
 
 
+# Greedy logprobs of TP = N against TP = 1: the sharded model's logits differ from the whole
+# model's by at most 6.2e-7 of the row's largest |logit| (models_llama:tensor_parallel) — about 2e-5
+# for logits of magnitude 30 — and a logprob by at most twice that; 1e-4 leaves a factor of 2.5.
+LOGPROB_TOLERANCE = 1e-4
+
+
+def greedy_completion(runner, tmp, name, model, prompt, tp):
+    """Text, tokens and logprobs of one greedy completion from a server over `tp` ranks, then a clean stop."""
+    server = runner.start_server(tp, write_config(tmp / f"{name}-tp{tp}.yaml", model, tp, "8MiB"))
+    choice = server.completions({"prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": True,
+                                 "logprobs": 1})["choices"][0]
+    if tp > 1:
+        os.kill(server.rank0_pid(), signal.SIGTERM)
+    else:
+        server.process.send_signal(signal.SIGTERM)
+    rc = server.wait(TIMEOUT_S)
+    output = server.output()
+    if rc != 0:
+        fail(f"{name} TP = {tp}: SIGTERM exit {rc}", output)
+    for rank in range(1, tp):
+        if f"[rank {rank}] [worker] [info] stopped by rank 0 after 24 steps" not in output:
+            fail(f"{name}: rank {rank} of {tp} did not report running rank 0's 24 steps", output)
+    return choice["text"], choice["logprobs"]["tokens"], choice["logprobs"]["token_logprobs"]
+
+
 def check_greedy(runner, tmp, models):
-    for name, model, prompt in models:
-        outputs = {}
-        for tp in (1, 2):
-            config = write_config(tmp / f"{name}-tp{tp}.yaml", model, tp, "8MiB")
+    for name, model, prompt, sizes in models:
+        text, tokens, logprobs = greedy_completion(runner, tmp, name, model, prompt, 1)
+        for tp in sizes:
             start = time.monotonic()
-            outputs[tp], log = runner.one_shot(tp, config, prompt, 24)
-            if tp == 2 and not re.search(r"\[rank 1\] \[worker\] \[info\] stopped by rank 0 after (\d+) steps", log):
-                fail(f"{name}: rank 1 did not report the steps it ran", log)
-            print(f"greedy {name} TP = {tp} ({time.monotonic() - start:.1f} s): {outputs[tp].strip()[:60]!r}")
-        if outputs[1] != outputs[2]:
-            fail(f"{name}: TP = 2 output differs from TP = 1\nTP = 1: {outputs[1]!r}\nTP = 2: {outputs[2]!r}")
+            tp_text, tp_tokens, tp_logprobs = greedy_completion(runner, tmp, name, model, prompt, tp)
+            if tp_text != text or tp_tokens != tokens:
+                fail(f"{name}: TP = {tp} output differs from TP = 1\nTP = 1: {tokens!r}\nTP = {tp}: {tp_tokens!r}")
+            difference = max(abs(a - b) for a, b in zip(logprobs, tp_logprobs))
+            if difference > LOGPROB_TOLERANCE:
+                fail(f"{name}: TP = {tp} logprobs differ from TP = 1's by {difference:.2e} "
+                     f"(tolerance {LOGPROB_TOLERANCE})\nTP = 1: {logprobs}\nTP = {tp}: {tp_logprobs}")
+            print(f"greedy {name} TP = {tp} ({time.monotonic() - start:.1f} s): the same 24 tokens as TP = 1, "
+                  f"logprobs within {difference:.1e}: {text.strip()[:40]!r}")
 
 
 def check_single_command(runner, tmp, tiny):
@@ -209,12 +240,14 @@ def check_single_command(runner, tmp, tiny):
         fail(f"single command with a missing launcher: exit {missing.returncode}", missing.stderr)
     # Served the same way, the process the user started is mpirun: SIGTERM to it reaches every rank;
     # the workers wait for rank 0's drain and stop.
-    server = runner.start_server(2, config, {**os.environ, "PAGEDLLM_MPIRUN": " ".join(runner.mpiexec)}, "self")
+    launcher = {**os.environ, "PAGEDLLM_MPIRUN": " ".join(runner.mpiexec)}
+    server = runner.start_server(2, config, launcher, "self")
     server.completions({"prompt": "def f(x):", "max_tokens": 8, "temperature": 0})
     server.process.send_signal(signal.SIGTERM)
     server.wait(TIMEOUT_S)
     output = server.output()
-    if "[rank 1] [worker] [info] stopped by rank 0 after" not in output or "[rank 0] [host] [info] stopped" not in output:
+    if ("[rank 1] [worker] [info] stopped by rank 0 after" not in output
+            or "[rank 0] [host] [info] stopped" not in output):
         fail("single command: SIGTERM to the launcher did not stop rank 0 and then rank 1 by its stop", output)
     print(f"single command ({time.monotonic() - start:.1f} s): relaunched under mpirun, output equals TP = 1's; "
           f"a missing launcher: exit 2 naming it; SIGTERM to the launcher: rank 0 drained and stopped rank 1")
@@ -255,8 +288,8 @@ def check_refused_speculation(runner, tmp, tiny):
 def run_workload(server):
     # Eight prompts of different continuations (about 30 tokens), 96 tokens each: about 64 blocks,
     # in a pool of 24. Then a prompt again (its full blocks come from the prefix cache) and an n = 2 fork.
-    prompts = [f"# Example {i}\ndef scaled_sum_{i}(values, scale):\n    total = 0\n    for v in values:\n        total +="
-               for i in range(8)]
+    prompts = [f"# Example {i}\ndef scaled_sum_{i}(values, scale):\n    total = 0\n"
+               "    for v in values:\n        total +=" for i in range(8)]
     batch = server.completions({"prompt": prompts, "max_tokens": 96, "temperature": 0, "ignore_eos": True})
     texts = [c["text"] for c in sorted(batch["choices"], key=lambda c: c["index"])]
     repeated = server.completions({"prompt": prompts[-1], "max_tokens": 16, "temperature": 0, "ignore_eos": True})
@@ -316,7 +349,8 @@ def check_dead_worker(runner, tmp, tiny):
 
 
 def check_stuck_worker(runner, tmp, tiny):
-    server = runner.start_server(2, write_config(tmp / "stuck.yaml", tiny, 2, "8MiB", ", options: {timeout_seconds: 3}"))
+    config = write_config(tmp / "stuck.yaml", tiny, 2, "8MiB", ", options: {timeout_seconds: 3}")
+    server = runner.start_server(2, config)
     time.sleep(4)  # idle longer than the timeout: rank 0's heartbeats keep rank 1 waiting without failing
     stream = server.start_stream()
     start = time.monotonic()
@@ -362,9 +396,9 @@ def main():
                            "--tie-word-embeddings", "--seed", "4")
         tiny = source / "models/pagedllm-tiny"
         runner = Runner(args.host, args.mpiexec, tmp)
-        check_greedy(runner, tmp, [("pagedllm-tiny", tiny, "def fibonacci(n):"),
-                                   ("random kv8", kv8, "The quick brown fox"),
-                                   ("random kv2", kv2, "Hello, world! 123")])
+        check_greedy(runner, tmp, [("pagedllm-tiny", tiny, "def fibonacci(n):", (2,)),
+                                   ("random kv8", kv8, "The quick brown fox", (2,)),
+                                   ("random kv2", kv2, "import numpy as np", (2, 4))])
         check_single_command(runner, tmp, tiny)
         check_refused_speculation(runner, tmp, tiny)
         check_rank0_fails_alone(runner, tmp, kv8, tiny)
