@@ -62,9 +62,11 @@ void relaunch_under_mpi_if_needed(const HostConfig& config, const std::vector<st
   // The launcher starts this very executable: /proc/self/exe, whatever the path it was started by.
   std::vector<char> self(4096);
   const ssize_t length = readlink("/proc/self/exe", self.data(), self.size() - 1);
-  if (length <= 0) throw ConfigError(fmt::format("{}: cannot find this executable to relaunch: {}", where,
-                                                 std::strerror(errno)));
-  command.insert(command.end(), {"-np", std::to_string(ranks), std::string(self.data(), static_cast<std::size_t>(length))});
+  if (length <= 0) {
+    throw ConfigError(fmt::format("{}: cannot find this executable to relaunch: {}", where, std::strerror(errno)));
+  }
+  const std::string executable(self.data(), static_cast<std::size_t>(length));
+  command.insert(command.end(), {"-np", std::to_string(ranks), executable});
   command.insert(command.end(), args.begin(), args.end());
 
   std::string shown;
