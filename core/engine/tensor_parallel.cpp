@@ -310,7 +310,7 @@ GroupMessage GroupMessageReceiver::receive() {
   }
   GroupMessage message{kind, std::vector<std::byte>(header.payload_bytes)};
   const std::size_t inline_bytes = std::min<std::size_t>(header.payload_bytes, kInlinePayloadBytes);
-  std::memcpy(message.payload.data(), block.data() + sizeof header, inline_bytes);
+  if (inline_bytes > 0) std::memcpy(message.payload.data(), block.data() + sizeof header, inline_bytes);
   if (header.payload_bytes > inline_bytes) {
     group_.broadcast(message.payload.data() + inline_bytes,
                      static_cast<std::int64_t>(header.payload_bytes - inline_bytes));
