@@ -26,6 +26,7 @@ usage: engine_test.py --host BIN --python PY --source-dir DIR -- MPIEXEC ARGS (w
 """
 
 import argparse
+import atexit
 import http.client
 import json
 import os
@@ -65,6 +66,18 @@ server: {{host: 127.0.0.1, port: 0, shutdown_grace_period_s: 5}}
 class Runner:
     def __init__(self, host, mpiexec, tmp):
         self.host, self.mpiexec, self.tmp = host, mpiexec, tmp
+        self.servers = []  # every server's process group is killed at exit: a failed check leaves none running
+        atexit.register(self.kill_servers)
+
+    def kill_servers(self):
+        for process in self.servers:
+            if process.poll() is None:
+                process.terminate()  # mpirun ends its ranks: SIGTERM, then SIGKILL a second later
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
 
     def command(self, tp, args, launch="mpiexec"):
         """pagedllm-host with `args`; at tp > 1 under the tests' mpirun, or (launch="self") alone."""
@@ -83,6 +96,7 @@ class Runner:
         log = open(self.tmp / f"server-{time.monotonic_ns()}.log", "w+")
         process = subprocess.Popen(self.command(tp, ["--config", str(config)], launch), stdout=log,
                                    stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+        self.servers.append(process)
         deadline = time.monotonic() + TIMEOUT_S
         while time.monotonic() < deadline:
             text = Path(log.name).read_text()
