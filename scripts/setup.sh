@@ -19,8 +19,9 @@ packages=(
   # libraries of core and the plugins
   libboost-dev libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev
   libopenblas-dev libpcre2-dev libutf8proc-dev
-  # tensor parallelism: Open MPI (collectives_mpi, mpirun launches the ranks)
-  libopenmpi-dev openmpi-bin
+  # tensor parallelism: Open MPI (collectives_mpi, mpirun launches the ranks); ip (iproute2) makes the two
+  # network namespaces of ctest tensor_parallel:two_namespaces
+  libopenmpi-dev openmpi-bin iproute2
   # tests; clang and its compiler-rt build the libFuzzer targets (tools/fuzz)
   catch2 clang libclang-rt-dev
   # the interpreter the project's virtual environment is made from (Debian's Python 3.11)

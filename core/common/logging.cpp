@@ -12,11 +12,20 @@ struct LoggingState {
   std::mutex mutex;
   spdlog::level::level_enum level = spdlog::level::info;
   spdlog::sink_ptr sink;
+  std::string label;
 };
 
 LoggingState& state() {
   static LoggingState s;
   return s;
+}
+
+// The caller holds the state's mutex.
+spdlog::sink_ptr& shared_sink(LoggingState& s) {
+  if (!s.sink) s.sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  s.sink->set_pattern(s.label.empty() ? "[%Y-%m-%d %H:%M:%S.%e] [%n] [%^%l%$] %v"
+                                      : "[%Y-%m-%d %H:%M:%S.%e] [" + s.label + "] [%n] [%^%l%$] %v");
+  return s.sink;
 }
 
 }  // namespace
@@ -39,15 +48,18 @@ void set_log_level(spdlog::level::level_enum level) {
   spdlog::apply_all([level](const std::shared_ptr<spdlog::logger>& l) { l->set_level(level); });
 }
 
+void set_log_process_label(const std::string& label) {
+  auto& s = state();
+  std::lock_guard lock(s.mutex);
+  s.label = label;
+  shared_sink(s);
+}
+
 std::shared_ptr<spdlog::logger> logger(const std::string& name) {
   auto& s = state();
   std::lock_guard lock(s.mutex);
   if (auto existing = spdlog::get(name)) return existing;
-  if (!s.sink) {
-    s.sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-    s.sink->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%n] [%^%l%$] %v");
-  }
-  auto created = std::make_shared<spdlog::logger>(name, s.sink);
+  auto created = std::make_shared<spdlog::logger>(name, s.sink ? s.sink : shared_sink(s));
   created->set_level(s.level);
   spdlog::register_logger(created);
   return created;

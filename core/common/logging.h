@@ -18,6 +18,9 @@ std::optional<spdlog::level::level_enum> parse_log_level(std::string_view text);
 // Sets the level of every current and future pagedllm logger.
 void set_log_level(spdlog::level::level_enum level);
 
+// Adds `label` to every line ("rank 1": which process of a tensor-parallel job wrote it).
+void set_log_process_label(const std::string& label);
+
 // The logger named `name`, created on first use with the shared stderr sink.
 std::shared_ptr<spdlog::logger> logger(const std::string& name);
 

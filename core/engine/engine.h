@@ -32,6 +32,8 @@
 
 namespace pagedllm {
 
+class TensorParallelGroup;  // core/engine/tensor_parallel.h
+
 // Per-request generation parameters, as the OpenAI API (and vLLM's extensions)
 // name them. Ranges are checked by Engine::submit(), which throws
 // RequestRejected naming the field.
@@ -173,7 +175,10 @@ class Engine {
   // Loads the configured plugins, the model (with progress) and its tokenizer,
   // and sizes the KV cache. Throws ConfigError / PluginLoadError /
   // PluginCallError / TokenizerError with a message naming what was wrong.
-  static std::unique_ptr<Engine> create(const HostConfig& config, PluginRegistry& registry);
+  // With parallel.tensor_parallel_size > 1, `group` is rank 0's (TensorParallelGroup::join): the
+  // engine drives the other ranks' workers (core/engine/tensor_parallel.h), which must be alive.
+  static std::unique_ptr<Engine> create(const HostConfig& config, PluginRegistry& registry,
+                                        TensorParallelGroup* group = nullptr);
 
   virtual ~Engine() = default;
 

@@ -265,6 +265,16 @@ ProfilingBatch make_profiling_batch(const SchedulerConfig& scheduler, int max_mo
   return out;
 }
 
+int resolve_max_model_len(const HostConfig& config, const pllm_model_info& model) {
+  const int model_limit = model.max_position_embeddings;
+  const int max_model_len = config.scheduler.max_model_len > 0 ? config.scheduler.max_model_len : model_limit;
+  if (model_limit > 0 && max_model_len > model_limit) {
+    throw ConfigError(fmt::format("{}: scheduler.max_model_len={} exceeds the model's max_position_embeddings={}",
+                                  config.sources.locate("scheduler.max_model_len"), max_model_len, model_limit));
+  }
+  return max_model_len;
+}
+
 KvCacheSizing size_and_allocate_kv_cache(const KvCacheSizingInputs& inputs) { return Sizer(inputs).run(); }
 
 std::string describe_kv_cache_sizing(const KvCacheSizing& sizing, int block_size, const std::string& device) {

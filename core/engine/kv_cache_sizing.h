@@ -20,6 +20,10 @@
 
 namespace pagedllm {
 
+// The context limit: scheduler.max_model_len, else the model's max_position_embeddings. Throws
+// ConfigError when the configured one exceeds the model's.
+int resolve_max_model_len(const HostConfig& config, const pllm_model_info& model);
+
 // What the pool came to and where the device memory went.
 struct KvCacheSizing {
   KvSizingMethod method = KvSizingMethod::kConfiguredBytes;

@@ -33,6 +33,7 @@
 #include "core/engine/sequence_output.h"
 #include "core/engine/speculative_decoder.h"
 #include "core/engine/structured_output.h"
+#include "core/engine/tensor_parallel.h"
 #include "core/plugin/plugin_instance.h"
 #include "core/scheduler/scheduler.h"
 
@@ -40,7 +41,7 @@ namespace pagedllm {
 
 class LlmEngine final : public Engine {
  public:
-  LlmEngine(const HostConfig& config, PluginRegistry& registry);
+  LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorParallelGroup* group);
   ~LlmEngine() override { shutdown(ShutdownMode::kAbort); }
 
   void start() override;
@@ -166,6 +167,7 @@ class LlmEngine final : public Engine {
   SamplerInstance sampler_;
   std::unique_ptr<SpeculativeDecoder> speculative_;  // with a speculative: section
   std::unique_ptr<StructuredOutput> structured_output_;  // with a constraint: section
+  std::unique_ptr<TensorParallelDriver> tensor_parallel_;  // rank 0 of tensor_parallel_size > 1
   pllm_model_info model_info_{};
   tokenizer::Tokenizer tokenizer_;
   std::optional<tokenizer::ChatTemplate> chat_template_;

@@ -59,7 +59,16 @@ bool LlmEngine::drain_inbox() {
     const auto has_work = [&] {
       return !inbox_.empty() || !abort_inbox_.empty() || stop_requested_ || scheduler_->has_unfinished();
     };
-    wake_.wait(lock, has_work);
+    if (tensor_parallel_) {
+      // Idle: the workers wait for rank 0's next message no longer than the collectives' timeout.
+      while (!wake_.wait_for(lock, TensorParallelDriver::kHeartbeatInterval, has_work)) {
+        lock.unlock();
+        tensor_parallel_->keep_alive();
+        lock.lock();
+      }
+    } else {
+      wake_.wait(lock, has_work);
+    }
     arrived.swap(inbox_);
     aborted.swap(abort_inbox_);
     stop = stop_requested_;

@@ -27,6 +27,7 @@ void LlmEngine::shutdown(ShutdownMode mode) {
   if (thread.joinable()) {
     thread.join();
   } else if (!loop_running_) {
+    if (tensor_parallel_) tensor_parallel_->stop();
     // Never started: requests queued before start() still get their final output.
     std::deque<PendingRequest> pending;
     {
@@ -54,6 +55,7 @@ void LlmEngine::loop() {
   log_->debug("engine loop started");
   try {
     while (drain_inbox()) {
+      if (tensor_parallel_) tensor_parallel_->keep_alive();
       if (!scheduler_->has_unfinished()) continue;
       if (!step()) {
         // Nothing could be scheduled (every request waits for blocks that a
@@ -71,6 +73,8 @@ void LlmEngine::loop() {
     }
     abort_everything(std::string("the engine failed: ") + e.what());
   }
+  // The workers stop with the loop, whether it ended or failed.
+  if (tensor_parallel_) tensor_parallel_->stop();
   step_started_ns_ = 0;
   loop_running_ = false;
   log_->debug("engine loop stopped");

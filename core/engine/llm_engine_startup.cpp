@@ -12,33 +12,19 @@
 #include "core/config/config_error.h"
 #include "core/engine/generation_config.h"
 #include "core/engine/kv_cache_sizing.h"
+#include "core/engine/plugin_args.h"
+#include "core/engine/tensor_parallel.h"
 #include "core/plugin/configured_plugins.h"
 
 namespace pagedllm {
-namespace {
 
-pllm_device to_plugin_device(const DeviceConfig& device) {
-  return {device.type == DeviceType::kCuda ? PLLM_DEVICE_CUDA : PLLM_DEVICE_CPU, device.index};
-}
-
-pllm_dtype to_plugin_dtype(const std::string& dtype) {
-  if (dtype == "f32") return PLLM_DTYPE_F32;
-  if (dtype == "f16") return PLLM_DTYPE_F16;
-  if (dtype == "bf16") return PLLM_DTYPE_BF16;
-  return PLLM_DTYPE_INVALID;  // "auto": as stored
-}
-
-}  // namespace
-
-LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
+LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorParallelGroup* group)
     : config_(config),
       log_(logger("engine")),
       tokenizer_(tokenizer::Tokenizer::from_model(config.model.path.string())) {
-  if (config.parallel && config.parallel->tensor_parallel_size > 1) {
-    throw ConfigError(fmt::format("{}: parallel.tensor_parallel_size: {}: the engine does not drive tensor-parallel "
-                                  "ranks yet (its driver/worker split is the open part of issue 22; "
-                                  "docs/tensor-parallel.md). The model plugin can already be split: "
-                                  "tests/plugins/models_llama/tensor_parallel_check.cpp",
+  if (config.parallel && config.parallel->tensor_parallel_size > 1 && group == nullptr) {
+    throw ConfigError(fmt::format("{}: parallel.tensor_parallel_size: {}: the engine was created outside its group "
+                                  "of ranks (TensorParallelGroup::join)",
                                   config.sources.locate("parallel.tensor_parallel_size"),
                                   config.parallel->tensor_parallel_size));
   }
@@ -57,8 +43,9 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
   const std::string model_path = config.model.path.string();
   pllm_model_create_args model_args{sizeof(pllm_model_create_args), model_options.c_str(),
                                     model_path.c_str(), device, to_plugin_dtype(config.model.dtype),
-                                    /*collectives: tensor parallelism is not driven by the engine yet*/ nullptr};
-  log_->info("loading model {} with {}", model_path, config.model.plugin.plugin);
+                                    group ? group->ref() : nullptr};
+  log_->info("loading model {} with {}{}", model_path, config.model.plugin.plugin,
+             group ? fmt::format(" (rank 0's shard of {})", group->size()) : "");
   model_instance_ = create_plugin_instance<pllm_model_api, pllm_model>(
       library_of(PLLM_PLUGIN_KIND_MODEL), model_args);
   log_->info("model loaded in {:.2f} s", seconds_between(started, Clock::now()));
@@ -124,14 +111,7 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
   }
 
   // ---- limits ----
-  const int model_limit = model_info_.max_position_embeddings;
-  int max_model_len = config.scheduler.max_model_len > 0 ? config.scheduler.max_model_len : model_limit;
-  if (model_limit > 0 && max_model_len > model_limit) {
-    throw ConfigError(fmt::format("{}: scheduler.max_model_len={} exceeds the model's "
-                                  "max_position_embeddings={}",
-                                  config.sources.locate("scheduler.max_model_len"), max_model_len,
-                                  model_limit));
-  }
+  const int max_model_len = resolve_max_model_len(config, model_info_);
   // A GGUF file is served under its name without ".gguf" (SmolLM2-135M-Instruct.Q4_1).
   model_.served_name = (config.model.path.extension() == ".gguf" ? config.model.path.stem()
                                                                   : config.model.path.filename()).string();
@@ -153,6 +133,11 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
        max_model_len, num_speculative_tokens});
   const int num_device_blocks = sizing.num_device_blocks;
   num_host_blocks_ = sizing.num_host_blocks;
+  if (group) {
+    // The workers allocated theirs alike (tensor_parallel_worker.cpp); from here rank 0 drives them.
+    require_same_kv_pool(*group, num_device_blocks, num_host_blocks_);
+    tensor_parallel_ = std::make_unique<TensorParallelDriver>(*group);
+  }
 
   SchedulerConfig scheduler_config = config.scheduler;
   scheduler_config.max_model_len = max_model_len;
@@ -181,8 +166,9 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry)
              max_model_len);
 }
 
-std::unique_ptr<Engine> Engine::create(const HostConfig& config, PluginRegistry& registry) {
-  return std::make_unique<LlmEngine>(config, registry);
+std::unique_ptr<Engine> Engine::create(const HostConfig& config, PluginRegistry& registry,
+                                       TensorParallelGroup* group) {
+  return std::make_unique<LlmEngine>(config, registry, group);
 }
 
 }  // namespace pagedllm

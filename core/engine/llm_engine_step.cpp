@@ -39,11 +39,14 @@ bool LlmEngine::step() {
     }
   }
 
-  run_block_operations(output);
-
   std::vector<std::int32_t> first_hidden_row;
   const std::vector<std::int32_t> hidden_rows = hidden_indices(output, first_hidden_row);
   const pllm_batch batch = plugin_batch_view(output.batch, hidden_rows);
+  if (tensor_parallel_) {
+    // Every other rank does the same block operations and forward on its shard.
+    tensor_parallel_->send_step(batch, output.blocks_to_swap_out, output.blocks_to_swap_in, output.blocks_to_copy);
+  }
+  run_block_operations(output);
 
   pllm_error error{};
   check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),

@@ -13,8 +13,10 @@
 #include "core/common/logging.h"
 #include "core/config/config.h"
 #include "core/config/config_error.h"
+#include "core/engine/tensor_parallel.h"
 #include "core/host/cli_options.h"
 #include "core/host/one_shot.h"
+#include "core/host/parallel_launch.h"
 #include "core/host/plugin_check.h"
 #include "core/plugin/sdk_version.h"
 #include "core/server/serve.h"
@@ -24,6 +26,31 @@ namespace {
 constexpr int kExitOk = 0;
 constexpr int kExitRuntimeError = 1;
 constexpr int kExitUsageError = 2;
+
+// Serves, or generates (--prompt), or — as rank > 0 of a tensor-parallel group — runs a worker.
+// Under tensor parallelism a rank that fails ends the whole job at once (end_parallel_job): the
+// others may be waiting for it inside a collective, which nothing but the job's end releases.
+int run_engine(const pagedllm::HostConfig& config, pagedllm::PluginRegistry& registry,
+               const pagedllm::CliOptions& options, pagedllm::TensorParallelGroup* group,
+               std::chrono::steady_clock::time_point started) {
+  using namespace pagedllm;
+  const std::string who = group ? fmt::format("pagedllm-host rank {} of {}", group->rank(), group->size())
+                                : std::string("pagedllm-host");
+  try {
+    if (group && group->rank() > 0) return run_tensor_parallel_worker(config, registry, *group);
+    if (options.generate) return run_one_shot(config, registry, *options.generate, stdout, group);
+    std::unique_ptr<Engine> engine = Engine::create(config, registry, group);
+    engine->start();
+    return server::serve(*engine, config.server, started);
+  } catch (const ConfigError& e) {
+    fmt::print(stderr, "{}: config error: {}\n", who, e.what());
+    return kExitUsageError;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "{}: error: {}\n", who, e.what());
+    if (group) end_parallel_job(kExitRuntimeError);
+    throw;
+  }
+}
 
 int run(const std::vector<std::string>& args) {
   using namespace pagedllm;
@@ -69,15 +96,6 @@ int run(const std::vector<std::string>& args) {
   for (const auto& error : configured.errors) fmt::print(stderr, "pagedllm-host: config error: {}\n", error);
   if (!configured.ok()) return kExitUsageError;
 
-  if (options.generate) {
-    try {
-      return run_one_shot(config, registry, *options.generate, stdout);
-    } catch (const ConfigError& e) {
-      fmt::print(stderr, "pagedllm-host: config error: {}\n", e.what());
-      return kExitUsageError;
-    }
-  }
-
   if (options.check) {
     fmt::print("pagedllm-host {} (plugin SDK {}): {} is valid\n\n", PAGEDLLM_HOST_VERSION, kHostSdkVersion.str(),
                *options.config_file);
@@ -85,14 +103,21 @@ int run(const std::vector<std::string>& args) {
     return kExitOk;
   }
 
+  // Tensor parallelism (docs/tensor-parallel.md): every rank mpirun started joins the group; rank 0
+  // serves (or generates) and drives the others, which run its steps on their shards. Started by
+  // hand, the host first replaces itself with mpirun starting the ranks.
+  std::unique_ptr<TensorParallelGroup> group;
   try {
-    std::unique_ptr<Engine> engine = Engine::create(config, registry);
-    engine->start();
-    return server::serve(*engine, config.server, started);
+    relaunch_under_mpi_if_needed(config, args);
+    group = TensorParallelGroup::join(config, registry);
+    if (group) set_log_process_label(fmt::format("rank {}", group->rank()));
   } catch (const ConfigError& e) {
     fmt::print(stderr, "pagedllm-host: config error: {}\n", e.what());
     return kExitUsageError;
   }
+  const int exit_code = run_engine(config, registry, options, group.get(), started);
+  if (group && exit_code != kExitOk && exit_code != kExitRuntimeError) end_parallel_job(exit_code);
+  return exit_code;
 }
 
 }  // namespace

@@ -11,10 +11,10 @@
 namespace pagedllm {
 
 int run_one_shot(const HostConfig& config, PluginRegistry& registry, const GenerateOptions& options,
-                 std::FILE* out) {
+                 std::FILE* out, TensorParallelGroup* group) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
-  std::unique_ptr<Engine> engine = Engine::create(config, registry);
+  std::unique_ptr<Engine> engine = Engine::create(config, registry, group);
   engine->start();
   const auto ready = Clock::now();
   fmt::print(stderr, "pagedllm-host: {} ready in {:.2f} s\n", engine->model().served_name,

@@ -1,0 +1,425 @@
+"""pagedllm-host under `mpirun -np 2` with parallel.tensor_parallel_size: 2 (docs/tensor-parallel.md):
+rank 0 schedules, samples and serves, rank 1 runs its steps on its shard.
+
+greedy: a server's greedy tokens over TP = 2 equal TP = 1's (one process, the whole model), their
+  logprobs within LOGPROB_TOLERANCE, and SIGTERM to rank 0 stops every rank with exit 0, on the
+  embedded model and on random-weight models (tools/testing/make_tiny_llama.py, as the sharded-model
+  test models_llama:tensor_parallel uses) with 8 kv heads and with 2 (tied embedding, a vocabulary
+  that does not divide by the ranks); the 2-kv-head model also at TP = 4, where each kv head is
+  replicated on two ranks. Every worker must report it ran rank 0's steps.
+server: the server over TP = 2 with a pool small enough that a batch of prompts is preempted by
+  swap (the swap-out/in operations run on every rank), n = 2 forks (copy-on-write) and a repeated
+  prompt (prefix cache hits): every completion equals TP = 1's on the same workload and pool of the
+  same block count (each TP = 2 rank holds half the kv heads, so half the bytes per block).
+dead worker: rank 1 killed (SIGKILL) mid-stream: the job ends well within the test's limit with a
+  non-zero status, mpirun naming rank 1.
+stuck worker: rank 1 stopped (SIGSTOP) mid-stream, timeout_seconds 3: rank 0's step fails naming
+  the timed-out collective, the server stops and the job ends (MPI_Abort), non-zero, no hang.
+clean stop: SIGTERM to rank 0: it drains, stops rank 1, and the job exits 0.
+single command: pagedllm-host alone relaunches itself under the launcher (PAGEDLLM_MPIRUN) and
+  matches TP = 1; a launcher that does not exist is a config error naming it.
+speculation: a speculative: section under TP = 2 is refused at start on every rank.
+rank 0 failing alone: a config error only rank 0 can see, while rank 1 waits for it: the job ends at
+  once with rank 0's status.
+
+usage: engine_test.py --host BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
+"""
+
+import argparse
+import atexit
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+TIMEOUT_S = 60  # for any one run: a hang fails the test instead of stalling CI
+
+
+def fail(what, output=""):
+    sys.exit(f"FAILED: {what}" + (f"\n--- output ---\n{output}" if output else ""))
+
+
+def write_config(path, model, tp, kv_blocks_bytes, extra=""):
+    parallel = f"parallel: {{tensor_parallel_size: {tp}, backend: mpi{extra}}}\n" if tp > 1 else ""
+    path.write_text(f"""model:
+  plugin: models_llama
+  path: {model}
+  options: {{num_threads: 1}}
+device: cpu
+attention: {{plugin: attention_cpu}}
+sampler: {{plugin: sampler}}
+cache: {{block_size: 16, kv_cache_bytes: {kv_blocks_bytes}, swap_space: {kv_blocks_bytes}, enable_prefix_caching: true}}
+scheduler: {{max_num_seqs: 16, max_num_batched_tokens: 512, max_model_len: 256, preemption_mode: swap}}
+server: {{host: 127.0.0.1, port: 0, shutdown_grace_period_s: 5}}
+{parallel}""")
+    return path
+
+
+class Runner:
+    def __init__(self, host, mpiexec, tmp):
+        self.host, self.mpiexec, self.tmp = host, mpiexec, tmp
+        self.servers = []  # every server's process group is killed at exit: a failed check leaves none running
+        atexit.register(self.kill_servers)
+
+    def kill_servers(self):
+        for process in self.servers:
+            if process.poll() is None:
+                process.terminate()  # mpirun ends its ranks: SIGTERM, then SIGKILL a second later
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+
+    def command(self, tp, args, launch="mpiexec"):
+        """pagedllm-host with `args`; at tp > 1 under the tests' mpirun, or (launch="self") alone."""
+        base = [self.host, *args]
+        return [self.mpiexec[0], "-np", str(tp), *self.mpiexec[1:], *base] if tp > 1 and launch == "mpiexec" else base
+
+    def one_shot(self, tp, config, prompt, max_tokens):
+        command = self.command(tp, ["--config", str(config), "--prompt", prompt, "--temperature", "0",
+                                    "--max-tokens", str(max_tokens), "--ignore-eos"])
+        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S)
+        if done.returncode != 0:
+            fail(f"TP = {tp} one-shot on {config}: exit {done.returncode}", done.stdout + done.stderr)
+        return done.stdout, done.stderr
+
+    def start_server(self, tp, config, env=None, launch="mpiexec"):
+        log = open(self.tmp / f"server-{time.monotonic_ns()}.log", "w+")
+        process = subprocess.Popen(self.command(tp, ["--config", str(config)], launch), stdout=log,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+        self.servers.append(process)
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            text = Path(log.name).read_text()
+            url = re.search(r"listening on http://([0-9.]+):(\d+)", text)
+            workers = [int(pid) for pid in re.findall(rf"rank \d+ of {tp} ready \(pid (\d+) on ", text)]
+            if url and len(workers) == tp - 1:
+                return Server(process, log, url.group(1), int(url.group(2)), workers)
+            if process.poll() is not None:
+                fail(f"TP = {tp} server exited {process.returncode} before listening", text)
+            time.sleep(0.05)
+        process.kill()
+        fail(f"TP = {tp} server not listening after {TIMEOUT_S} s", Path(log.name).read_text())
+
+
+class Server:
+    def __init__(self, process, log, address, port, worker_pids):
+        self.process, self.log, self.address, self.port = process, log, address, port
+        self.worker_pids = worker_pids  # ranks 1.. in the order they reported
+        self.worker_pid = next(iter(re.findall(r"rank 1 of \d+ ready \(pid (\d+) on ", self.output())), None)
+        self.worker_pid = int(self.worker_pid) if self.worker_pid else None
+
+    def output(self):
+        return Path(self.log.name).read_text()
+
+    def post(self, body, timeout=TIMEOUT_S):
+        connection = http.client.HTTPConnection(self.address, self.port, timeout=timeout)
+        connection.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response
+
+    def completions(self, body):
+        status, response = self.post(body)
+        data = response.read()
+        if status != 200:
+            fail(f"POST /v1/completions: {status} {data!r}", self.output())
+        return json.loads(data)
+
+    def metric(self, name):
+        connection = http.client.HTTPConnection(self.address, self.port, timeout=TIMEOUT_S)
+        connection.request("GET", "/metrics")
+        text = connection.getresponse().read().decode()
+        found = re.search(rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.e+]+)$", text, re.M)
+        return float(found.group(1)) if found else fail(f"/metrics has no {name}", text)
+
+    def rank0_pid(self):
+        # mpirun's children are the ranks; rank 0 is the one that is not the worker.
+        children = subprocess.run(["pgrep", "-P", str(self.process.pid)], capture_output=True, text=True).stdout.split()
+        pids = [int(p) for p in children if int(p) not in self.worker_pids]
+        if len(pids) != 1:
+            fail(f"mpirun's children {children}: expected rank 0 besides workers {self.worker_pids}", self.output())
+        return pids[0]
+
+    def wait(self, limit_s):
+        try:
+            return self.process.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+            fail(f"the job still ran {limit_s} s later: a hang", self.output())
+
+    def start_stream(self):
+        """A streamed request among 16 others (so that it is still running a while later), once its
+        first chunk arrived: the request is running on both ranks."""
+        load = threading.Thread(target=self.post_quietly, args=({
+            "prompt": [f"def load_{i}(x):" for i in range(16)], "max_tokens": 240, "temperature": 0,
+            "ignore_eos": True},), daemon=True)
+        load.start()
+        status, response = self.post({"prompt": "def fib(n):", "max_tokens": 240, "temperature": 0,
+                                      "ignore_eos": True, "stream": True})
+        if status != 200:
+            fail(f"stream: {status} {response.read()!r}", self.output())
+        first = response.readline()
+        if not first.startswith(b"data: "):
+            fail(f"stream: first line {first!r}", self.output())
+        return response
+
+    def post_quietly(self, body):
+        try:
+            self.post(body)[1].read()
+        except (http.client.HTTPException, OSError):
+            pass  # the job ended under it: what the failure tests do
+
+
+def read_rest(stream):
+    """What is left of a stream, and whether it ended properly ([DONE]) rather than being cut."""
+    body = b""
+    try:
+        while chunk := stream.read(1):
+            body += chunk
+    except (http.client.HTTPException, OSError):
+        pass
+    text = body.decode(errors="replace")
+    return text, "data: [DONE]" in text
+
+
+# Greedy logprobs of TP = N against TP = 1: the sharded model's logits differ from the whole
+# model's by at most 6.2e-7 of the row's largest |logit| (models_llama:tensor_parallel) — about 2e-5
+# for logits of magnitude 30 — and a logprob by at most twice that; 1e-4 leaves a factor of 2.5.
+LOGPROB_TOLERANCE = 1e-4
+
+
+def greedy_completion(runner, tmp, name, model, prompt, tp):
+    """Text, tokens and logprobs of one greedy completion from a server over `tp` ranks, then a clean stop."""
+    server = runner.start_server(tp, write_config(tmp / f"{name}-tp{tp}.yaml", model, tp, "8MiB"))
+    choice = server.completions({"prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": True,
+                                 "logprobs": 1})["choices"][0]
+    if tp > 1:
+        os.kill(server.rank0_pid(), signal.SIGTERM)
+    else:
+        server.process.send_signal(signal.SIGTERM)
+    rc = server.wait(TIMEOUT_S)
+    output = server.output()
+    if rc != 0:
+        fail(f"{name} TP = {tp}: SIGTERM exit {rc}", output)
+    for rank in range(1, tp):
+        if f"[rank {rank}] [worker] [info] stopped by rank 0 after 24 steps" not in output:
+            fail(f"{name}: rank {rank} of {tp} did not report running rank 0's 24 steps", output)
+    return choice["text"], choice["logprobs"]["tokens"], choice["logprobs"]["token_logprobs"]
+
+
+def check_greedy(runner, tmp, models):
+    for name, model, prompt, sizes in models:
+        text, tokens, logprobs = greedy_completion(runner, tmp, name, model, prompt, 1)
+        for tp in sizes:
+            start = time.monotonic()
+            tp_text, tp_tokens, tp_logprobs = greedy_completion(runner, tmp, name, model, prompt, tp)
+            if tp_text != text or tp_tokens != tokens:
+                fail(f"{name}: TP = {tp} output differs from TP = 1\nTP = 1: {tokens!r}\nTP = {tp}: {tp_tokens!r}")
+            difference = max(abs(a - b) for a, b in zip(logprobs, tp_logprobs))
+            if difference > LOGPROB_TOLERANCE:
+                fail(f"{name}: TP = {tp} logprobs differ from TP = 1's by {difference:.2e} "
+                     f"(tolerance {LOGPROB_TOLERANCE})\nTP = 1: {logprobs}\nTP = {tp}: {tp_logprobs}")
+            print(f"greedy {name} TP = {tp} ({time.monotonic() - start:.1f} s): the same 24 tokens as TP = 1, "
+                  f"logprobs within {difference:.1e}: {text.strip()[:40]!r}")
+
+
+def check_single_command(runner, tmp, tiny):
+    # pagedllm-host started alone with tensor_parallel_size 2 relaunches itself under the MPI launcher
+    # PAGEDLLM_MPIRUN names (here the tests' mpirun with its flags), which starts both ranks.
+    config = write_config(tmp / "single.yaml", tiny, 2, "8MiB")
+    command = [runner.host, "--config", str(config), "--prompt", "def fibonacci(n):", "--temperature", "0",
+               "--max-tokens", "24", "--ignore-eos"]
+    whole, _ = runner.one_shot(1, write_config(tmp / "single-tp1.yaml", tiny, 1, "8MiB"), "def fibonacci(n):", 24)
+    start = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env={**os.environ, "PAGEDLLM_MPIRUN": " ".join(runner.mpiexec)})
+    output = done.stdout + done.stderr
+    if done.returncode != 0 or "starting the ranks with: " not in done.stderr or "[rank 1] [worker]" not in output:
+        fail(f"single command: exit {done.returncode}; expected both ranks started by the relaunch", output)
+    if done.stdout != whole:
+        fail(f"single command: TP = 2 differs from TP = 1\nTP = 1: {whole!r}\nTP = 2: {done.stdout!r}")
+    missing = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
+                             env={**os.environ, "PAGEDLLM_MPIRUN": str(tmp / "no-such-mpirun")})
+    if missing.returncode != 2 or "no-such-mpirun" not in missing.stderr or "No such file" not in missing.stderr:
+        fail(f"single command with a missing launcher: exit {missing.returncode}", missing.stderr)
+    # Served the same way, the process the user started is mpirun: SIGTERM to it reaches every rank;
+    # the workers wait for rank 0's drain and stop.
+    launcher = {**os.environ, "PAGEDLLM_MPIRUN": " ".join(runner.mpiexec)}
+    server = runner.start_server(2, config, launcher, "self")
+    server.completions({"prompt": "def f(x):", "max_tokens": 8, "temperature": 0})
+    server.process.send_signal(signal.SIGTERM)
+    server.wait(TIMEOUT_S)
+    output = server.output()
+    if ("[rank 1] [worker] [info] stopped by rank 0 after" not in output
+            or "[rank 0] [host] [info] stopped" not in output):
+        fail("single command: SIGTERM to the launcher did not stop rank 0 and then rank 1 by its stop", output)
+    print(f"single command ({time.monotonic() - start:.1f} s): relaunched under mpirun, output equals TP = 1's; "
+          f"a missing launcher: exit 2 naming it; SIGTERM to the launcher: rank 0 drained and stopped rank 1")
+
+
+def check_rank0_fails_alone(runner, tmp, kv8, tiny):
+    # Only rank 0 loads the tokenizer: one larger than the model's vocabulary fails rank 0 after its
+    # model loaded, while rank 1 already waits in the start's pool agreement. Rank 0 must end the job
+    # at once (not finalise and wait for rank 1), mpirun naming it.
+    model = tmp / "kv8-big-tokenizer"
+    shutil.copytree(kv8, model)
+    shutil.copy(tiny / "tokenizer.json", model / "tokenizer.json")
+    shutil.copy(tiny / "tokenizer_config.json", model / "tokenizer_config.json")
+    config = write_config(tmp / "rank0-fails.yaml", model, 2, "8MiB")
+    start = time.monotonic()
+    done = subprocess.run(runner.command(2, ["--config", str(config), "--prompt", "x"]), capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+    output = done.stdout + done.stderr
+    if (done.returncode != 2 or "rank 0 of 2: config error" not in output or "but the model's vocabulary has 1001"
+            not in output or not re.search(r"Process name: \[\[\d+,1\],0\]", output)):
+        fail(f"rank 0 failing alone: exit {done.returncode}; expected 2, its error and mpirun naming rank 0", output)
+    print(f"rank 0 failing alone at start: the job ended after {time.monotonic() - start:.1f} s, exit 2, "
+          "mpirun named rank 0")
+
+
+def check_refused_speculation(runner, tmp, tiny):
+    # The EAGLE head reads the target's embedding and lm_head, which TP splits: refused on every rank.
+    config = write_config(tmp / "eagle.yaml", tiny, 2, "8MiB")
+    config.write_text(config.read_text() + f"speculative: {{plugin: spec_eagle, draft: {tiny}-eagle}}\n")
+    done = subprocess.run(runner.command(2, ["--config", str(config), "--prompt", "x"]), capture_output=True,
+                          text=True, timeout=TIMEOUT_S)
+    if done.returncode != 2 or "speculative decoding under tensor parallelism is not supported yet" not in done.stderr:
+        fail(f"speculative under TP: exit {done.returncode}, expected a config error saying so",
+             done.stdout + done.stderr)
+    print("speculative under TP: refused at start (exit 2)")
+
+
+def run_workload(server):
+    # Eight prompts of different continuations (about 30 tokens), 96 tokens each: about 64 blocks,
+    # in a pool of 24. Then a prompt again (its full blocks come from the prefix cache) and an n = 2 fork.
+    prompts = [f"# Example {i}\ndef scaled_sum_{i}(values, scale):\n    total = 0\n"
+               "    for v in values:\n        total +=" for i in range(8)]
+    batch = server.completions({"prompt": prompts, "max_tokens": 96, "temperature": 0, "ignore_eos": True})
+    texts = [c["text"] for c in sorted(batch["choices"], key=lambda c: c["index"])]
+    repeated = server.completions({"prompt": prompts[-1], "max_tokens": 16, "temperature": 0, "ignore_eos": True})
+    texts.append(repeated["choices"][0]["text"])
+    forked = server.completions({"prompt": "class Stack:\n", "max_tokens": 40, "temperature": 0, "n": 2,
+                                 "ignore_eos": True})
+    texts += [c["text"] for c in sorted(forked["choices"], key=lambda c: c["index"])]
+    return texts, repeated["usage"]["prompt_tokens_details"]["cached_tokens"], server.metric(
+        "pagedllm:num_preemptions_total")
+
+
+def check_server(runner, tmp, tiny):
+    # 24 blocks of 16 tokens: 49152 bytes a block for the whole model, 24576 for each rank's half.
+    # Which requests share a step depends on when they arrive, so the two runs may batch them
+    # differently: capped below AVX512-BF16, the model multiplies f32 activations at every batch size
+    # (not bf16-rounded ones above 16 rows), and a batch changes sums only in their last bits.
+    env = {**os.environ, "PAGEDLLM_CPU_ISA": "avx512vnni"}
+    results = {}
+    for tp, bytes_per_block in ((1, 49152), (2, 24576)):
+        config = write_config(tmp / f"server-tp{tp}.yaml", tiny, tp, 24 * bytes_per_block)
+        server = runner.start_server(tp, config, env)
+        start = time.monotonic()
+        results[tp] = run_workload(server)
+        if tp == 2:
+            os.kill(server.rank0_pid(), signal.SIGTERM)
+        else:
+            server.process.send_signal(signal.SIGTERM)
+        rc = server.wait(TIMEOUT_S)
+        if rc != 0:
+            fail(f"TP = {tp} server: SIGTERM exit {rc}", server.output())
+        if tp == 2 and "[rank 1] [worker] [info] stopped by rank 0" not in server.output():
+            fail("clean stop: rank 1 was not stopped by rank 0", server.output())
+        texts, cached, preemptions = results[tp]
+        print(f"server TP = {tp} ({time.monotonic() - start:.1f} s): {len(texts)} completions, {preemptions:.0f} "
+              f"preemptions, {cached} cached prompt tokens; SIGTERM: exit 0")
+        if preemptions == 0 or cached == 0:
+            fail(f"TP = {tp} server: the workload must preempt and hit the prefix cache", server.output())
+    for i, (one, two) in enumerate(zip(results[1][0], results[2][0])):
+        if one != two:
+            fail(f"server completion {i}: TP = 2 differs from TP = 1\nTP = 1: {one!r}\nTP = 2: {two!r}")
+
+
+def check_dead_worker(runner, tmp, tiny):
+    server = runner.start_server(2, write_config(tmp / "dead.yaml", tiny, 2, "8MiB"))
+    stream = server.start_stream()
+    start = time.monotonic()
+    os.kill(server.worker_pid, signal.SIGKILL)
+    rc = server.wait(30)
+    body, completed = read_rest(stream)
+    output = server.output()
+    if rc == 0 or not re.search(r"process rank 1 .*(signal 9|Killed)", output):
+        fail(f"dead worker: exit {rc}; expected non-zero and mpirun naming rank 1", output)
+    if completed:
+        fail("dead worker: the stream completed although its job was ended under it", body)
+    print(f"dead worker: the job ended {time.monotonic() - start:.1f} s after rank 1 was killed mid-stream, "
+          f"exit {rc}, mpirun named rank 1; the stream was cut")
+
+
+def check_stuck_worker(runner, tmp, tiny):
+    config = write_config(tmp / "stuck.yaml", tiny, 2, "8MiB", ", options: {timeout_seconds: 3}")
+    server = runner.start_server(2, config)
+    time.sleep(4)  # idle longer than the timeout: rank 0's heartbeats keep rank 1 waiting without failing
+    stream = server.start_stream()
+    start = time.monotonic()
+    os.kill(server.worker_pid, signal.SIGSTOP)
+    try:
+        rc = server.wait(30)
+    finally:
+        try:
+            os.kill(server.worker_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    body, _ = read_rest(stream)
+    output = server.output()
+    if rc == 0 or "timed out after 3 s" not in output or "ending the MPI job (MPI_Abort)" not in output:
+        fail(f"stuck worker: exit {rc}; expected rank 0 to time out, stop and end the job", output)
+    if "the engine failed" not in body:
+        fail(f"stuck worker: the stream did not end with the engine's error: {body[-300:]!r}", output)
+    print(f"stuck worker: rank 0 timed out and the job ended {time.monotonic() - start:.1f} s after rank 1 "
+          f"stopped mid-stream, exit {rc}; the stream got the engine's error")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--python", required=True)
+    parser.add_argument("--source-dir", required=True)
+    parser.add_argument("mpiexec", nargs="+")
+    args = parser.parse_args()
+    source = Path(args.source_dir)
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+
+        def random_model(name, *flags):
+            out = tmp / name
+            subprocess.run([args.python, str(source / "tools/testing/make_tiny_llama.py"), str(out), *flags],
+                           check=True, capture_output=True)
+            return out
+
+        kv8 = random_model("kv8", "--num-heads", "8", "--num-kv-heads", "8", "--head-dim", "8", "--hidden-size", "64",
+                           "--intermediate-size", "96", "--num-layers", "2", "--vocab-size", "1001", "--seed", "3")
+        kv2 = random_model("kv2", "--num-heads", "8", "--num-kv-heads", "2", "--head-dim", "8", "--hidden-size", "64",
+                           "--intermediate-size", "96", "--num-layers", "2", "--vocab-size", "998", "--dtype", "bf16",
+                           "--tie-word-embeddings", "--seed", "4")
+        tiny = source / "models/pagedllm-tiny"
+        runner = Runner(args.host, args.mpiexec, tmp)
+        check_greedy(runner, tmp, [("pagedllm-tiny", tiny, "def fibonacci(n):", (2,)),
+                                   ("random kv8", kv8, "The quick brown fox", (2,)),
+                                   ("random kv2", kv2, "import numpy as np", (2, 4))])
+        check_single_command(runner, tmp, tiny)
+        check_refused_speculation(runner, tmp, tiny)
+        check_rank0_fails_alone(runner, tmp, kv8, tiny)
+        check_server(runner, tmp, tiny)
+        check_dead_worker(runner, tmp, tiny)
+        check_stuck_worker(runner, tmp, tiny)
+
+
+if __name__ == "__main__":
+    main()
