@@ -944,7 +944,9 @@ struct ConstraintCase {
 std::vector<ConstraintCase> constraint_cases() {
   std::vector<ConstraintCase> cases;
   cases.push_back({{OutputConstraint::Type::kRegex, "[a-z]{3,9}-[0-9]{2,8}", "guided_regex"},
-                   [](const std::string& text) { return std::regex_match(text, std::regex("[a-z]{3,9}-[0-9]{2,8}")); }});
+                   [](const std::string& text) {
+                     return std::regex_match(text, std::regex("[a-z]{3,9}-[0-9]{2,8}"));
+                   }});
   cases.push_back({{OutputConstraint::Type::kChoice, R"(["alpha", "beta", "gamma delta"])", "guided_choice"},
                    [](const std::string& text) { return text == "alpha" || text == "beta" || text == "gamma delta"; }});
   cases.push_back({{OutputConstraint::Type::kJsonSchema,
