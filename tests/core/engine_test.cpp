@@ -967,7 +967,7 @@ std::vector<ConstraintCase> constraint_cases() {
 
 }  // namespace
 
-TEST_CASE("speculative constrained requests: greedy output equals plain constrained decoding, under preemption too",
+TEST_CASE("constrained requests, speculative or not, preempted or not, give what each gives alone without either",
           "[engine][speculative][constraint]") {
   const std::string mode = GENERATE(std::string("none"), std::string("recompute"), std::string("swap"));
   // K, and the fixture draft's vocabulary: 100 ids leave out EOS (956) and most letters, so
@@ -987,15 +987,26 @@ TEST_CASE("speculative constrained requests: greedy output equals plain constrai
                               "num_speculative_tokens: {}, options: {{wrong_every: 3, draft_vocab_size: {}}}}}\n"
                               "constraint: {{plugin: constraint_xgrammar, options: {{any_whitespace: false}}}}",
                               PAGEDLLM_FIXTURE_PLUGIN_DIR, k, draft_vocab));
-  // All queued before the first step (run_together starts the engine): the pool fills at once.
+  // The reference: each request alone on an engine without a speculator or KV pressure.
+  EngineFixture reference({}, -1, "constraint: {plugin: constraint_xgrammar, options: {any_whitespace: false}}");
+  reference.engine().start();
   const std::vector<ConstraintCase> cases = constraint_cases();
+  const auto request = [&](EngineFixture& engine, int i) {
+    GenerateRequest r =
+        engine.request(fmt::format("answer {} {}", i, std::string(static_cast<std::size_t>(i % 4), 'q')), 40);
+    r.sampling.ignore_eos = false;
+    r.constraint = cases[static_cast<std::size_t>(i) % cases.size()].constraint;
+    return r;
+  };
+  // All queued before the first step (run_together starts the engine): the pool fills at once.
   std::vector<GenerateRequest> requests;
+  std::vector<std::vector<std::int32_t>> expected;
   for (int i = 0; i < 9; ++i) {
+    const Collected alone = reference.run(request(reference, i));
+    REQUIRE_FALSE(alone.error);
+    expected.push_back(alone.sequences[0].tokens);
     for (const bool speculate : {true, false}) {
-      GenerateRequest r = f.request(fmt::format("answer {} {}", i, std::string(static_cast<std::size_t>(i % 4), 'q')),
-                                    40);
-      r.sampling.ignore_eos = false;
-      r.constraint = cases[static_cast<std::size_t>(i) % cases.size()].constraint;
+      GenerateRequest r = request(f, i);
       r.speculative = speculate;
       requests.push_back(std::move(r));
     }
@@ -1007,7 +1018,8 @@ TEST_CASE("speculative constrained requests: greedy output equals plain constrai
     CAPTURE(i / 2);
     REQUIRE_FALSE(speculative.error);
     REQUIRE_FALSE(plain.error);
-    CHECK(speculative.sequences[0].tokens == plain.sequences[0].tokens);
+    CHECK(speculative.sequences[0].tokens == expected[i / 2]);
+    CHECK(plain.sequences[0].tokens == expected[i / 2]);
     CHECK(speculative.sequences[0].finish_reason == FinishReason::kStop);
     CAPTURE(speculative.sequences[0].text);
     CHECK(cases[(i / 2) % cases.size()].valid(speculative.sequences[0].text));
