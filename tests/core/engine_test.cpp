@@ -1032,6 +1032,36 @@ TEST_CASE("constrained requests, speculative or not, preempted or not, give what
   if (mode != "none") CHECK(m.scheduler.num_preemptions() > 0);
 }
 
+TEST_CASE("a constrained request that ignores EOS speculates past the grammar's end, as plain decoding does",
+          "[engine][speculative][constraint]") {
+  // After the choice the grammar allows only EOS; the request goes on drawing it to max_tokens.
+  // Drafts then are EOS after EOS, which the matcher accepts past its end and rolls back after
+  // each drafting round (constraint_xgrammar counts those stop tokens).
+  const std::string yaml = fmt::format("speculative: {{plugin: {}/fixture_rule_speculator.so, draft: rule-model, "
+                                       "num_speculative_tokens: 3}}\n"
+                                       "constraint: {{plugin: constraint_xgrammar}}",
+                                       PAGEDLLM_FIXTURE_PLUGIN_DIR);
+  EngineFixture f({}, -1, yaml);
+  const auto request = [&](bool speculate) {
+    GenerateRequest r = f.request("pick one", 16);
+    r.constraint = OutputConstraint{OutputConstraint::Type::kChoice, R"(["alpha", "beta"])", "guided_choice"};
+    r.speculative = speculate;
+    return r;
+  };
+  std::vector<GenerateRequest> requests;
+  requests.push_back(request(true));
+  requests.push_back(request(false));
+  const std::vector<Collected> outputs = f.run_together(std::move(requests));
+  REQUIRE_FALSE(outputs[0].error);
+  REQUIRE_FALSE(outputs[1].error);
+  CHECK(outputs[0].sequences[0].tokens == outputs[1].sequences[0].tokens);
+  CHECK(outputs[0].sequences[0].tokens.size() == 16);
+  CHECK(outputs[0].sequences[0].finish_reason == FinishReason::kLength);
+  const std::string& text = outputs[0].sequences[0].text;
+  CHECK((text.rfind("alpha", 0) == 0 || text.rfind("beta", 0) == 0));
+  CHECK(f.engine().metrics().spec_decode_accepted_tokens > 0);
+}
+
 TEST_CASE("speculative constrained sampling: outputs follow the grammar, a seeded one reproduces in any batch",
           "[engine][speculative][constraint]") {
   // Sampled rows: q of the masked draft logits, p of the masked target rows, the speculator's rejection
