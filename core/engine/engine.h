@@ -88,7 +88,7 @@ struct GenerateRequest {
   // Use speculative decoding when the engine has a speculator (false: decode
   // one token per step). Requests with n > 1 or logprobs never speculate.
   bool speculative = true;
-  // Unset: unconstrained. Constrained requests do not speculate (docs/structured-output.md).
+  // Unset: unconstrained. Constrained requests speculate too (docs/structured-output.md).
   std::optional<OutputConstraint> constraint;
 };
 
