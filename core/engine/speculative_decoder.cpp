@@ -572,7 +572,8 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
   // against the target's argmax) goes to one buffer of [slots, K, vocab] on
   // the model's device. Slots follow the number of drafts, most first, so the
   // requests still drafting in round i hold slots 0..n_i - 1 and one
-  // probabilities() call writes their q rows.
+  // probabilities() call writes their q rows (more where a constrained request
+  // stopped early: sample_drafts()).
   std::vector<std::size_t> by_drafts;
   for (std::size_t d = 0; d < drafting.size(); ++d) {
     const DraftRequest& r = requests[drafting[d]];

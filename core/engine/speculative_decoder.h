@@ -88,11 +88,11 @@ class SpeculativeDecoder {
   SpeculativeDecoder(const SpeculativeConfig& config, SpeculatorInstance speculator,
                      const pllm_model_info& target, const AttentionInstance& attention,
                      const SamplerInstance& sampler, int block_size, pllm_device device);
-  // The constraint engine whose matchers requests name (structured output); set once at startup.
-  void set_structured_output(const StructuredOutput* structured_output) { structured_output_ = structured_output; }
   // Its buffers hold a reference to its speculator: it stays where it was made.
   SpeculativeDecoder(const SpeculativeDecoder&) = delete;
   SpeculativeDecoder& operator=(const SpeculativeDecoder&) = delete;
+  // The constraint engine whose matchers requests name (structured output); set once at startup.
+  void set_structured_output(const StructuredOutput* structured_output) { structured_output_ = structured_output; }
 
   int num_speculative_tokens() const { return num_speculative_tokens_; }
   int num_draft_layers() const { return info_.num_draft_layers; }
@@ -156,8 +156,8 @@ class SpeculativeDecoder {
   // Grammar masks for a set of sampler rows (pllm_sample_batch.token_bitmask):
   // empty when no row is constrained.
   struct RowMasks {
-    std::vector<std::uint32_t> bits;          // [rows, words]
-    std::vector<std::uint8_t> constrained;    // [rows]
+    std::vector<std::uint32_t> bits;        // [rows, words]
+    std::vector<std::uint8_t> constrained;  // [rows]
     int words = 0;
     bool empty() const { return bits.empty(); }
     std::uint32_t* row(std::size_t r) { return bits.data() + r * static_cast<std::size_t>(words); }
@@ -193,10 +193,10 @@ class SpeculativeDecoder {
   // A draft token per logits row (the sampler's sample()), and for the rows
   // with a q_slot >= 0 (sampled requests; greedy ones pass -1) their q (the
   // sampler's probabilities()) as draft `round` of slot q_slot of `q`, a
-  // [slots, K, vocab] buffer. The rows with a slot hold slots 0..n-1: one
-  // probabilities() call writes them, K * vocab floats apart.
-  // Rows with masks are constrained; a constrained row whose mask leaves
-  // the draft no finite logit gets token -1 (no q).
+  // [slots, K, vocab] buffer: one probabilities() call per run of consecutive
+  // slots, K * vocab floats apart (one run unless a constrained request stopped
+  // drafting early). Rows with masks are constrained; a constrained row whose
+  // mask leaves the draft no finite logit gets token -1 (no q).
   void sample_drafts(const pllm_tensor& logits, std::span<const pllm_sample_row> rows, const RowMasks& masks,
                      std::span<const std::int32_t> q_slots, const ProbsBuffer* q, int round,
                      std::span<std::int32_t> tokens_out);
