@@ -88,9 +88,9 @@ struct GenerateRequest {
   // Requests with different salts never share prefix-cache blocks.
   std::string cache_salt;
   // Use speculative decoding when the engine has a speculator (false: decode
-  // one token per step). Requests with n > 1, logprobs or a constraint never speculate.
+  // one token per step). Requests with n > 1 or logprobs never speculate.
   bool speculative = true;
-  // Unset: unconstrained. Constrained requests do not speculate (docs/structured-output.md).
+  // Unset: unconstrained. Constrained requests speculate too (docs/structured-output.md).
   std::optional<OutputConstraint> constraint;
 };
 

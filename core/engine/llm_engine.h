@@ -144,6 +144,9 @@ class LlmEngine final : public Engine {
                                             std::vector<RequestId>& faulty);
   void propose_drafts(const SchedulerOutput& output, const pllm_tensor& hidden,
                       const std::vector<std::int32_t>& first_hidden_row);
+  // The grammar matcher of sequence `index` of a constrained request (made on
+  // first use); null for an unconstrained one.
+  pllm_constraint_matcher* constraint_matcher(LiveRequest& request, int index);
   // llm_engine_output.cpp: this step's news to each request's callback.
   void publish(const UpdateResult& result, const StepSamples& sampled);
   // Puts the request's prompt logprobs into `out` once the whole prompt has them (once).

@@ -38,14 +38,14 @@ std::vector<SequenceSample> LlmEngine::verify_drafts(const SchedulerOutput& outp
     const SequenceGroup* state = scheduler_->request_state(row.request_id);
     if (state == nullptr) continue;
     const Sequence* sequence = state->find_sequence(row.sequence_id);
-    const LiveRequest& request = live(row.request_id);
+    LiveRequest& request = live(row.request_id);
     const std::span<const std::int32_t> tokens(sequence->token_ids);
     const std::size_t prompt_len = request.request.prompt_token_ids.size();
     requests.push_back({row.request_id, row.sequence_id,
                         std::span<const std::int32_t>(sequence->draft_token_ids)
                             .first(static_cast<std::size_t>(row.num_draft_tokens)),
                         row.first_logits_index, &request.params.front(), tokens.first(prompt_len),
-                        tokens.subspan(prompt_len)});
+                        tokens.subspan(prompt_len), constraint_matcher(request, 0)});
   }
   if (requests.empty()) return {};
   std::vector<std::uint8_t> non_finite;
@@ -88,7 +88,7 @@ void LlmEngine::propose_drafts(const SchedulerOutput& output, const pllm_tensor&
     if (sequence == nullptr || sequence->finished()) continue;  // its blocks are gone
     const int computed = sequence->num_computed_tokens - row.num_computed_tokens;
     if (computed <= 0) continue;
-    const LiveRequest& request = live(row.request_id);
+    LiveRequest& request = live(row.request_id);
     DraftRequest draft;
     draft.request = row.request_id;
     draft.sequence = row.sequence_id;
@@ -109,6 +109,7 @@ void LlmEngine::propose_drafts(const SchedulerOutput& output, const pllm_tensor&
                                    limits_.max_model_len - num_tokens});
       draft.num_drafts = std::max(0, draft.num_drafts);
       draft.params = &request.params.front();
+      if (draft.num_drafts > 0) draft.matcher = constraint_matcher(request, 0);
     }
     const std::span<const std::int32_t> tokens(sequence->token_ids);
     draft.prompt = tokens.first(prompt_len);

@@ -107,6 +107,7 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorP
     structured_output_ = std::make_unique<StructuredOutput>(library_of(PLLM_PLUGIN_KIND_CONSTRAINT),
                                                             config.constraint->options.dump(), tokenizer_,
                                                             model_info_.vocab_size, defaults_.eos_token_ids);
+    if (speculative_) speculative_->set_structured_output(structured_output_.get());
     log_->info("structured output by {}", config.constraint->plugin);
   }
 

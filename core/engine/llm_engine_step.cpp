@@ -317,12 +317,8 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     std::vector<pllm_constraint_matcher*> to_fill;
     std::vector<std::size_t> filled_rows;
     for (std::size_t i = 0; i < n; ++i) {
-      LiveRequest& request = live(output.sequences[slots[i].row].request_id);
-      if (!request.grammar) continue;
-      const auto index = static_cast<std::size_t>(slots[i].sequence_index);
-      if (request.matchers.size() <= index) request.matchers.resize(index + 1);
-      if (!request.matchers[index]) request.matchers[index] = structured_output_->make_matcher(request.grammar);
-      matchers[i] = request.matchers[index]->get();
+      matchers[i] = constraint_matcher(live(output.sequences[slots[i].row].request_id), slots[i].sequence_index);
+      if (matchers[i] == nullptr) continue;
       to_fill.push_back(matchers[i]);
       filled_rows.push_back(i);
     }
@@ -387,6 +383,14 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     }
   }
   return samples;
+}
+
+pllm_constraint_matcher* LlmEngine::constraint_matcher(LiveRequest& request, int index) {
+  if (!request.grammar) return nullptr;
+  const auto i = static_cast<std::size_t>(index);
+  if (request.matchers.size() <= i) request.matchers.resize(i + 1);
+  if (!request.matchers[i]) request.matchers[i] = structured_output_->make_matcher(request.grammar);
+  return request.matchers[i]->get();
 }
 
 }  // namespace pagedllm

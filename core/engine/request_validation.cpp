@@ -79,7 +79,7 @@ void decode_without_speculation(Request& request, const std::string& cache_salt)
 
 bool speculative_request(const GenerateRequest& request, const RequestLimits& limits) {
   return limits.speculative_decoding && request.speculative && request.sampling.n == 1 &&
-         !request.sampling.logprobs && !request.sampling.prompt_logprobs && !request.constraint;
+         !request.sampling.logprobs && !request.sampling.prompt_logprobs;
 }
 
 Request to_scheduler_request(const GenerateRequest& request, const RequestLimits& limits) {

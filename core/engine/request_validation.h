@@ -32,9 +32,9 @@ struct RequestLimits {
 };
 
 // Whether `request` takes part in speculative decoding on an engine with
-// `limits`: asked for (the default), n == 1, no logprobs (whose per-token values the
-// verification path does not compute) and no constraint (drafts are not yet checked
-// against the grammar: docs/structured-output.md).
+// `limits`: asked for (the default), n == 1 and no logprobs (whose per-token values the
+// verification path does not compute). Constrained requests speculate: drafts are
+// checked against the grammar (docs/structured-output.md).
 bool speculative_request(const GenerateRequest& request, const RequestLimits& limits);
 
 // Makes a request admitted as speculative decode one token per step: no

@@ -140,14 +140,66 @@ pllm_sample_row SpeculativeDecoder::sample_row(const pllm_sampling_params* param
   return row;
 }
 
+void SpeculativeDecoder::RowMasks::reset(std::size_t rows, int row_words) {
+  words = row_words;
+  bits.assign(rows * static_cast<std::size_t>(row_words), 0);
+  constrained.assign(rows, 0);
+}
+
+void SpeculativeDecoder::RowMasks::attach(pllm_sample_batch& batch) const {
+  if (empty()) return;
+  batch.token_bitmask = bits.data();
+  batch.bitmask_words = words;
+  batch.constrained_rows = constrained.data();
+}
+
+SpeculativeDecoder::RowMasks SpeculativeDecoder::RowMasks::select(std::span<const std::size_t> rows) const {
+  RowMasks out;
+  if (empty()) return out;
+  out.reset(rows.size(), words);
+  const auto w = static_cast<std::size_t>(words);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    std::copy_n(bits.begin() + static_cast<std::ptrdiff_t>(rows[i] * w), w, out.row(i));
+    out.constrained[i] = constrained[rows[i]];
+  }
+  return out;
+}
+
+void SpeculativeDecoder::fill_masks(std::span<pllm_constraint_matcher* const> matchers,
+                                    std::span<const std::size_t> rows, RowMasks& masks) const {
+  if (matchers.empty()) return;
+  const auto words = static_cast<std::size_t>(masks.words);
+  std::vector<std::uint32_t> filled(matchers.size() * words);
+  structured_output_->fill_bitmask(matchers, filled.data());
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    std::copy_n(filled.begin() + static_cast<std::ptrdiff_t>(k * words), words, masks.row(rows[k]));
+    masks.constrained[rows[k]] = 1;
+  }
+}
+
+void SpeculativeDecoder::accept_constrained(pllm_constraint_matcher* matcher, std::int32_t token,
+                                            const PluginLibrary& who, const char* what) const {
+  if (!structured_output_->accept(matcher, token)) {
+    throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': {} chose token {} outside the row's "
+                                                           "structured-output mask",
+                                                           who.name(), what, token));
+  }
+}
+
+void SpeculativeDecoder::rollback_constrained(pllm_constraint_matcher* matcher, int num_tokens) const {
+  structured_output_->rollback(matcher, num_tokens);
+}
+
 std::vector<std::int32_t> SpeculativeDecoder::sample_tokens(const pllm_tensor& logits,
-                                                            std::span<const pllm_sample_row> rows, const char* what,
+                                                            std::span<const pllm_sample_row> rows,
+                                                            const RowMasks& masks, const char* what,
                                                             std::vector<std::int32_t>* status) {
   std::vector<std::int32_t> tokens(rows.size());
   if (rows.empty()) return tokens;
   if (status) status->assign(rows.size(), PLLM_SAMPLE_OK);
   pllm_sample_batch batch{sizeof(pllm_sample_batch), static_cast<std::int32_t>(rows.size()), sizeof(pllm_sample_row),
                           rows.data(), &logits, nullptr, 0, nullptr};
+  masks.attach(batch);
   pllm_sample_output out{sizeof(pllm_sample_output), tokens.data(), nullptr, 0, nullptr, nullptr,
                          status ? status->data() : nullptr};
   pllm_error error{};
@@ -163,13 +215,14 @@ std::vector<std::int32_t> SpeculativeDecoder::sample_tokens(const pllm_tensor& l
 }
 
 void SpeculativeDecoder::row_probabilities(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
-                                           const pllm_tensor& probs, const char* what,
+                                           const RowMasks& masks, const pllm_tensor& probs, const char* what,
                                            std::vector<std::int32_t>* status) {
   if (rows.empty()) return;
   if (status) status->assign(rows.size(), PLLM_SAMPLE_OK);
   const auto n = static_cast<std::int32_t>(rows.size());
   pllm_sample_batch batch{sizeof(pllm_sample_batch), n, sizeof(pllm_sample_row), rows.data(), &logits,
                           nullptr, 0, nullptr};
+  masks.attach(batch);
   const pllm_probabilities_output out{sizeof(pllm_probabilities_output), &probs, status ? status->data() : nullptr};
   pllm_error error{};
   check_plugin_call(sampler_.api().probabilities(sampler_.get(), &batch, &out, &error), error, sampler_.library(),
@@ -214,6 +267,55 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
       }
     }
   };
+  // Structured output: row i of a constrained request is masked by its grammar
+  // after d_1..d_i, so each matcher is advanced through the drafts while the
+  // grammar takes them (advanced[s] of them), and settled on the result below.
+  std::vector<std::size_t> advanced(n, 0);
+  const auto group_masks = [&](std::span<const std::size_t> group, std::size_t num_rows) {
+    RowMasks masks;
+    std::vector<std::size_t> first_row;
+    bool constrained = false;
+    std::size_t max_drafts = 0, next_row = 0;
+    for (const std::size_t s : group) {
+      first_row.push_back(next_row);
+      next_row += requests[s].drafts.size() + 1;
+      constrained = constrained || requests[s].matcher != nullptr;
+      max_drafts = std::max(max_drafts, requests[s].drafts.size());
+    }
+    if (!constrained) return masks;
+    PAGEDLLM_CHECK(structured_output_ != nullptr, "a constrained request without a constraint engine");
+    masks.reset(num_rows, structured_output_->words());
+    for (std::size_t i = 0; i <= max_drafts; ++i) {
+      std::vector<pllm_constraint_matcher*> matchers;
+      std::vector<std::size_t> rows, members;
+      for (std::size_t g = 0; g < group.size(); ++g) {
+        const VerifyRequest& r = requests[group[g]];
+        if (r.matcher == nullptr || i > r.drafts.size() || advanced[group[g]] < i) continue;
+        matchers.push_back(r.matcher);
+        rows.push_back(first_row[g] + i);
+        members.push_back(g);
+      }
+      if (matchers.empty()) break;
+      fill_masks(matchers, rows, masks);
+      for (const std::size_t g : members) {
+        const VerifyRequest& r = requests[group[g]];
+        if (i < r.drafts.size() && structured_output_->accept(r.matcher, r.drafts[i])) ++advanced[group[g]];
+      }
+    }
+    // Past a draft the grammar refuses, rows repeat its row's mask: that draft
+    // is rejected at its own row (the token chosen there is allowed, the draft
+    // is not), so nothing after it is used.
+    for (std::size_t g = 0; g < group.size(); ++g) {
+      const VerifyRequest& r = requests[group[g]];
+      if (r.matcher == nullptr) continue;
+      const std::size_t last = first_row[g] + advanced[group[g]];
+      for (std::size_t row = last + 1; row <= first_row[g] + r.drafts.size(); ++row) {
+        std::copy_n(masks.row(last), masks.words, masks.row(row));
+        masks.constrained[row] = 1;
+      }
+    }
+    return masks;
+  };
   non_finite.assign(n, 0);
   std::vector<std::vector<std::int32_t>> accepted(n);
 
@@ -225,8 +327,9 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
   if (!greedy.empty()) {
     std::vector<pllm_sample_row> rows;
     target_rows(greedy, rows);
+    const RowMasks masks = group_masks(greedy, rows.size());
     std::vector<std::int32_t> status;
-    const std::vector<std::int32_t> target = sample_tokens(target_logits, rows, "sample (verify)", &status);
+    const std::vector<std::int32_t> target = sample_tokens(target_logits, rows, masks, "sample (verify)", &status);
     flag_non_finite(greedy, status);
     std::size_t row = 0;
     for (const std::size_t s : greedy) {
@@ -250,6 +353,7 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
   if (!sampled.empty()) {
     std::vector<pllm_sample_row> rows;
     target_rows(sampled, rows);
+    const RowMasks masks = group_masks(sampled, rows.size());
     if (!target_probs_ || target_probs_->floats() < rows.size() * vocab) {
       target_probs_.reset();  // freed before its successor is allocated
       target_probs_ = std::make_unique<ProbsBuffer>(speculator_, rounded_up(rows.size()) * vocab, device_);
@@ -257,7 +361,7 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
     const float* const p_data = target_probs_->data();
     const pllm_device p_device = target_probs_->device();
     std::vector<std::int32_t> status;
-    row_probabilities(target_logits, rows,
+    row_probabilities(target_logits, rows, masks,
                       f32_tensor(p_data, p_device, {static_cast<std::int64_t>(rows.size()), vocab_size_}),
                       "probabilities", &status);
     flag_non_finite(sampled, status);
@@ -301,6 +405,22 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::verify(std::span<cons
       }
       out_tokens.resize(static_cast<std::size_t>(count));
       accepted[s] = std::move(out_tokens);
+    }
+  }
+  // Each matcher back to the accepted drafts, then on by the token after them.
+  for (std::size_t s = 0; s < n; ++s) {
+    const VerifyRequest& r = requests[s];
+    if (r.matcher == nullptr) continue;
+    if (non_finite[s]) {
+      rollback_constrained(r.matcher, static_cast<int>(advanced[s]));
+      continue;
+    }
+    const std::size_t kept = std::min(accepted[s].size() - 1, advanced[s]);
+    rollback_constrained(r.matcher, static_cast<int>(advanced[s] - kept));
+    const bool greedy_request = is_greedy(*r.params);
+    for (std::size_t t = kept; t < accepted[s].size(); ++t) {
+      accept_constrained(r.matcher, accepted[s][t], greedy_request ? sampler_.library() : speculator_.library(),
+                         greedy_request ? "sample (verify)" : "verify");
     }
   }
   for (const VerifyRequest& r : requests) stored_.erase(r.sequence);
@@ -359,30 +479,51 @@ pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const 
 }
 
 void SpeculativeDecoder::sample_drafts(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
-                                       std::span<const std::int32_t> q_slots, const ProbsBuffer* q, int round,
-                                       std::span<std::int32_t> tokens_out) {
+                                       const RowMasks& masks, std::span<const std::int32_t> q_slots,
+                                       const ProbsBuffer* q, int round, std::span<std::int32_t> tokens_out) {
   // Each row names its logits row: the sampler reads them where the draft left them.
-  const std::vector<std::int32_t> tokens = sample_tokens(logits, rows, "sample (draft)");
-  std::copy(tokens.begin(), tokens.end(), tokens_out.begin());
-  // The sampled rows in slot order: q row `round` of slots 0..n-1.
-  std::vector<pllm_sample_row> by_slot(rows.size());
-  std::size_t n = 0;
+  std::vector<std::int32_t> status;
+  const std::vector<std::int32_t> tokens = sample_tokens(logits, rows, masks, "sample (draft)", &status);
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (q_slots[i] < 0) continue;
-    PAGEDLLM_CHECK(static_cast<std::size_t>(q_slots[i]) < rows.size(), "draft q slot {} of {} rows", q_slots[i],
-                   rows.size());
-    by_slot[static_cast<std::size_t>(q_slots[i])] = rows[i];
-    ++n;
+    tokens_out[i] = tokens[i];
+    if (status[i] == PLLM_SAMPLE_OK) continue;
+    // A constrained row's mask may leave nothing of a draft vocabulary (spec_eagle's
+    // draft_vocab_size): no draft there. Otherwise the draft's logits are broken.
+    if (masks.empty() || !masks.constrained[i]) {
+      throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': draft returned non-finite logits "
+                                                             "(NaN or +inf, or all -inf)",
+                                                             speculator_.library().name()));
+    }
+    tokens_out[i] = -1;
   }
-  if (n == 0) return;
-  PAGEDLLM_CHECK(q != nullptr && std::all_of(by_slot.begin(), by_slot.begin() + static_cast<std::ptrdiff_t>(n),
-                                             [](const pllm_sample_row& r) { return r.params != nullptr; }),
-                 "draft round {}: the sampled rows are not slots 0..{}", round, n - 1);
-  by_slot.resize(n);
+  // The rows that drafted a token and keep q, in slot order: q row `round` of
+  // their slots. Consecutive slots are one probabilities() call (all of them,
+  // unless a constrained request stopped drafting early).
+  std::vector<std::size_t> by_slot;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (q_slots[i] < 0 || tokens_out[i] < 0) continue;
+    PAGEDLLM_CHECK(q != nullptr, "draft round {}: q slot {} without a q buffer", round, q_slots[i]);
+    by_slot.push_back(i);
+  }
+  std::sort(by_slot.begin(), by_slot.end(), [&](std::size_t a, std::size_t b) { return q_slots[a] < q_slots[b]; });
   const std::int64_t slot_stride = num_speculative_tokens_ * vocab_size_;
-  const pllm_tensor probs = f32_tensor(q->data() + static_cast<std::int64_t>(round) * vocab_size_, q->device(),
-                                       {static_cast<std::int64_t>(n), vocab_size_}, slot_stride);
-  row_probabilities(logits, by_slot, probs, "probabilities (draft)");
+  for (std::size_t begin = 0; begin < by_slot.size();) {
+    std::size_t end = begin + 1;
+    while (end < by_slot.size() && q_slots[by_slot[end]] == q_slots[by_slot[end - 1]] + 1) ++end;
+    const std::span<const std::size_t> run(by_slot.data() + begin, end - begin);
+    std::vector<pllm_sample_row> run_rows;
+    for (const std::size_t i : run) run_rows.push_back(rows[i]);
+    const std::int64_t first_slot = q_slots[run.front()];
+    PAGEDLLM_CHECK(static_cast<std::size_t>((first_slot + static_cast<std::int64_t>(run.size())) * slot_stride) <=
+                       q->floats(),
+                   "draft round {}: q slots {}..{} past the buffer", round, first_slot,
+                   first_slot + static_cast<std::int64_t>(run.size()) - 1);
+    const pllm_tensor probs =
+        f32_tensor(q->data() + first_slot * slot_stride + static_cast<std::int64_t>(round) * vocab_size_, q->device(),
+                   {static_cast<std::int64_t>(run.size()), vocab_size_}, slot_stride);
+    row_probabilities(logits, run_rows, masks.select(run), probs, "probabilities (draft)");
+    begin = end;
+  }
 }
 
 std::shared_ptr<const SpeculativeDecoder::ProbsBuffer> SpeculativeDecoder::draft_probs_buffer(std::size_t floats) {
@@ -431,7 +572,8 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
   // against the target's argmax) goes to one buffer of [slots, K, vocab] on
   // the model's device. Slots follow the number of drafts, most first, so the
   // requests still drafting in round i hold slots 0..n_i - 1 and one
-  // probabilities() call writes their q rows.
+  // probabilities() call writes their q rows (more where a constrained request
+  // stopped early: sample_drafts()).
   std::vector<std::size_t> by_drafts;
   for (std::size_t d = 0; d < drafting.size(); ++d) {
     const DraftRequest& r = requests[drafting[d]];
@@ -470,18 +612,33 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
     const DraftRequest& r = requests[drafting[d]];
     last_position[d] = r.first_position + static_cast<int>(r.next_tokens.size()) - 1;
   }
+  // Structured output: a constrained request's matcher follows its drafts
+  // (advanced[d] of them) for the next round's mask, and goes back at the end.
+  std::vector<int> advanced(drafting.size(), 0);
   for (int round = 0; !active.empty(); ++round) {
     std::vector<pllm_sample_row> sample_rows;
     std::vector<std::int32_t> q_slots;
+    std::vector<pllm_constraint_matcher*> matchers;
+    std::vector<std::size_t> constrained_rows;
     for (const std::size_t d : active) {
       const DraftRequest& r = requests[drafting[d]];
+      if (r.matcher != nullptr) {
+        matchers.push_back(r.matcher);
+        constrained_rows.push_back(sample_rows.size());
+      }
       // Logits row a of the previous draft call is this request's.
       sample_rows.push_back(sample_row(&params[d], r.prompt, histories[d],
                                        static_cast<std::int64_t>(sample_rows.size())));
       q_slots.push_back(q_slot[d]);
     }
+    RowMasks masks;
+    if (!matchers.empty()) {
+      PAGEDLLM_CHECK(structured_output_ != nullptr, "a constrained request without a constraint engine");
+      masks.reset(sample_rows.size(), structured_output_->words());
+      fill_masks(matchers, constrained_rows, masks);
+    }
     std::vector<std::int32_t> tokens(active.size());
-    sample_drafts(logits, sample_rows, q_slots, q.get(), round, tokens);
+    sample_drafts(logits, sample_rows, masks, q_slots, q.get(), round, tokens);
     std::vector<std::size_t> next_active;
     std::vector<std::int32_t> feature_rows;
     std::vector<DraftRow> chain;
@@ -489,6 +646,11 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
     for (std::size_t a = 0; a < active.size(); ++a) {
       const std::size_t d = active[a];
       const DraftRequest& r = requests[drafting[d]];
+      if (tokens[a] < 0) continue;  // the grammar left the draft nothing: its drafts end here
+      if (r.matcher != nullptr) {
+        accept_constrained(r.matcher, tokens[a], sampler_.library(), "sample (draft)");
+        ++advanced[d];
+      }
       histories[d].push_back(tokens[a]);
       drafts[drafting[d]].push_back(tokens[a]);
       stored_[r.sequence].tokens.push_back(tokens[a]);
@@ -508,6 +670,11 @@ std::vector<std::vector<std::int32_t>> SpeculativeDecoder::propose(std::span<con
     }
     logits = run_draft(chain, nullptr, feature_rows.data());
     active = std::move(next_active);
+  }
+  for (std::size_t d = 0; d < drafting.size(); ++d) {
+    const DraftRequest& r = requests[drafting[d]];
+    if (r.matcher != nullptr) rollback_constrained(r.matcher, advanced[d]);
+    if (drafts[drafting[d]].empty()) stored_.erase(r.sequence);
   }
   return drafts;
 }

@@ -21,6 +21,15 @@
 // Prefill chunks of speculative requests go through propose() too, so the draft's
 // KV covers the prompt; the chunk that completes the prompt starts drafting.
 //
+// Structured output: a constrained sequence's grammar matcher has accepted
+// exactly its output tokens between steps. propose() masks draft i's logits
+// (greedy pick and q alike) by the grammar after d_1..d_{i-1}, advancing the
+// matcher through the drafts and rolling it back at the end (a position where
+// the mask leaves the draft nothing ends that sequence's drafts there);
+// verify() masks target row i (its greedy token, or p) the same way, so a draft
+// the grammar refuses is never accepted, then rolls the matcher back to the
+// accepted drafts and advances it by the bonus or corrected token.
+//
 // p and q never leave the model's device: they live in buffers the speculator
 // lends (allocate_buffer(), on its device), which the sampler's probabilities()
 // writes and verify() reads. A speculator that lends none gets host memory.
@@ -35,6 +44,7 @@
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/engine/structured_output.h"
 #include "core/kv/kv_cache_manager.h"
 #include "core/plugin/plugin_instance.h"
 #include "core/scheduler/request.h"
@@ -50,6 +60,8 @@ struct VerifyRequest {
   const pllm_sampling_params* params = nullptr;
   std::span<const std::int32_t> prompt;
   std::span<const std::int32_t> outputs;  // output tokens before x's successor
+  // The sequence's grammar matcher (structured output), at `outputs`; null: unconstrained.
+  pllm_constraint_matcher* matcher = nullptr;
 };
 
 // A speculative sequence whose target KV grew this step.
@@ -66,6 +78,8 @@ struct DraftRequest {
   const pllm_sampling_params* params = nullptr;
   std::span<const std::int32_t> prompt;
   std::span<const std::int32_t> outputs;  // output tokens so far, the newest included
+  // The sequence's grammar matcher (structured output), at `outputs`; null: unconstrained.
+  pllm_constraint_matcher* matcher = nullptr;
 };
 
 class SpeculativeDecoder {
@@ -77,6 +91,8 @@ class SpeculativeDecoder {
   // Its buffers hold a reference to its speculator: it stays where it was made.
   SpeculativeDecoder(const SpeculativeDecoder&) = delete;
   SpeculativeDecoder& operator=(const SpeculativeDecoder&) = delete;
+  // The constraint engine whose matchers requests name (structured output); set once at startup.
+  void set_structured_output(const StructuredOutput* structured_output) { structured_output_ = structured_output; }
 
   int num_speculative_tokens() const { return num_speculative_tokens_; }
   int num_draft_layers() const { return info_.num_draft_layers; }
@@ -88,6 +104,8 @@ class SpeculativeDecoder {
   // this is what rejection sampling does, without forming p or q). Sampled
   // requests: p from the sampler's probabilities(), the speculator's
   // rejection sampler against the stored q. Consumes the stored drafts.
+  // Constrained requests: every row masked by the grammar after the drafts
+  // before it; their matchers end at the returned tokens.
   // target_logits stay where the model left them (the sampler reads its rows
   // by index). non_finite[s] is set for a request one of whose rows the
   // sampler flagged (its result is then empty).
@@ -95,7 +113,8 @@ class SpeculativeDecoder {
                                                 const pllm_tensor& target_logits,
                                                 std::vector<std::uint8_t>& non_finite);
   // Runs the draft over every request's new positions and drafts num_drafts
-  // tokens for those that ask; returns them per request (empty: none) and keeps
+  // tokens for those that ask (a constrained request fewer where the grammar
+  // leaves the draft no token); returns them per request (empty: none) and keeps
   // their q for the next verify(). target_hidden stays where the model left
   // it: the draft reads its rows by index.
   std::vector<std::vector<std::int32_t>> propose(std::span<const DraftRequest> requests,
@@ -134,6 +153,29 @@ class SpeculativeDecoder {
     std::shared_ptr<const ProbsBuffer> probs;
     std::size_t probs_offset = 0;
   };
+  // Grammar masks for a set of sampler rows (pllm_sample_batch.token_bitmask):
+  // empty when no row is constrained.
+  struct RowMasks {
+    std::vector<std::uint32_t> bits;        // [rows, words]
+    std::vector<std::uint8_t> constrained;  // [rows]
+    int words = 0;
+    bool empty() const { return bits.empty(); }
+    std::uint32_t* row(std::size_t r) { return bits.data() + r * static_cast<std::size_t>(words); }
+    // Room for `rows` rows, none constrained yet.
+    void reset(std::size_t rows, int row_words);
+    // Points `batch` at the masks (no-op when empty).
+    void attach(pllm_sample_batch& batch) const;
+    // The masks of `rows` (indices into these rows), in that order.
+    RowMasks select(std::span<const std::size_t> rows) const;
+  };
+  // Fills row rows[i] of `masks` with matchers[i]'s next-token mask (one plugin call).
+  void fill_masks(std::span<pllm_constraint_matcher* const> matchers, std::span<const std::size_t> rows,
+                  RowMasks& masks) const;
+  // Advances a matcher by a token the sampler or the speculator chose under its
+  // mask; a refusal is that plugin's fault (`who` names it).
+  void accept_constrained(pllm_constraint_matcher* matcher, std::int32_t token, const PluginLibrary& who,
+                          const char* what) const;
+  void rollback_constrained(pllm_constraint_matcher* matcher, int num_tokens) const;
   // One row of a draft batch the decoder plans.
   struct DraftRow {
     std::span<const std::int32_t> block_table;
@@ -151,9 +193,11 @@ class SpeculativeDecoder {
   // A draft token per logits row (the sampler's sample()), and for the rows
   // with a q_slot >= 0 (sampled requests; greedy ones pass -1) their q (the
   // sampler's probabilities()) as draft `round` of slot q_slot of `q`, a
-  // [slots, K, vocab] buffer. The rows with a slot hold slots 0..n-1: one
-  // probabilities() call writes them, K * vocab floats apart.
-  void sample_drafts(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
+  // [slots, K, vocab] buffer: one probabilities() call per run of consecutive
+  // slots, K * vocab floats apart (one run unless a constrained request stopped
+  // drafting early). Rows with masks are constrained; a constrained row whose
+  // mask leaves the draft no finite logit gets token -1 (no q).
+  void sample_drafts(const pllm_tensor& logits, std::span<const pllm_sample_row> rows, const RowMasks& masks,
                      std::span<const std::int32_t> q_slots, const ProbsBuffer* q, int round,
                      std::span<std::int32_t> tokens_out);
   // A buffer of at least `floats` for one propose() call's q: one that no stored
@@ -169,11 +213,12 @@ class SpeculativeDecoder {
   // against the vocabulary. With `status`, a non-finite row is flagged there
   // (token -1) instead of failing the call.
   std::vector<std::int32_t> sample_tokens(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,
-                                          const char* what, std::vector<std::int32_t>* status = nullptr);
+                                          const RowMasks& masks, const char* what,
+                                          std::vector<std::int32_t>* status = nullptr);
   // The sampler's probabilities() of `rows` into `probs` ([rows, vocab] f32
   // with contiguous rows, in a ProbsBuffer: nothing crosses to the host).
-  void row_probabilities(const pllm_tensor& logits, std::span<const pllm_sample_row> rows, const pllm_tensor& probs,
-                         const char* what, std::vector<std::int32_t>* status = nullptr);
+  void row_probabilities(const pllm_tensor& logits, std::span<const pllm_sample_row> rows, const RowMasks& masks,
+                         const pllm_tensor& probs, const char* what, std::vector<std::int32_t>* status = nullptr);
 
   SpeculatorInstance speculator_;
   pllm_speculator_info info_{};
@@ -183,6 +228,7 @@ class SpeculativeDecoder {
   std::int64_t vocab_size_ = 0;
   int block_size_ = 0;
   pllm_device device_{};
+  const StructuredOutput* structured_output_ = nullptr;
   // After speculator_: the buffers are freed through it, before it is destroyed.
   std::unordered_map<SequenceId, StoredDrafts> stored_;
   // Every propose() call's q buffer, held by stored_ while drafts wait in it

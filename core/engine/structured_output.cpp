@@ -108,4 +108,11 @@ bool StructuredOutput::accept(pllm_constraint_matcher* matcher, std::int32_t tok
   return accepted != 0;
 }
 
+void StructuredOutput::rollback(pllm_constraint_matcher* matcher, int num_tokens) const {
+  if (num_tokens == 0) return;
+  pllm_error error{};
+  check_plugin_call(instance_.api().rollback(instance_.get(), matcher, num_tokens, &error), error,
+                    instance_.library(), "rollback");
+}
+
 }  // namespace pagedllm

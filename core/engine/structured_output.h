@@ -51,6 +51,8 @@ class StructuredOutput {
   void fill_bitmask(std::span<pllm_constraint_matcher* const> matchers, std::uint32_t* bitmask) const;
   // Advances the matcher; false when the grammar refuses the token.
   bool accept(pllm_constraint_matcher* matcher, std::int32_t token) const;
+  // Undoes the matcher's last `num_tokens` accepted tokens (speculative drafts).
+  void rollback(pllm_constraint_matcher* matcher, int num_tokens) const;
   int words() const { return (vocab_size_ + 31) / 32; }
 
  private:

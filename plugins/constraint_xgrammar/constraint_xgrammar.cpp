@@ -28,6 +28,10 @@ struct Grammar {
 
 struct Matcher {
   xgrammar::GrammarMatcher matcher;
+  int32_t accepted = 0;  // tokens xgrammar holds (its rollback history)
+  // Stop tokens accepted after the one that terminated the matcher (a request
+  // that ignores EOS): xgrammar does not take them, so rollback() undoes them here first.
+  int32_t stop_tokens_past_end = 0;
 };
 
 [[noreturn]] void bad_constraint(const std::string& message) {
@@ -223,14 +227,30 @@ class XgrammarConstraint : public pllm::ConstraintPlugin {
   bool accept_token(pllm_constraint_matcher* matcher, int32_t token) {
     if (token < 0 || token >= vocab_size_) return false;
     if (std::find(special_tokens_.begin(), special_tokens_.end(), token) != special_tokens_.end()) return false;
-    auto& m = reinterpret_cast<Matcher*>(matcher)->matcher;
+    Matcher& m = *reinterpret_cast<Matcher*>(matcher);
     // A terminated matcher (its stop token accepted) takes further stop tokens (a request that ignores EOS).
-    if (m.IsTerminated()) return std::find(stop_tokens_.begin(), stop_tokens_.end(), token) != stop_tokens_.end();
-    return m.AcceptToken(token);
+    if (m.matcher.IsTerminated()) {
+      if (std::find(stop_tokens_.begin(), stop_tokens_.end(), token) == stop_tokens_.end()) return false;
+      ++m.stop_tokens_past_end;
+      return true;
+    }
+    if (!m.matcher.AcceptToken(token)) return false;
+    ++m.accepted;
+    return true;
   }
 
+  // xgrammar keeps every accepted token's state, so any number up to those accepted rolls back.
   void rollback(pllm_constraint_matcher* matcher, int32_t num_tokens) {
-    reinterpret_cast<Matcher*>(matcher)->matcher.Rollback(num_tokens);
+    Matcher& m = *reinterpret_cast<Matcher*>(matcher);
+    if (num_tokens < 0 || num_tokens > m.accepted + m.stop_tokens_past_end) {
+      throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "constraint_xgrammar: rollback of " + std::to_string(num_tokens) +
+                                                         " tokens; the matcher has accepted " +
+                                                         std::to_string(m.accepted + m.stop_tokens_past_end));
+    }
+    const int32_t past_end = std::min(num_tokens, m.stop_tokens_past_end);
+    m.stop_tokens_past_end -= past_end;
+    m.accepted -= num_tokens - past_end;
+    if (num_tokens > past_end) m.matcher.Rollback(num_tokens - past_end);
   }
 
   bool is_terminated(const pllm_constraint_matcher* matcher) {

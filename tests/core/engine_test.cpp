@@ -11,12 +11,15 @@
 #include <algorithm>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <mutex>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "core/config/config.h"
 #include "core/engine/engine.h"
@@ -920,6 +923,180 @@ TEST_CASE("speculative sampling reproduces with a seed whatever shares the batch
   CHECK(f.engine().metrics().spec_decode_num_drafts > 0);
   require_drained(f.engine());
 }
+
+#ifdef PAGEDLLM_HAVE_CONSTRAINT_XGRAMMAR
+// ---- Structured output under speculation (constraint_xgrammar over the
+// fixture tokenizer's vocabulary). Under a grammar the rule model's greedy
+// token is the allowed token nearest its rule (logits -|v - target| / 4), and
+// the fixture draft's likewise, so masked drafts are accepted or rejected as
+// the rule and the draft's misses fall; the reference for every constrained
+// request is the same request decoded without speculation in the same engine.
+
+namespace {
+
+// What each constraint admits, checked independently of the grammar engine:
+// std::regex for the regex, the list for the choice, nlohmann::json for the schema.
+struct ConstraintCase {
+  OutputConstraint constraint;
+  std::function<bool(const std::string&)> valid;
+};
+
+std::vector<ConstraintCase> constraint_cases() {
+  std::vector<ConstraintCase> cases;
+  cases.push_back({{OutputConstraint::Type::kRegex, "[a-z]{3,9}-[0-9]{2,8}", "guided_regex"},
+                   [](const std::string& text) {
+                     return std::regex_match(text, std::regex("[a-z]{3,9}-[0-9]{2,8}"));
+                   }});
+  cases.push_back({{OutputConstraint::Type::kChoice, R"(["alpha", "beta", "gamma delta"])", "guided_choice"},
+                   [](const std::string& text) { return text == "alpha" || text == "beta" || text == "gamma delta"; }});
+  cases.push_back({{OutputConstraint::Type::kJsonSchema,
+                    R"({"type": "object", "properties": {"ok": {"type": "boolean"},
+                        "tag": {"type": "string", "maxLength": 6}}, "required": ["ok", "tag"],
+                        "additionalProperties": false})",
+                    "guided_json"},
+                   [](const std::string& text) {
+                     const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+                     if (j.is_discarded() || !j.is_object() || j.size() != 2) return false;
+                     const auto ok = j.find("ok");
+                     const auto tag = j.find("tag");
+                     return ok != j.end() && ok->is_boolean() && tag != j.end() && tag->is_string() &&
+                            tag->get<std::string>().size() <= 6;
+                   }});
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("constrained requests, speculative or not, preempted or not, give what each gives alone without either",
+          "[engine][speculative][constraint]") {
+  const std::string mode = GENERATE(std::string("none"), std::string("recompute"), std::string("swap"));
+  // K, and the fixture draft's vocabulary: 100 ids leave out EOS (956) and most letters, so
+  // masks often leave the draft nothing and its drafts stop there.
+  const std::pair<int, int> setup = GENERATE(std::make_pair(1, 0), std::make_pair(3, 0), std::make_pair(3, 100));
+  const int k = setup.first;
+  const int draft_vocab = setup.second;
+  CAPTURE(mode, k, draft_vocab);
+  std::vector<std::string> overrides;
+  if (mode != "none") {
+    // 30 blocks of 4 tokens (target 2 layers + draft 1): 18 requests of up to ~50 tokens cannot all stay.
+    overrides = {"cache.kv_cache_bytes=" + std::to_string(30 * 3 * 2 * 4 * 8 * 4), "scheduler.max_model_len=96",
+                 "cache.swap_space=1MiB", "scheduler.preemption_mode=" + mode};
+  }
+  EngineFixture f(overrides, -1,
+                  fmt::format("speculative: {{plugin: {}/fixture_rule_speculator.so, draft: rule-model, "
+                              "num_speculative_tokens: {}, options: {{wrong_every: 3, draft_vocab_size: {}}}}}\n"
+                              "constraint: {{plugin: constraint_xgrammar, options: {{any_whitespace: false}}}}",
+                              PAGEDLLM_FIXTURE_PLUGIN_DIR, k, draft_vocab));
+  // The reference: each request alone on an engine without a speculator or KV pressure.
+  EngineFixture reference({}, -1, "constraint: {plugin: constraint_xgrammar, options: {any_whitespace: false}}");
+  reference.engine().start();
+  const std::vector<ConstraintCase> cases = constraint_cases();
+  const auto request = [&](EngineFixture& engine, int i) {
+    GenerateRequest r =
+        engine.request(fmt::format("answer {} {}", i, std::string(static_cast<std::size_t>(i % 4), 'q')), 40);
+    r.sampling.ignore_eos = false;
+    r.constraint = cases[static_cast<std::size_t>(i) % cases.size()].constraint;
+    return r;
+  };
+  // All queued before the first step (run_together starts the engine): the pool fills at once.
+  std::vector<GenerateRequest> requests;
+  std::vector<std::vector<std::int32_t>> expected;
+  for (int i = 0; i < 9; ++i) {
+    const Collected alone = reference.run(request(reference, i));
+    REQUIRE_FALSE(alone.error);
+    expected.push_back(alone.sequences[0].tokens);
+    for (const bool speculate : {true, false}) {
+      GenerateRequest r = request(f, i);
+      r.speculative = speculate;
+      requests.push_back(std::move(r));
+    }
+  }
+  const std::vector<Collected> outputs = f.run_together(std::move(requests));
+  for (std::size_t i = 0; i < outputs.size(); i += 2) {
+    const Collected& speculative = outputs[i];
+    const Collected& plain = outputs[i + 1];
+    CAPTURE(i / 2);
+    REQUIRE_FALSE(speculative.error);
+    REQUIRE_FALSE(plain.error);
+    CHECK(speculative.sequences[0].tokens == expected[i / 2]);
+    CHECK(plain.sequences[0].tokens == expected[i / 2]);
+    CHECK(speculative.sequences[0].finish_reason == FinishReason::kStop);
+    CAPTURE(speculative.sequences[0].text);
+    CHECK(cases[(i / 2) % cases.size()].valid(speculative.sequences[0].text));
+  }
+  require_drained(f.engine());
+  const EngineMetrics m = f.engine().metrics();
+  // Every speculative request here is constrained: drafts were proposed under the grammar and some accepted.
+  CHECK(m.spec_decode_num_drafts > 0);
+  CHECK(m.spec_decode_accepted_tokens > 0);
+  if (mode != "none") CHECK(m.scheduler.num_preemptions() > 0);
+}
+
+TEST_CASE("a constrained request that ignores EOS speculates past the grammar's end, as plain decoding does",
+          "[engine][speculative][constraint]") {
+  // After the choice the grammar allows only EOS; the request goes on drawing it to max_tokens.
+  // Drafts then are EOS after EOS, which the matcher accepts past its end and rolls back after
+  // each drafting round (constraint_xgrammar counts those stop tokens).
+  const std::string yaml = fmt::format("speculative: {{plugin: {}/fixture_rule_speculator.so, draft: rule-model, "
+                                       "num_speculative_tokens: 3}}\n"
+                                       "constraint: {{plugin: constraint_xgrammar}}",
+                                       PAGEDLLM_FIXTURE_PLUGIN_DIR);
+  EngineFixture f({}, -1, yaml);
+  const auto request = [&](bool speculate) {
+    GenerateRequest r = f.request("pick one", 16);
+    r.constraint = OutputConstraint{OutputConstraint::Type::kChoice, R"(["alpha", "beta"])", "guided_choice"};
+    r.speculative = speculate;
+    return r;
+  };
+  std::vector<GenerateRequest> requests;
+  requests.push_back(request(true));
+  requests.push_back(request(false));
+  const std::vector<Collected> outputs = f.run_together(std::move(requests));
+  REQUIRE_FALSE(outputs[0].error);
+  REQUIRE_FALSE(outputs[1].error);
+  CHECK(outputs[0].sequences[0].tokens == outputs[1].sequences[0].tokens);
+  CHECK(outputs[0].sequences[0].tokens.size() == 16);
+  CHECK(outputs[0].sequences[0].finish_reason == FinishReason::kLength);
+  const std::string& text = outputs[0].sequences[0].text;
+  CHECK((text.rfind("alpha", 0) == 0 || text.rfind("beta", 0) == 0));
+  CHECK(f.engine().metrics().spec_decode_accepted_tokens > 0);
+}
+
+TEST_CASE("speculative constrained sampling: outputs follow the grammar, a seeded one reproduces in any batch",
+          "[engine][speculative][constraint]") {
+  // Sampled rows: q of the masked draft logits, p of the masked target rows, the speculator's rejection
+  // sampler between them, the matcher settled on what it returns.
+  EngineFixture f({}, -1,
+                  fmt::format("speculative: {{plugin: {}/fixture_rule_speculator.so, draft: rule-model, "
+                              "num_speculative_tokens: 3, options: {{wrong_every: 3, draft_vocab_size: 100}}}}\n"
+                              "constraint: {{plugin: constraint_xgrammar, options: {{any_whitespace: false}}}}",
+                              PAGEDLLM_FIXTURE_PLUGIN_DIR));
+  f.engine().start();
+  const std::vector<ConstraintCase> cases = constraint_cases();
+  const auto sampled = [&](int i, std::uint64_t seed) {
+    GenerateRequest r = f.request(fmt::format("sample {}", i), 40);
+    r.sampling.ignore_eos = false;
+    r.sampling.temperature = 0.7f;
+    r.sampling.seed = seed;
+    r.constraint = cases[static_cast<std::size_t>(i) % cases.size()].constraint;
+    return r;
+  };
+  const Collected alone = f.run(sampled(0, 5));
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < 6; ++i) requests.push_back(sampled(i, i == 3 ? 5 : static_cast<std::uint64_t>(100 + i)));
+  requests[3] = sampled(0, 5);
+  const std::vector<Collected> outputs = f.run_together(std::move(requests));
+  CHECK(outputs[3].sequences[0].tokens == alone.sequences[0].tokens);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    CAPTURE(i, outputs[i].sequences[0].text);
+    REQUIRE_FALSE(outputs[i].error);
+    CHECK(outputs[i].sequences[0].finish_reason == FinishReason::kStop);
+    CHECK(cases[(i == 3 ? 0 : i) % cases.size()].valid(outputs[i].sequences[0].text));
+  }
+  CHECK(f.engine().metrics().spec_decode_num_drafts > 0);
+  require_drained(f.engine());
+}
+#endif
 
 // ---- KV pool sizing on a device with memory_info, over fixture_device_attention:
 // the plain fixture attention on a simulated device memory (its source says how

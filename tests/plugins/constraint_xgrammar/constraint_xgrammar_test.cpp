@@ -88,9 +88,10 @@ class Constraint {
               PLLM_OK);
       return accepted == 1;
     }
-    void rollback(int32_t n) {
+    void rollback(int32_t n) { REQUIRE(rollback_status(n) == PLLM_OK); }
+    pllm_status rollback_status(int32_t n) {
       pllm_error error{};
-      REQUIRE(owner->instance_.api().rollback(owner->instance_.get(), matcher, n, &error) == PLLM_OK);
+      return owner->instance_.api().rollback(owner->instance_.get(), matcher, n, &error);
     }
     bool terminated() const { return owner->instance_.api().is_terminated(owner->instance_.get(), matcher) != 0; }
   };
@@ -126,13 +127,41 @@ TEST_CASE("constraint_xgrammar: a choice allows exactly the tokens that continue
   CHECK(m->terminated());
   CHECK(m->allowed() == std::set<int32_t>{kEos});
   CHECK(m->accept(kEos));  // a request ignoring EOS keeps drawing it
-  // Rollback (a rejected speculative draft): back before the stop token and "b".
+  // Rollback (rejected speculative drafts) counts every accepted token, the
+  // stop tokens too: two back is just after "ab", before either stop token.
   m->rollback(2);
   CHECK_FALSE(m->terminated());
+  CHECK(m->allowed() == std::set<int32_t>{kEos});
+  m->rollback(1);
   CHECK(m->allowed() == std::set<int32_t>{1});
   m->rollback(1);
   CHECK(m->allowed() == std::set<int32_t>{0, 2, 3});
   CHECK_FALSE(m->accept(kSpecial));
+  // Past the start, or a negative count: an error status, the state unchanged.
+  CHECK(m->rollback_status(1) == PLLM_ERROR_INVALID_ARGUMENT);
+  CHECK(m->rollback_status(-1) == PLLM_ERROR_INVALID_ARGUMENT);
+  CHECK(m->allowed() == std::set<int32_t>{0, 2, 3});
+}
+
+TEST_CASE("constraint_xgrammar: accept and rollback through speculative drafts give the states a fresh matcher has",
+          "[constraint]") {
+  // The engine advances a matcher through K drafts for their masks, then rolls
+  // it back to the accepted ones and advances it by the next token.
+  Constraint c;
+  auto m = c.matcher(PLLM_CONSTRAINT_REGEX, "(ab|c)+1");
+  auto fresh = c.matcher(PLLM_CONSTRAINT_REGEX, "(ab|c)+1");
+  for (const int32_t t : {3, 0, 1}) CHECK(m->accept(t));  // drafts "c", "a", "b"
+  CHECK(m->allowed() == std::set<int32_t>{0, 2, 3, 7});
+  m->rollback(2);  // only "c" accepted by verification; the target chose "ab" instead of "a"
+  CHECK(m->accept(2));
+  CHECK(fresh->accept(3));
+  CHECK(fresh->accept(2));
+  CHECK(m->allowed() == fresh->allowed());
+  CHECK(m->accept(7));
+  CHECK(m->accept(kEos));
+  CHECK(m->terminated());
+  m->rollback(2);
+  CHECK(m->allowed() == fresh->allowed());
 }
 
 TEST_CASE("constraint_xgrammar: choices with quotes, regexes and JSON schemas", "[constraint]") {

@@ -98,8 +98,9 @@ typedef struct pllm_constraint_api {
    * constraint is complete and terminates the matcher. */
   pllm_status (*accept_token)(pllm_constraint_engine* self, pllm_constraint_matcher* matcher, int32_t token,
                               int32_t* accepted, pllm_error* error);
-  /* Undoes the last num_tokens accepted tokens (at most the matcher's history:
-   * create_args' options bound it; the in-tree plugin keeps 16). */
+  /* Undoes the last num_tokens accepted tokens, stop tokens included (at most
+   * the matcher's history; the in-tree plugin keeps all of it). Speculative
+   * decoding rolls back at most num_speculative_tokens at once. */
   pllm_status (*rollback)(pllm_constraint_engine* self, pllm_constraint_matcher* matcher, int32_t num_tokens,
                           pllm_error* error);
   /* 1 when the matcher accepted a stop token (the constrained output is complete). */
