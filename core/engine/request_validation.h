@@ -32,7 +32,7 @@ struct RequestLimits {
 };
 
 // Whether `request` takes part in speculative decoding on an engine with
-// `limits`: asked for (the default), n == 1, no logprobs (whose per-token values the
+// `limits`: asked for (the default), n == 1, no beam search, no logprobs (whose per-token values the
 // verification path does not compute) and no constraint (drafts are not yet checked
 // against the grammar: docs/structured-output.md).
 bool speculative_request(const GenerateRequest& request, const RequestLimits& limits);
