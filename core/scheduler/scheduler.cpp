@@ -58,6 +58,14 @@ std::optional<std::string> Scheduler::admission_error(const Request& request,
         request.n, max_len + lookahead, blocks_per_sequence * request.n,
         block_size, num_device_blocks);
   }
+  if (request.beam_search) {
+    if (request.speculative) return "beam search requests do not speculate";
+    // Its beams decode in one step, a token each.
+    if (request.n > config.max_num_batched_tokens) {
+      return fmt::format("a beam search of width {} decodes {} tokens a step, over max_num_batched_tokens={}",
+                         request.n, request.n, config.max_num_batched_tokens);
+    }
+  }
   // Without chunking a (re)computed prompt is one batch row: after recompute
   // preemption it can be as long as prompt + max_tokens - 1 for each sequence.
   if (!config.enable_chunked_prefill &&
@@ -287,7 +295,7 @@ std::optional<Scheduler::Plan> Scheduler::plan_beam_rows(const SequenceGroup& gr
     if (reaches_end(row)) {
       if (row.is_decode) continue;
       --row.num_tokens;
-      --row.num_slots;
+      row.num_slots = row.num_tokens;  // beams never speculate: no lookahead or draft slots
       if (row.num_tokens == 0) continue;
     }
     held.rows.push_back(row);
