@@ -71,7 +71,7 @@ def replay_margins(prompt_ids, width, max_tokens, length_penalty, early_stopping
     m = model(torch.float64)
     k = max(2, 1 + len(EOS)) * width
     running = [(0.0, [])]
-    finished = []  # every hypothesis that was ever kept: (score, tokens)
+    finished = []  # every hypothesis made: (score, tokens)
     kept = []
     margin = float("inf")
     for step in range(max_tokens):
@@ -86,7 +86,10 @@ def replay_margins(prompt_ids, width, max_tokens, length_penalty, early_stopping
         candidates.sort(key=lambda c: -c[0])
         margin = min(margin, candidates[width - 1][0] - candidates[width][0])
         candidates = candidates[:k]
-        done = lambda c: c[1][-1] in EOS or length >= max_tokens  # noqa: E731
+
+        def done(candidate):
+            return candidate[1][-1] in EOS or length >= max_tokens
+
         if not (len(kept) == width and early_stopping is True):
             for c in candidates[:width]:
                 if done(c):
