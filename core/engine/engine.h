@@ -33,6 +33,19 @@
 namespace pagedllm {
 
 class TensorParallelGroup;  // core/engine/tensor_parallel.h
+// vLLM's use_beam_search with HF transformers' semantics (docs/server.md "Beam
+// search"): beam_width beams, the request's n best finished hypotheses returned,
+// best first. Greedy-style requests only (Engine::submit() says which fields not).
+struct BeamSearchOptions {
+  // HF's early_stopping: kTrue stops once beam_width hypotheses are finished; kFalse
+  // once no running beam can beat the worst of them at its current length; kNever
+  // as kFalse, but a positive length_penalty counts a running beam at max_tokens.
+  enum class EarlyStopping { kFalse, kTrue, kNever };
+  int beam_width = 2;  // vLLM's best_of; >= n
+  // A finished hypothesis scores its summed logprob / (its output length ^ length_penalty).
+  float length_penalty = 1.0f;
+  EarlyStopping early_stopping = EarlyStopping::kFalse;
+};
 
 // Per-request generation parameters, as the OpenAI API (and vLLM's extensions)
 // name them. Ranges are checked by Engine::submit(), which throws
@@ -69,6 +82,8 @@ struct SamplingOptions {
   // (of the model's raw logits at the position before it) and this many top
   // alternatives; unset = none. The prompt then skips the prefix cache.
   std::optional<int> prompt_logprobs;
+  // Unset: sampling. Set: beam search, and n is how many of its hypotheses are returned.
+  std::optional<BeamSearchOptions> beam_search;
 };
 
 // Structured output: what the request's text must be (OpenAI's response_format,
@@ -88,7 +103,7 @@ struct GenerateRequest {
   // Requests with different salts never share prefix-cache blocks.
   std::string cache_salt;
   // Use speculative decoding when the engine has a speculator (false: decode
-  // one token per step). Requests with n > 1 or logprobs never speculate.
+  // one token per step). Requests with n > 1, beam search or logprobs never speculate.
   bool speculative = true;
   // Unset: unconstrained. Constrained requests speculate too (docs/structured-output.md).
   std::optional<OutputConstraint> constraint;

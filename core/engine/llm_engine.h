@@ -5,6 +5,7 @@
 //   llm_engine_intake.cpp       submit() / abort() from clients; admission into the scheduler
 //   llm_engine_step.cpp         one step: schedule -> block ops -> plan -> forward -> sample -> update
 //   llm_engine_speculation.cpp  the step's speculative part: hidden rows, verification, drafting
+//   llm_engine_beam.cpp         beam search: each step's beams from the sampled candidates, the results
 //   llm_engine_output.cpp       outputs to callbacks, a request's last output
 //   llm_engine_lifecycle.cpp    start(), the engine loop, shutdown, ending everything
 //   llm_engine_status.cpp       health, failure and metrics, for clients
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "core/common/logging.h"
+#include "core/engine/beam_search.h"
 #include "core/engine/engine.h"
 #include "core/engine/request_validation.h"
 #include "core/engine/sequence_output.h"
@@ -106,6 +108,11 @@ class LlmEngine final : public Engine {
     // Structured output: the compiled constraint and, per sequence index, its matcher.
     ConstraintGrammar grammar;
     std::vector<std::unique_ptr<ConstraintMatcher>> matchers;
+    // Beam search: the search, its sampler parameters (greedy, its candidates as top
+    // logprobs), and the sequence of each of the search's live beams, in its order.
+    std::unique_ptr<BeamSearch> beam;
+    pllm_sampling_params beam_params{};
+    std::vector<SequenceId> beam_sequences;
   };
 
   // ---- engine thread ----
@@ -126,10 +133,19 @@ class LlmEngine final : public Engine {
   };
   // Sampled tokens per (request, sequence index), in row order.
   using StepSamples = std::map<std::pair<RequestId, int>, SampledToken>;
+  // A beam row's best tokens, per (request, sequence).
+  using BeamCandidates = std::map<RequestId, std::map<SequenceId, std::vector<BeamSearch::Candidate>>>;
   // Samples every row that is not verifying drafts, on the model's device; a
   // request with a non-finite logits row goes to `faulty` and gets no sample.
+  // Beam rows give their candidates to `beams` instead.
   std::vector<SequenceSample> sample(const SchedulerOutput& output, const pllm_tensor& logits,
-                                     StepSamples& sampled, std::vector<RequestId>& faulty);
+                                     StepSamples& sampled, BeamCandidates& beams, std::vector<RequestId>& faulty);
+  // llm_engine_beam.cpp: the request's beam search and its sampler parameters, at admission.
+  void start_beam_search(LiveRequest& request, int max_new_tokens);
+  // One BeamStep per live beam-search request in `candidates` (every live beam of it sampled).
+  std::vector<BeamStep> step_beams(const BeamCandidates& candidates);
+  // Records which sequence runs each beam; ends the requests whose search is over.
+  void finish_beam_steps(const UpdateResult& result);
   // The logprobs of the prompt tokens that this step's prompt_logprobs rows
   // predict (sampler rows that score the given token), kept on the request.
   void score_prompts(const SchedulerOutput& output, const pllm_tensor& logits, std::vector<RequestId>& faulty);

@@ -84,6 +84,7 @@ bool LlmEngine::drain_inbox() {
       decode_without_speculation(p.scheduled, p.request.cache_salt);
       update_metrics([](EngineMetrics& m) { ++m.spec_decode_disabled_by_batch_size; });
     }
+    const int max_new_tokens = p.scheduled.max_tokens;
     try {
       scheduler_->add_request(std::move(p.scheduled));
     } catch (const RequestRejected& e) {
@@ -104,6 +105,7 @@ bool LlmEngine::drain_inbox() {
     request.seed = p.seed;
     request.arrival = p.arrival;
     request.grammar = std::move(p.grammar);
+    if (request.request.sampling.beam_search) start_beam_search(request, max_new_tokens);
     live_.emplace(p.id, std::move(request));
     update_metrics([&](EngineMetrics& m) { m.prompt_tokens_total += prompt_tokens; });
   }

@@ -59,6 +59,7 @@ bool LlmEngine::step() {
                     error, model_instance_.library(), "forward");
 
   StepSamples sampled;
+  BeamCandidates beam_candidates;
   std::vector<SequenceSample> samples;
   if (batch.num_logits > 0) {
     if (logits.dtype != PLLM_DTYPE_F32 || logits.ndim != 2 || logits.shape[0] != batch.num_logits ||
@@ -70,7 +71,7 @@ bool LlmEngine::step() {
     }
     std::vector<RequestId> faulty;
     score_prompts(output, logits, faulty);
-    samples = sample(output, logits, sampled, faulty);
+    samples = sample(output, logits, sampled, beam_candidates, faulty);
     if (speculative_) {
       std::vector<SequenceSample> verified = verify_drafts(output, logits, faulty);
       samples.insert(samples.end(), std::make_move_iterator(verified.begin()),
@@ -86,8 +87,10 @@ bool LlmEngine::step() {
       end_requests_with_non_finite_logits(faulty);
     }
   }
-  const UpdateResult result = scheduler_->update(output, samples);
+  const std::vector<BeamStep> beam_steps = step_beams(beam_candidates);  // faulty requests ended above
+  const UpdateResult result = scheduler_->update(output, samples, beam_steps);
   publish(result, sampled);
+  finish_beam_steps(result);
   if (speculative_ && batch.num_hidden > 0) {
     if (hidden.dtype != PLLM_DTYPE_F32 || hidden.ndim != 2 || hidden.shape[0] != batch.num_hidden ||
         hidden.shape[1] != model_info_.hidden_size || hidden.strides[1] != 1) {
@@ -215,7 +218,8 @@ void LlmEngine::score_prompts(const SchedulerOutput& output, const pllm_tensor& 
 }
 
 std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, const pllm_tensor& logits,
-                                              StepSamples& sampled, std::vector<RequestId>& faulty) {
+                                              StepSamples& sampled, BeamCandidates& beams,
+                                              std::vector<RequestId>& faulty) {
   // One sampler row per token to sample. A prompt that completes for an n > 1
   // request is sampled n times from the same logits row, once per sequence.
   struct Slot {
@@ -248,7 +252,7 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
     LiveRequest& request = live(row.request_id);
     const SamplingOptions& options = request.request.sampling;
     const int index = slots[i].sequence_index;
-    if (static_cast<int>(request.params.size()) <= index) {
+    if (!request.beam && static_cast<int>(request.params.size()) <= index) {
       request.logit_bias_ids.clear();
       request.logit_bias_values.clear();
       for (const auto& [token, bias] : options.logit_bias) {
@@ -282,13 +286,13 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
         p.min_tokens_banned_ids = request.min_tokens_banned_ids.data();
       }
     }
-    max_top = std::max(max_top, options.logprobs.value_or(0));
+    max_top = std::max(max_top, request.beam ? request.beam_params.num_top_logprobs : options.logprobs.value_or(0));
     const Sequence* sequence = slots[i].sequence;
     const std::size_t prompt_len = request.request.prompt_token_ids.size();
     const bool forking = row.num_samples > 1;
     pllm_sample_row& out = rows[i];
     out.struct_size = sizeof(pllm_sample_row);
-    out.params = &request.params[static_cast<std::size_t>(index)];
+    out.params = request.beam ? &request.beam_params : &request.params[static_cast<std::size_t>(index)];
     out.prompt_token_ids = request.request.prompt_token_ids.data();
     out.num_prompt_tokens = static_cast<std::int32_t>(prompt_len);
     // Output tokens so far: none at the prompt; after it, the sequence's tail
@@ -366,6 +370,16 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
       throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': sampled token {} outside the row's "
                                                              "structured-output mask",
                                                              sampler_.library().name(), tokens[i]));
+    }
+    if (live(row.request_id).beam) {
+      // Beam rows offer their best tokens to the search (step_beams()), best first.
+      std::vector<BeamSearch::Candidate>& offered = beams[row.request_id][row.sequence_id];
+      for (int k = 0; k < max_top; ++k) {
+        const std::size_t at = i * static_cast<std::size_t>(max_top) + static_cast<std::size_t>(k);
+        if (top_tokens[at] < 0) break;
+        offered.push_back({top_tokens[at], top_logprobs[at]});
+      }
+      continue;
     }
     if (samples.empty() || samples.back().sequence_id != row.sequence_id) {
       samples.push_back({row.sequence_id, {}, {}});

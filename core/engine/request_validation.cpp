@@ -70,6 +70,42 @@ void check_logit_adjustments(const SamplingOptions& sampling, const RequestLimit
   }
 }
 
+// vLLM's beam search takes greedy-style parameters only: the beams are ranked by
+// the model's raw logprobs, which no sampling parameter changes.
+void check_beam_search(const GenerateRequest& request, const RequestLimits& limits) {
+  const SamplingOptions& sampling = request.sampling;
+  const BeamSearchOptions& beam = *sampling.beam_search;
+  if (beam.beam_width < 2 || beam.beam_width > limits.max_n) {
+    reject("best_of", fmt::format("best_of (the beam width) must be between 2 and {} when using beam search, got {}",
+                                  limits.max_n, beam.beam_width));
+  }
+  if (sampling.n > beam.beam_width) {
+    reject("n", fmt::format("n must be at most best_of (the beam width) when using beam search, got n={} and "
+                            "best_of={}",
+                            sampling.n, beam.beam_width));
+  }
+  if (!std::isfinite(beam.length_penalty)) {
+    reject("length_penalty", fmt::format("length_penalty must be a finite number, got {}", beam.length_penalty));
+  }
+  const auto must_be = [](const char* field, bool holds, const char* what) {
+    if (!holds) reject(field, fmt::format("{} must be {} when using beam search", field, what));
+  };
+  must_be("temperature", sampling.temperature == 0.0f, "0");
+  must_be("top_p", sampling.top_p == 1.0f, "1");
+  must_be("top_k", sampling.top_k <= 0, "-1 or 0 (off)");
+  must_be("min_p", sampling.min_p == 0.0f, "0");
+  must_be("presence_penalty", sampling.presence_penalty == 0.0f, "0");
+  must_be("frequency_penalty", sampling.frequency_penalty == 0.0f, "0");
+  must_be("repetition_penalty", sampling.repetition_penalty == 1.0f, "1");
+  const auto unsupported = [](const char* field, bool used) {
+    if (used) reject(field, fmt::format("{} is not supported with beam search", field));
+  };
+  unsupported("logit_bias", !sampling.logit_bias.empty());
+  unsupported("min_tokens", sampling.min_tokens > 0);
+  unsupported("stop", !sampling.stop.empty());
+  if (request.constraint) unsupported(request.constraint->field.c_str(), true);
+}
+
 }  // namespace
 
 void decode_without_speculation(Request& request, const std::string& cache_salt) {
@@ -79,7 +115,7 @@ void decode_without_speculation(Request& request, const std::string& cache_salt)
 
 bool speculative_request(const GenerateRequest& request, const RequestLimits& limits) {
   return limits.speculative_decoding && request.speculative && request.sampling.n == 1 &&
-         !request.sampling.logprobs && !request.sampling.prompt_logprobs;
+         !request.sampling.beam_search && !request.sampling.logprobs && !request.sampling.prompt_logprobs;
 }
 
 Request to_scheduler_request(const GenerateRequest& request, const RequestLimits& limits) {
@@ -145,10 +181,13 @@ Request to_scheduler_request(const GenerateRequest& request, const RequestLimits
     }
   }
 
+  if (sampling.beam_search) check_beam_search(request, limits);
+
   Request out;
   out.prompt_token_ids = request.prompt_token_ids;
   out.max_tokens = max_tokens;
-  out.n = sampling.n;
+  out.n = sampling.beam_search ? sampling.beam_search->beam_width : sampling.n;
+  out.beam_search = sampling.beam_search.has_value();
   out.priority = request.priority;
   check_logit_adjustments(sampling, limits, max_tokens);  // after prompt_logprobs' own range check
   out.speculative = speculative_request(request, limits);
@@ -156,7 +195,7 @@ Request to_scheduler_request(const GenerateRequest& request, const RequestLimits
   out.cache_key = cache_key(request.cache_salt, out.speculative);
   if (auto error = Scheduler::admission_error(out, limits.scheduler, limits.block_size,
                                               limits.num_device_blocks)) {
-    reject(sampling.n > 1 ? "n" : "max_tokens", *error);
+    reject(sampling.beam_search ? "best_of" : sampling.n > 1 ? "n" : "max_tokens", *error);
   }
   return out;
 }

@@ -32,8 +32,8 @@ struct RequestLimits {
 };
 
 // Whether `request` takes part in speculative decoding on an engine with
-// `limits`: asked for (the default), n == 1 and no logprobs (whose per-token values the
-// verification path does not compute). Constrained requests speculate: drafts are
+// `limits`: asked for (the default), n == 1, no beam search and no logprobs (whose per-token
+// values the verification path does not compute). Constrained requests speculate: drafts are
 // checked against the grammar (docs/structured-output.md).
 bool speculative_request(const GenerateRequest& request, const RequestLimits& limits);
 

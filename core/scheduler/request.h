@@ -17,8 +17,13 @@ struct Request {
   std::vector<std::int32_t> prompt_token_ids;
   // Output tokens per sequence; the scheduler finishes a sequence that reaches it.
   int max_tokens = 16;
-  // Sequences sampled from the prompt (n > 1 forks them, sharing the prompt's blocks).
+  // Sequences sampled from the prompt (n > 1 forks them, sharing the prompt's blocks);
+  // with beam_search, the beam width.
   int n = 1;
+  // Beam search: the engine chooses each step's beams (Scheduler::update()'s BeamStep),
+  // and the group runs, grows and is preempted as a unit: every live beam in the
+  // same step or none, n sequences reserved throughout.
+  bool beam_search = false;
   // Under SchedulingPolicy::kPriority: lower values are served first (vLLM's convention).
   int priority = 0;
   // Goes into every prefix-cache key: model / adapter id, optional cache salt.

@@ -58,6 +58,14 @@ std::optional<std::string> Scheduler::admission_error(const Request& request,
         request.n, max_len + lookahead, blocks_per_sequence * request.n,
         block_size, num_device_blocks);
   }
+  if (request.beam_search) {
+    if (request.speculative) return "beam search requests do not speculate";
+    // Its beams decode in one step, a token each.
+    if (request.n > config.max_num_batched_tokens) {
+      return fmt::format("a beam search of width {} decodes {} tokens a step, over max_num_batched_tokens={}",
+                         request.n, request.n, config.max_num_batched_tokens);
+    }
+  }
   // Without chunking a (re)computed prompt is one batch row: after recompute
   // preemption it can be as long as prompt + max_tokens - 1 for each sequence.
   if (!config.enable_chunked_prefill &&
@@ -267,7 +275,35 @@ std::optional<Scheduler::Plan> Scheduler::plan_rows(SequenceGroup& group, int to
     plan.rows.push_back(row);
   }
   if (plan.rows.empty()) return std::nullopt;
+  if (group.request.beam_search) return plan_beam_rows(group, std::move(plan));
   return plan;
+}
+
+std::optional<Scheduler::Plan> Scheduler::plan_beam_rows(const SequenceGroup& group, Plan plan) const {
+  const auto reaches_end = [&](const PlannedRow& row) {
+    return row.first_position + row.num_tokens == group.find_sequence(row.sequence)->num_tokens();
+  };
+  if (plan.rows.size() == group.live_sequence_ids().size() &&
+      std::all_of(plan.rows.begin(), plan.rows.end(), reaches_end)) {
+    return plan;
+  }
+  // Without chunking a row is a whole (recomputed) beam or nothing: wait until all fit.
+  if (!config_.enable_chunked_prefill) return std::nullopt;
+  Plan held;
+  held.is_long_prefill = plan.is_long_prefill;
+  for (PlannedRow row : plan.rows) {
+    if (reaches_end(row)) {
+      if (row.is_decode) continue;
+      --row.num_tokens;
+      row.num_slots = row.num_tokens;  // beams never speculate: no lookahead or draft slots
+      if (row.num_tokens == 0) continue;
+    }
+    held.rows.push_back(row);
+    held.num_tokens += row.num_tokens;
+    held.leaves_partial_prefill = true;
+  }
+  if (held.rows.empty()) return std::nullopt;
+  return held;
 }
 
 int Scheduler::num_blocks_needed(const Plan& plan) const {
@@ -300,7 +336,9 @@ void Scheduler::commit(SequenceGroup& group, const Plan& plan, StepState& step,
     scheduled.num_draft_tokens = row.num_drafts;
     scheduled.is_decode = row.is_decode;
     const bool reaches_end = row.first_position + row.num_tokens >= sequence->num_tokens();
-    if (reaches_end) scheduled.num_samples = (!group.forked && !row.is_decode) ? group.request.n : 1;
+    if (reaches_end) {
+      scheduled.num_samples = (!group.forked && !row.is_decode && !group.request.beam_search) ? group.request.n : 1;
+    }
     output.sequences.push_back(scheduled);
   }
   step.token_budget -= plan.num_tokens;
@@ -528,8 +566,8 @@ void Scheduler::build_batch(SchedulerOutput& output) {
 
 // ---- Update -----------------------------------------------------------------
 
-UpdateResult Scheduler::update(const SchedulerOutput& output,
-                               std::span<const SequenceSample> samples) {
+UpdateResult Scheduler::update(const SchedulerOutput& output, std::span<const SequenceSample> samples,
+                               std::span<const BeamStep> beams) {
   std::unordered_map<SequenceId, const SequenceSample*> sample_of;
   for (const SequenceSample& sample : samples) sample_of.emplace(sample.sequence_id, &sample);
 
@@ -546,6 +584,12 @@ UpdateResult Scheduler::update(const SchedulerOutput& output,
     PAGEDLLM_CHECK(sequence->num_computed_tokens == row.num_computed_tokens,
                    "sequence {}: {} computed tokens, the step started at {}", row.sequence_id,
                    sequence->num_computed_tokens, row.num_computed_tokens);
+    if (state.request.beam_search) {
+      // The beam's KV is computed; its next token (or its end) comes with the BeamStep.
+      sequence->num_computed_tokens += row.num_new_tokens;
+      kv_.commit_computed_tokens(sequence->id, sequence->token_ids, sequence->num_computed_tokens);
+      continue;
+    }
     const auto sample_it = sample_of.find(row.sequence_id);
     const SequenceSample* sample = sample_it == sample_of.end() ? nullptr : sample_it->second;
     PAGEDLLM_CHECK((sample != nullptr) == (row.num_samples > 0),
@@ -608,6 +652,12 @@ UpdateResult Scheduler::update(const SchedulerOutput& output,
     touched.push_back(row.request_id);
   }
 
+  for (const BeamStep& step : beams) {
+    if (!requests_.contains(step.request_id)) continue;  // aborted since schedule()
+    result.beams.push_back(apply_beam_step(step));
+    touched.push_back(step.request_id);
+  }
+
   // Length limits, after forking so children are checked too.
   for (SequenceUpdate& update : result.sequences) {
     SequenceGroup& state = group(update.request_id);
@@ -624,6 +674,53 @@ UpdateResult Scheduler::update(const SchedulerOutput& output,
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
   for (const RequestId request : touched) remove_if_finished(request, &result.finished_requests);
   return result;
+}
+
+BeamUpdate Scheduler::apply_beam_step(const BeamStep& step) {
+  SequenceGroup& state = group(step.request_id);
+  PAGEDLLM_CHECK(state.request.beam_search && state.status == RequestStatus::kRunning,
+                 "beam step for request {}, which is not a running beam search", step.request_id);
+  PAGEDLLM_CHECK(static_cast<int>(step.continuations.size()) <= state.request.n,
+                 "request {}: {} beams for a beam width of {}", step.request_id, step.continuations.size(),
+                 state.request.n);
+  for (const Sequence& beam : state.sequences) {
+    PAGEDLLM_CHECK(beam.finished() || beam.num_uncomputed_tokens() == 0,
+                   "beam {} of request {} was not sampled this step", beam.id, step.request_id);
+  }
+  BeamUpdate update{step.request_id, {}};
+  std::vector<SequenceId> extended;
+  for (const BeamContinuation& next : step.continuations) {
+    const Sequence* parent = state.find_sequence(next.parent);
+    PAGEDLLM_CHECK(parent != nullptr && !parent->finished(), "request {}: beam {} is not live", step.request_id,
+                   next.parent);
+    SequenceId id = next.parent;
+    if (std::find(extended.begin(), extended.end(), next.parent) == extended.end()) {
+      extended.push_back(next.parent);
+    } else {
+      // The parent's computed tokens (it may already carry its own next token); the KV shared copy-on-write.
+      Sequence child;
+      child.id = id = next_sequence_id_++;
+      child.token_ids.assign(parent->token_ids.begin(), parent->token_ids.begin() + parent->num_computed_tokens);
+      child.num_computed_tokens = parent->num_computed_tokens;
+      kv_.fork(next.parent, child.id);
+      sequence_owner_.emplace(child.id, step.request_id);
+      state.sequences.push_back(std::move(child));  // invalidates `parent`
+    }
+    state.find_sequence(id)->token_ids.push_back(next.token);
+    update.sequences.push_back(id);
+  }
+  // Beams not continued leave the group now, with their blocks.
+  std::erase_if(state.sequences, [&](Sequence& beam) {
+    if (beam.finished() || std::find(update.sequences.begin(), update.sequences.end(), beam.id) !=
+                               update.sequences.end()) {
+      return false;
+    }
+    kv_.remove_sequence(beam.id);
+    sequence_owner_.erase(beam.id);
+    return true;
+  });
+  // No beam left (the search is over): update()'s remove_if_finished() ends the request.
+  return update;
 }
 
 // ---- Introspection ------------------------------------------------------------

@@ -64,8 +64,12 @@ class Scheduler {
   // accepted tokens, forks n > 1 requests at their first sample, rolls back
   // rejected lookahead slots, caches newly full blocks and finishes sequences
   // that reached max_tokens or max_model_len. `samples` has one entry per row
-  // with num_samples > 0; rows of requests aborted since schedule() are skipped.
-  UpdateResult update(const SchedulerOutput& output, std::span<const SequenceSample> samples);
+  // with num_samples > 0, except beam-search rows; rows of requests aborted
+  // since schedule() are skipped. `beams` has one BeamStep per beam-search request
+  // whose live beams were all sampled this step (the engine owns the search and
+  // its length limit); they are applied after the rows.
+  UpdateResult update(const SchedulerOutput& output, std::span<const SequenceSample> samples,
+                      std::span<const BeamStep> beams = {});
   // Gives a live sequence the drafts to verify at its next decode, when they
   // are proposed after update() (the speculator drafts from the step's
   // accepted tokens). At most num_lookahead_tokens, for speculative requests only.
@@ -118,6 +122,10 @@ class Scheduler {
   // step. `hits` (admission only) holds one hit per sequence.
   std::optional<Plan> plan_rows(SequenceGroup& group, int token_budget,
                                 const std::vector<PrefixHit>* hits) const;
+  // A beam group runs all its live beams in a step or none: unless every live
+  // beam's row reaches its end (and samples), rows that would reach it are held
+  // back by a token (decode rows wait), so the beams become ready together.
+  std::optional<Plan> plan_beam_rows(const SequenceGroup& group, Plan plan) const;
   int num_blocks_needed(const Plan& plan) const;
   void commit(SequenceGroup& group, const Plan& plan, StepState& step, SchedulerOutput& output);
   RequestId pick_victim(const StepState& step) const;
@@ -130,6 +138,8 @@ class Scheduler {
   void build_batch(SchedulerOutput& output);
 
   void finish_sequence_in(Sequence& sequence, FinishReason reason);
+  // Forks, extends and drops the request's beams as `step` says.
+  BeamUpdate apply_beam_step(const BeamStep& step);
   void remove_if_finished(RequestId request, std::vector<RequestId>* finished);
   void remove_from_queue(RequestId request, RequestStatus status);
 

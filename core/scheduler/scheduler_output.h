@@ -53,7 +53,7 @@ struct ScheduledSequence {
   int num_draft_tokens = 0;
   // Tokens to sample from the row's last logits: 0 for a prefill chunk that does
   // not reach the end, n when the prompt of an n > 1 request completes (the
-  // sequence forks into n), 1 otherwise. A speculative decode row instead
+  // sequence forks into n), 1 otherwise (a beam: its candidates, for a BeamStep). A speculative decode row instead
   // returns 1..1+num_draft_tokens accepted tokens.
   int num_samples = 0;
   bool is_decode = false;
@@ -92,6 +92,29 @@ struct SequenceSample {
   std::vector<std::int32_t> draft_token_ids;
 };
 
+// One of the next step's beams of a beam-search request: a live beam, extended by a token.
+struct BeamContinuation {
+  SequenceId parent = -1;
+  std::int32_t token = -1;
+};
+
+// The engine's choice for a beam-search request after a step that sampled every
+// one of its live beams (the rows have no SequenceSample).
+struct BeamStep {
+  RequestId request_id = -1;
+  // The beams to run next, in order. A live beam named k times continues with
+  // its first token and forks k - 1 children (copy-on-write); a live beam not
+  // named is dropped and its blocks are freed at once. Empty: the search is
+  // over and the request finishes.
+  std::vector<BeamContinuation> continuations;
+};
+
+// What update() made of a BeamStep: the sequence running each continuation, in order.
+struct BeamUpdate {
+  RequestId request_id = -1;
+  std::vector<SequenceId> sequences;
+};
+
 // What update() did, for the engine's output stream.
 struct SequenceUpdate {
   RequestId request_id = -1;
@@ -107,6 +130,8 @@ struct UpdateResult {
   std::vector<SequenceUpdate> sequences;
   // Requests all of whose sequences are finished; their blocks are released.
   std::vector<RequestId> finished_requests;
+  // One per BeamStep given, in order (beam-search requests have no SequenceUpdate).
+  std::vector<BeamUpdate> beams;
 };
 
 }  // namespace pagedllm

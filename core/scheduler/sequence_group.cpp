@@ -5,7 +5,8 @@
 namespace pagedllm {
 
 int SequenceGroup::num_reserved_sequences() const {
-  if (!forked) return request.n;
+  // A beam group keeps its width whatever its beams do.
+  if (!forked || request.beam_search) return request.n;
   int live = 0;
   for (const Sequence& sequence : sequences) {
     if (!sequence.finished()) ++live;

@@ -39,7 +39,8 @@ struct SequenceGroup {
   bool forked = false;
 
   int prompt_len() const { return static_cast<int>(request.prompt_token_ids.size()); }
-  // Sequences this request may run at once: n until forked, then the live ones.
+  // Sequences this request may run at once: n until forked, then the live ones
+  // (a beam group: always n, its width).
   int num_reserved_sequences() const;
   std::vector<SequenceId> live_sequence_ids() const;
   Sequence* find_sequence(SequenceId id);

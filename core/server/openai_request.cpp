@@ -143,14 +143,16 @@ std::vector<PromptInput> parse_prompts(const json& request, const Engine& engine
 
 // Fields whose meaning this server does not implement: refused rather than
 // silently ignored, since ignoring them would change what the client gets.
-void reject_unsupported(const json& request, ApiKind kind) {
+void reject_unsupported(const json& request, ApiKind kind, bool beam_search) {
   if (kind == ApiKind::kCompletion && field(request, "suffix")) {
     throw invalid_request("'suffix' is not supported", "suffix");
   }
   if (kind == ApiKind::kChat) {
     if (const json* best_of = field(request, "best_of");
-        best_of && !(best_of->is_number_integer() && *best_of == 1)) {
-      throw invalid_request("'best_of' is a /v1/completions field; chat completions take only 1", "best_of");
+        !beam_search && best_of && !(best_of->is_number_integer() && *best_of == 1)) {
+      throw invalid_request("'best_of' is a /v1/completions field; chat completions take only 1 (or the beam "
+                            "width with 'use_beam_search')",
+                            "best_of");
     }
     if (const json* tools = field(request, "tools"); tools && !tools->empty()) {
       throw invalid_request("'tools' (function calling) is not supported", "tools");
@@ -168,6 +170,49 @@ std::string context_error(int max_len, int prompt_len, std::optional<int> max_to
                      "{}, {} in the completion). Please reduce the length of the {} or completion.",
                      max_len, static_cast<std::int64_t>(prompt_len) + *max_tokens, prompt_len, what, *max_tokens,
                      what);
+}
+
+// vLLM's beam search fields: use_beam_search, best_of (the width), length_penalty and
+// early_stopping (true, false or "never"); outside beam search the last two must keep
+// their defaults, as vLLM requires.
+std::optional<BeamSearchOptions> get_beam_search(const json& request, bool beam_search, int n,
+                                                 std::optional<int> best_of) {
+  const std::optional<float> length_penalty = get_number(request, "length_penalty", -std::numeric_limits<float>::max(),
+                                                         std::numeric_limits<float>::max());
+  BeamSearchOptions::EarlyStopping early_stopping = BeamSearchOptions::EarlyStopping::kFalse;
+  if (const json* v = field(request, "early_stopping")) {
+    if (v->is_boolean()) {
+      early_stopping = v->get<bool>() ? BeamSearchOptions::EarlyStopping::kTrue
+                                      : BeamSearchOptions::EarlyStopping::kFalse;
+    } else if (v->is_string() && *v == "never") {
+      early_stopping = BeamSearchOptions::EarlyStopping::kNever;
+    } else {
+      wrong_type("early_stopping", "true, false or \"never\"", *v);
+    }
+  }
+  if (!beam_search) {
+    if (length_penalty && *length_penalty != 1.0f) {
+      throw invalid_request("'length_penalty' is only used by beam search ('use_beam_search': true); without it, "
+                            "it must be 1.0 (the default)",
+                            "length_penalty");
+    }
+    if (early_stopping != BeamSearchOptions::EarlyStopping::kFalse) {
+      throw invalid_request("'early_stopping' is only used by beam search ('use_beam_search': true); without it, "
+                            "it must be false (the default)",
+                            "early_stopping");
+    }
+    return std::nullopt;
+  }
+  BeamSearchOptions options;
+  options.beam_width = best_of.value_or(n);
+  if (options.beam_width < n) {
+    throw invalid_request(fmt::format("'best_of' must be greater than or equal to 'n' ({}), got {}", n,
+                                      options.beam_width),
+                          "best_of");
+  }
+  options.length_penalty = length_penalty.value_or(1.0f);
+  options.early_stopping = early_stopping;
+  return options;
 }
 
 }  // namespace
@@ -288,7 +333,8 @@ GenerateRequest make_engine_request(const GenerationPlan& plan, std::size_t inde
 GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, const Engine& engine) {
   const json request = parse_json_object(body);
   check_model(request, engine);
-  reject_unsupported(request, kind);
+  const bool beam_search = get_bool(request, "use_beam_search").value_or(false);
+  reject_unsupported(request, kind, beam_search);
   const bool chat = kind == ApiKind::kChat;
 
   GenerationPlan plan;
@@ -306,10 +352,20 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
   get_string(request, "user");  // type-checked, otherwise unused
 
   SamplingOptions& s = plan.sampling;
-  const GenerationDefaults& defaults = engine.generation_defaults();
+  // Beam search is greedy-style: the model's sampling defaults do not apply to it.
+  const GenerationDefaults defaults = beam_search ? GenerationDefaults{} : engine.generation_defaults();
   s.n = get_int(request, "n", 1, engine.max_n()).value_or(1);
   plan.best_of = s.n;
-  if (!chat) {
+  if (beam_search || field(request, "length_penalty") || field(request, "early_stopping")) {
+    s.beam_search = get_beam_search(request, beam_search, s.n,
+                                    beam_search ? get_int(request, "best_of", 1, engine.max_n()) : std::nullopt);
+  }
+  if (beam_search && plan.stream) {
+    throw invalid_request("'stream' is not supported with beam search: the best beams are known only when the search "
+                          "ends",
+                          "stream");
+  }
+  if (!chat && !beam_search) {
     if (const std::optional<int> best_of = get_int(request, "best_of", 1, engine.max_n())) {
       if (*best_of < s.n) {
         throw invalid_request(fmt::format("'best_of' must be greater than or equal to 'n' ({}), got {}", s.n,
@@ -328,7 +384,8 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
   if (chat) {
     if (auto v = get_int(request, "max_completion_tokens", 1, kMaxInt)) max_tokens = v;
   }
-  s.temperature = get_number(request, "temperature", 0.0, 2.0).value_or(defaults.temperature.value_or(1.0f));
+  s.temperature =
+      get_number(request, "temperature", 0.0, 2.0).value_or(defaults.temperature.value_or(beam_search ? 0.0f : 1.0f));
   s.top_p = get_number(request, "top_p", 0.0, 1.0, /*min_open=*/true).value_or(defaults.top_p.value_or(1.0f));
   s.top_k = get_int(request, "top_k", -1, kMaxInt).value_or(defaults.top_k.value_or(0));
   s.min_p = get_number(request, "min_p", 0.0, 1.0).value_or(0.0f);

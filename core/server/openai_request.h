@@ -48,7 +48,8 @@ struct GenerationPlan {
   bool speculative = true;
   // Completions' best_of: sequences generated per prompt (>= sampling.n, the
   // choices returned per prompt: the best by cumulative logprob). Never
-  // streamed when above n.
+  // streamed when above n. With beam search (sampling.beam_search, whose width
+  // best_of is) n: the engine returns the n best hypotheses itself.
   int best_of = 1;
   // response_format / structured_outputs / guided_* (structured_output_request.h).
   std::optional<OutputConstraint> constraint;

@@ -501,6 +501,51 @@ TEST_CASE("under KV pressure requests are preempted and still produce the right 
   require_drained(f.engine());
 }
 
+TEST_CASE("beam search groups under KV pressure are preempted whole and find the same hypotheses", "[engine][beam]") {
+  const std::string mode = GENERATE(std::string("recompute"), std::string("swap"));
+  CAPTURE(mode);
+  // Four beam searches of width 3 (up to 3 x 7 blocks each) and four plain requests: 40 blocks
+  // cannot hold them all. The rule model's logits depend on token and position only, so the
+  // searches must find exactly what they find with room to spare.
+  const auto run = [](EngineFixture& f) {
+    std::vector<GenerateRequest> requests;
+    for (int i = 0; i < 8; ++i) {
+      requests.push_back(f.request(fmt::format("request number {} says hello", i), 20));
+      if (i % 2 == 1) continue;
+      requests.back().sampling.n = 2;
+      requests.back().sampling.logprobs = 0;
+      requests.back().sampling.beam_search = BeamSearchOptions{3, 1.0f, BeamSearchOptions::EarlyStopping::kFalse};
+    }
+    return f.run_together(std::move(requests));
+  };
+  EngineFixture roomy({"scheduler.max_model_len=96"});
+  const std::vector<Collected> expected = run(roomy);
+  EngineFixture tight({"cache.kv_cache_bytes=" + std::to_string(40 * 2 * 2 * 4 * 8 * 4), "scheduler.max_model_len=96",
+                       "cache.swap_space=1MiB", "cache.enable_prefix_caching=false",
+                       "scheduler.preemption_mode=" + mode});
+  const std::vector<Collected> outputs = run(tight);
+  CHECK(roomy.engine().metrics().scheduler.num_preemptions() == 0);
+  CHECK(tight.engine().metrics().scheduler.num_preemptions() > 0);
+  for (std::size_t i = 0; i < outputs.size(); i += 2) {
+    REQUIRE(outputs[i].sequences.size() == 2);
+    REQUIRE(expected[i].sequences.size() == 2);
+    for (std::size_t s = 0; s < 2; ++s) {
+      CHECK(outputs[i].sequences[s].tokens == expected[i].sequences[s].tokens);
+      CHECK(outputs[i].sequences[s].tokens.size() == 20);  // ignore_eos: only max_tokens ends a hypothesis
+      CHECK(outputs[i].sequences[s].finish_reason == FinishReason::kLength);
+    }
+    // Best first: at equal lengths, by summed logprob.
+    const auto sum = [](const Collected::Sequence& s) {
+      double total = 0;
+      for (const TokenLogprob& t : s.logprobs) total += t.logprob;
+      return total;
+    };
+    CHECK(sum(outputs[i].sequences[0]) >= sum(outputs[i].sequences[1]));
+    CHECK(outputs[i].num_outputs == 1);  // the hypotheses come once, when the search ends
+  }
+  require_drained(tight.engine());
+}
+
 TEST_CASE("abort ends a running request within a step and frees its blocks", "[engine]") {
   EngineFixture f({"model.options.step_delay_ms=5"});
   f.engine().start();

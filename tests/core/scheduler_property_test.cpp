@@ -116,6 +116,9 @@ void run_trace(std::uint32_t seed) {
         }
         request.max_tokens = pick(1, 24);
         request.n = pick(0, 4) == 0 ? pick(2, 3) : 1;
+        // A beam search of width n: its beams come from random BeamSteps below.
+        request.beam_search = request.n > 1 && pick(0, 1) == 0;
+        request.speculative = !request.beam_search;
         request.priority = pick(0, 2);
         request.cache_key = pick(0, 5) == 0 ? "adapter" : "base";
         try {
@@ -144,14 +147,42 @@ void run_trace(std::uint32_t seed) {
     const SchedulerOutput output = scheduler.schedule();
     scheduler.check_invariants();
     check_output(scheduler, output, config.scheduler);
-    const std::vector<SequenceSample> samples = model.run(scheduler, output);
+    std::vector<SequenceSample> samples = model.run(scheduler, output);
+    // Beam groups: every live beam sampled or none; when all were, random next beams
+    // (random parents, some dropped, some forked), or the end of the search.
+    std::map<RequestId, int> sampled_beams;
+    for (const ScheduledSequence& row : output.sequences) {
+      if (scheduler.request_state(row.request_id)->request.beam_search && row.num_samples > 0) {
+        ++sampled_beams[row.request_id];
+      }
+    }
+    std::erase_if(samples, [&](const SequenceSample& sample) {
+      return std::any_of(output.sequences.begin(), output.sequences.end(), [&](const ScheduledSequence& row) {
+        return row.sequence_id == sample.sequence_id && sampled_beams.contains(row.request_id);
+      });
+    });
+    std::vector<BeamStep> beam_steps;
+    for (const auto& [id, sampled] : sampled_beams) {
+      const SequenceGroup& group = *scheduler.request_state(id);
+      const std::vector<SequenceId> live = group.live_sequence_ids();
+      REQUIRE(sampled == static_cast<int>(live.size()));
+      const int outputs = group.find_sequence(live.front())->num_tokens() - group.prompt_len();
+      BeamStep beam_step{id, {}};
+      if (outputs + 1 < group.request.max_tokens && pick(0, 9) != 0) {
+        for (int b = 0; b < group.request.n; ++b) {
+          beam_step.continuations.push_back(
+              {live[static_cast<std::size_t>(pick(0, static_cast<int>(live.size()) - 1))], pick(0, 999)});
+        }
+      }
+      beam_steps.push_back(std::move(beam_step));
+    }
     if (step < num_steps && !output.sequences.empty() && pick(0, 19) == 0) {
       // Abort between schedule() and update(): its blocks go back now, its rows are skipped.
       const RequestId victim = output.sequences[static_cast<std::size_t>(
           pick(0, static_cast<int>(output.sequences.size()) - 1))].request_id;
       if (scheduler.abort(victim)) stopped_early.insert(victim);
     }
-    log.record(scheduler.update(output, samples));
+    log.record(scheduler.update(output, samples, beam_steps));
     scheduler.check_invariants();
   }
 
@@ -186,7 +217,7 @@ constexpr std::uint32_t kNumTraces = 300;
 constexpr std::uint32_t kNumTraces = 1000;
 #endif
 
-TEST_CASE("random add/step/finish/abort/fork traces keep every scheduler and KV invariant",
+TEST_CASE("random add/step/finish/abort/fork/beam traces keep every scheduler and KV invariant",
           "[scheduler][property]") {
   for (std::uint32_t seed = 1; seed <= kNumTraces; ++seed) run_trace(seed);
 }

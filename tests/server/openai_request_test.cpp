@@ -240,6 +240,48 @@ TEST_CASE("generation defaults fill unset fields", "[server][request]") {
   CHECK(plan.sampling.repetition_penalty == 1.0f);
 }
 
+TEST_CASE("beam search: the width, its fields, greedy defaults and its 400s", "[server][request][beam]") {
+  FakeEngineOptions options;
+  options.defaults.temperature = 0.6f;
+  options.defaults.top_p = 0.9f;
+  options.defaults.top_k = 50;
+  options.defaults.repetition_penalty = 1.1f;
+  FakeEngine engine(options);
+  GenerationPlan plan = completion(engine, {{"prompt", "x"}, {"use_beam_search", true}, {"n", 2}, {"best_of", 4},
+                                            {"length_penalty", 0.5}, {"early_stopping", "never"}});
+  REQUIRE(plan.sampling.beam_search.has_value());
+  CHECK(plan.sampling.beam_search->beam_width == 4);
+  CHECK(plan.sampling.beam_search->length_penalty == 0.5f);
+  CHECK(plan.sampling.beam_search->early_stopping == BeamSearchOptions::EarlyStopping::kNever);
+  // The engine returns the n best itself: nothing for the response builder to rank.
+  CHECK(plan.best_of == 2);
+  CHECK(make_engine_request(plan, 0).sampling.n == 2);
+  // generation_config.json's sampling defaults are not beam search's.
+  CHECK(plan.sampling.temperature == 0.0f);
+  CHECK(plan.sampling.top_p == 1.0f);
+  CHECK(plan.sampling.top_k == 0);
+  CHECK(plan.sampling.repetition_penalty == 1.0f);
+  plan = chat(engine, {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"use_beam_search", true},
+                       {"early_stopping", true}});
+  CHECK(plan.sampling.beam_search->beam_width == 1);  // best_of defaults to n; the engine refuses 1
+  CHECK(plan.sampling.beam_search->early_stopping == BeamSearchOptions::EarlyStopping::kTrue);
+  CHECK_FALSE(completion(engine, {{"prompt", "x"}, {"length_penalty", 1.0}, {"early_stopping", false}})
+                  .sampling.beam_search.has_value());
+
+  const auto k = ApiKind::kCompletion;
+  check_400(engine, k, {{"prompt", "x"}, {"use_beam_search", true}, {"n", 3}, {"best_of", 2}}, "best_of",
+            "greater than or equal to 'n'");
+  check_400(engine, k, {{"prompt", "x"}, {"use_beam_search", true}, {"best_of", 2}, {"stream", true}}, "stream",
+            "not supported with beam search");
+  check_400(engine, k, {{"prompt", "x"}, {"use_beam_search", true}, {"early_stopping", "soon"}}, "early_stopping",
+            "true, false or \"never\"");
+  check_400(engine, k, {{"prompt", "x"}, {"use_beam_search", "yes"}}, "use_beam_search", "");
+  check_400(engine, k, {{"prompt", "x"}, {"length_penalty", 2}}, "length_penalty", "only used by beam search");
+  check_400(engine, k, {{"prompt", "x"}, {"early_stopping", "never"}}, "early_stopping", "only used by beam search");
+  check_400(engine, ApiKind::kChat, {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"best_of", 2}},
+            "best_of", "the beam width");
+}
+
 TEST_CASE("chat messages go through the model's chat template", "[server][request]") {
   FakeEngine engine;
   const json messages = {{{"role", "developer"}, {"content", "Be brief."}},
