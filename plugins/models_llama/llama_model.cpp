@@ -185,10 +185,11 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype
   // weight-only otherwise (without VNNI W8A8's integer loop is no faster, and weight-only is the more
   // accurate). The matrices it keeps in float stay so, as in vLLM: nothing is quantized at load.
   if (c.int8_checkpoint) {
+    const bool w8a8 =
+        c.int8_checkpoint->dynamic_int8_activations && llama_cpu::active_isa() >= llama_cpu::Isa::kAvx512Vnni;
     int8_compute_ = quantization_ ? *quantization_
-                    : c.int8_checkpoint->dynamic_int8_activations && llama_cpu::active_isa() >= llama_cpu::Isa::kAvx512Vnni
-                        ? llama_cpu::Int8Compute::kW8A8
-                        : llama_cpu::Int8Compute::kWeightOnly;
+                    : w8a8        ? llama_cpu::Int8Compute::kW8A8
+                                  : llama_cpu::Int8Compute::kWeightOnly;
     quantization_.reset();
   }
   embed_.set_dtype(weight_dtype);

@@ -157,7 +157,9 @@ class SafetensorsSource final : public WeightSource {
       for (int64_t i = 0; i < count; i += kPiece) {
         const int64_t n = std::min(kPiece, count - i);
         values->read(first + i, n, q);
-        for (int64_t j = 0; j < n; ++j) dst[i + j] = float(q[j]) * values->row_scales[std::size_t((first + i + j) / cols)];
+        for (int64_t j = 0; j < n; ++j) {
+          dst[i + j] = float(q[j]) * values->row_scales[std::size_t((first + i + j) / cols)];
+        }
       }
     };
     t.int8 = std::move(values);

@@ -282,7 +282,6 @@ TEST_CASE("models_llama: compressed-tensors checkpoints: what is not supported i
     std::function<void(nlohmann::json&)> edit;
     const char* message;
   };
-  const std::string group = "quantization_config.config_groups.group_0.";
   const Case cases[] = {
       {"another method", [](auto& q) { q["quant_method"] = "gptq"; }, "'quantization_config.quant_method' is \"gptq\""},
       {"fp8", [](auto& q) { q["format"] = "float-quantized"; }, "'quantization_config.format' is \"float-quantized\""},
@@ -296,9 +295,11 @@ TEST_CASE("models_llama: compressed-tensors checkpoints: what is not supported i
        "weights.symmetric' is false (asymmetric, with zero points)"},
       {"float weights", [](auto& q) { q["config_groups"]["group_0"]["weights"]["type"] = "float"; },
        "weights.type' is \"float\""},
-      {"static activation scales", [](auto& q) { q["config_groups"]["group_0"]["input_activations"]["dynamic"] = false; },
+      {"static activation scales",
+       [](auto& q) { q["config_groups"]["group_0"]["input_activations"]["dynamic"] = false; },
        "input_activations.dynamic' is false (static activation scales)"},
-      {"per-tensor activations", [](auto& q) { q["config_groups"]["group_0"]["input_activations"]["strategy"] = "tensor"; },
+      {"per-tensor activations",
+       [](auto& q) { q["config_groups"]["group_0"]["input_activations"]["strategy"] = "tensor"; },
        "input_activations.strategy' is \"tensor\""},
       {"a quantized KV cache", [](auto& q) { q["kv_cache_scheme"] = {{"num_bits", 8}}; },
        "'quantization_config.kv_cache_scheme' is set"},
@@ -337,7 +338,8 @@ TEST_CASE("models_llama: compressed-tensors checkpoints: what is not supported i
   SECTION("a fused matrix half int8") {
     // q_proj back to float (its scale dropped): q/k/v would mix dtypes in one matrix.
     rewrite_safetensors(file, [](std::vector<RawTensor>& tensors) {
-      std::erase_if(tensors, [](const RawTensor& t) { return t.name == "model.layers.0.self_attn.q_proj.weight_scale"; });
+      std::erase_if(tensors,
+                    [](const RawTensor& t) { return t.name == "model.layers.0.self_attn.q_proj.weight_scale"; });
       for (RawTensor& t : tensors) {
         if (t.name == "model.layers.0.self_attn.q_proj.weight") {
           t.set_f32(std::vector<float>(std::size_t(t.shape[0] * t.shape[1]), 0.5f));
