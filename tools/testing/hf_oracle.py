@@ -47,7 +47,11 @@ each]}, the logits of model i in OUT.json.i.f32. A model entry with
 importing torch and transformers costs seconds, a tiny model's work far less.
 
 --dtype float32 (default) or float64 computes in that dtype; checkpoints stored
-in bfloat16/float16 are widened exactly on load. torch runs single-threaded
+in bfloat16/float16 are widened exactly on load. A compressed-tensors checkpoint
+(config.json's quantization_config) is decompressed on load by transformers
+through the compressed-tensors package (weights q * scale); a W8A8 one's
+activations are then fake-quantized per token before every quantized Linear,
+unless `logits`/`greedy` get --dense-activations. torch runs single-threaded
 (--threads) so tests sharing a machine stay predictable.
 """
 import argparse
