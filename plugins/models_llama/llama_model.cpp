@@ -25,6 +25,10 @@ const char* quantization_name(const std::optional<llama_cpu::Int8Compute>& q) {
   return *q == llama_cpu::Int8Compute::kW8A8 ? "int8_w8a8" : "int8_weight_only";
 }
 
+const char* compute_name(llama_cpu::Int8Compute compute) {
+  return compute == llama_cpu::Int8Compute::kW8A8 ? "W8A8" : "weight-only";
+}
+
 }  // namespace
 
 LlamaModel::LlamaModel(const std::filesystem::path& model_dir, int num_threads, pllm_dtype weight_dtype,
@@ -176,6 +180,18 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype
     weight_dtype = embed ? llama::auto_weight_dtype(*embed) : PLLM_DTYPE_F32;
   }
   weight_dtype_ = weight_dtype;
+  // A compressed-tensors checkpoint's int8 matrices are multiplied as `quantization` says, else as the
+  // checkpoint was made for: W8A8 when its activations are int8 (dynamic, per token) and the CPU has VNNI,
+  // weight-only otherwise (without VNNI W8A8's integer loop is no faster, and weight-only is the more
+  // accurate). The matrices it keeps in float stay so, as in vLLM: nothing is quantized at load.
+  if (c.int8_checkpoint) {
+    const bool w8a8 =
+        c.int8_checkpoint->dynamic_int8_activations && llama_cpu::active_isa() >= llama_cpu::Isa::kAvx512Vnni;
+    int8_compute_ = quantization_ ? *quantization_
+                    : w8a8        ? llama_cpu::Int8Compute::kW8A8
+                                  : llama_cpu::Int8Compute::kWeightOnly;
+    quantization_.reset();
+  }
   embed_.set_dtype(weight_dtype);
   lm_head_.set_dtype(weight_dtype);
   layers_.resize(std::size_t(c.num_layers));
@@ -200,6 +216,9 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype
                                &lm_head_));
   }
 
+  if (quantization_) int8_matrices_ = quantization_name(quantization_);
+  if (c.int8_checkpoint) keep_stored_int8(checkpoint, parts);
+
   const llama_cpu::LoadedWeights loaded = llama_cpu::load_weight_parts(checkpoint, parts, pool_);
   if (!loaded.unused.empty()) {
     pllm::log_info("models_llama: ignoring checkpoint tensors ", llama::join_names(loaded.unused),
@@ -214,14 +233,44 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype
   }
   pllm::log_info("models_llama: loaded ", model_parts, " tensors from ", checkpoint.describe(), " (",
                  loaded.stored_bytes >> 20, " MiB read, ", weight_bytes() >> 20, " MiB as ",
-                 plugins::dtype_name(weight_dtype_), quantization_ ? " with int8 matrices (" : "",
-                 quantization_ ? quantization_name(quantization_) : "", quantization_ ? ")" : "", ")");
+                 plugins::dtype_name(weight_dtype_), int8_matrices_.empty() ? "" : " with int8 matrices (",
+                 int8_matrices_, int8_matrices_.empty() ? "" : ")", ")");
+}
+
+void LlamaModel::keep_stored_int8(const llama::WeightSource& checkpoint, const std::vector<WeightPart>& parts) {
+  // A fused matrix has one dtype: int8 when every tensor in it is stored int8. The embedding (its rows are
+  // gathered in the weight dtype) and the norms take any stored int8 tensor dequantized.
+  std::map<llama_cpu::WeightStorage*, std::pair<std::vector<std::string>, std::vector<std::string>>> stored;
+  for (const WeightPart& part : parts) {
+    if (part.storage == &embed_ || part.shape.size() != 2) continue;
+    const llama::SourceTensor* t = checkpoint.find(part.name);
+    auto& [int8, other] = stored[part.storage];
+    (t && t->int8 ? int8 : other).push_back(part.name);
+  }
+  int64_t matrices = 0, total = 0;
+  for (auto& [storage, names] : stored) {
+    const auto& [int8, other] = names;
+    ++total;
+    if (int8.empty()) continue;
+    if (!other.empty()) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
+                        "models_llama: " + llama::join_names(int8) + " are stored int8 but " +
+                            llama::join_names(other) + " of the same fused matrix are not (the checkpoint's "
+                            "ignore list splits it): a fused matrix is held in one dtype");
+    }
+    storage->set_int8(int8_compute_);
+    ++matrices;
+  }
+  int8_matrices_ = "compressed-tensors, " + std::to_string(matrices) + " of " + std::to_string(total) + ", " +
+                   compute_name(int8_compute_);
 }
 
 std::string LlamaModel::describe() const {
   const std::string weights =
-      quantization_ ? std::string("int8 weights (") + quantization_name(quantization_) + ")"
-                    : std::string(plugins::dtype_name(weight_dtype_)) + " weights";
+      quantization_      ? std::string("int8 weights (") + quantization_name(quantization_) + ")"
+      : int8_matrices_.empty() ? std::string(plugins::dtype_name(weight_dtype_)) + " weights"
+                         : std::string(plugins::dtype_name(weight_dtype_)) + " weights with int8 matrices (" +
+                               int8_matrices_ + ")";
   // linear() rounds the activations of bf16 products past kDotRowsMaxRows rows on avx512bf16 (cpu_kernels.h).
   const bool bf16_gemm =
       !quantization_ && weight_dtype_ == PLLM_DTYPE_BF16 && llama_cpu::active_isa() == llama_cpu::Isa::kAvx512Bf16;
@@ -248,8 +297,10 @@ pllm_tensor LlamaModel::tensor(std::string_view name) const {
   }
   if (it->second.dtype == PLLM_DTYPE_I8) {
     throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: '" + std::string(name) +
-                                                  "' is held as int8 (quantization: " +
-                                                  quantization_name(quantization_) +
+                                                  "' is held as int8 (" +
+                                                  (quantization_ ? std::string("quantization: ") +
+                                                                       quantization_name(quantization_)
+                                                                 : int8_matrices_) +
                                                   "); get_tensor serves unquantized weights only");
   }
   return llama::tensor_view(it->second.data, it->second.dtype, {PLLM_DEVICE_CPU, 0}, it->second.shape);

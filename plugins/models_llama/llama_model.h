@@ -27,6 +27,11 @@
 // lm_head are quantized to int8 at load instead (per output row, weights.h);
 // a tied lm_head gets an int8 copy of the embedding, which itself stays in
 // the weight dtype (the token gather, get_tensor for a speculator).
+//
+// A compressed-tensors int8 checkpoint (llama_common/llama_config.h) keeps its
+// int8 matrices as stored, values and scales, without requantizing; the
+// matrices it left in float (its ignore list: lm_head, typically) stay in the
+// weight dtype.
 
 #include <cstddef>
 #include <cstdint>
@@ -81,6 +86,9 @@ class LlamaModel final : public llama::LlamaForward {
   void set_up_tensor_parallel(const std::filesystem::path& model_dir, const pllm_collectives_ref& ref,
                               const pllm_communicator_info& group);
   void load_weights(const std::filesystem::path& model_dir, pllm_dtype weight_dtype);
+  // On a compressed-tensors checkpoint: the matrices it stores int8 are made int8 storage (copied as stored
+  // by the loader); refused when a fused matrix mixes int8 and float tensors.
+  void keep_stored_int8(const llama::WeightSource& checkpoint, const std::vector<llama_cpu::WeightPart>& parts);
   // The checkpoint block of `slot` this rank loads (the whole tensor without tensor parallelism).
   llama_cpu::WeightPart shard_part(const llama::WeightSlot& slot, llama_cpu::WeightStorage* storage) const;
   // The collectives' all-reduce (sum, in place) and all-gather, failures thrown naming `what`.
@@ -100,7 +108,9 @@ class LlamaModel final : public llama::LlamaForward {
   plugins::ThreadPool pool_;
   std::vector<double> inv_freq_;
   pllm_dtype weight_dtype_ = PLLM_DTYPE_F32;
-  std::optional<llama_cpu::Int8Compute> quantization_;
+  std::optional<llama_cpu::Int8Compute> quantization_;  // quantized at load (never on a pre-quantized checkpoint)
+  llama_cpu::Int8Compute int8_compute_ = llama_cpu::Int8Compute::kW8A8;  // how int8 matrices are multiplied
+  std::string int8_matrices_;  // what the int8 matrices are, for log lines; "" when there are none
   llama_cpu::WeightStorage embed_, norm_, lm_head_;
   std::vector<llama_cpu::DecoderLayerWeights> layers_;
   std::map<std::string, Slot, std::less<>> slots_;

@@ -188,13 +188,29 @@ TEST_CASE("safetensors: malformed headers are refused naming the tensor", "[sdk]
   SECTION("unsupported and unknown dtypes") {
     TempDir d2;
     nlohmann::json h = v.header();
-    h["b"] = entry("I64", {1}, 24, 32);
-    const auto path = d2.write("i64.safetensors", file_bytes(h.dump(), v.data()));
+    h["b"] = entry("U64", {1}, 24, 32);
+    const auto path = d2.write("u64.safetensors", file_bytes(h.dump(), v.data()));
     const pllm::Error e = error_of([&] { st::File f(path); });
     CHECK(e.status() == PLLM_ERROR_UNSUPPORTED);
     CHECK_THAT(e.what(), Contains(path.string()));
-    CHECK_THAT(e.what(), Contains("tensor 'b': dtype I64 is not supported"));
+    CHECK_THAT(e.what(), Contains("tensor 'b': dtype U64 is not supported"));
     CHECK_THAT(with([](auto& h2) { h2["b"]["dtype"] = "Q4"; }), Contains("tensor 'b': unknown dtype 'Q4'"));
+  }
+
+  SECTION("integer tensors are read as bytes, never converted to f32") {
+    TempDir d2;
+    nlohmann::json h = v.header();
+    h["b"] = entry("I8", {8}, 24, 32);
+    const auto path = d2.write("i8.safetensors", file_bytes(h.dump(), v.data()));
+    st::File f(path);
+    const st::TensorView& b = *f.find("b");
+    CHECK(b.dtype == PLLM_DTYPE_I8);
+    CHECK(b.nbytes == 8);
+    CHECK(std::memcmp(b.data, v.data().data() + 24, 8) == 0);
+    float out[8];
+    const pllm::Error e = error_of([&] { b.to_f32(0, 8, out); });
+    CHECK(e.status() == PLLM_ERROR_UNSUPPORTED);
+    CHECK_THAT(e.what(), Contains("tensor 'b': is I8, not a float tensor"));
   }
 }
 

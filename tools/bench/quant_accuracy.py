@@ -16,7 +16,12 @@ tools/testing/make_tiny_llama.py.
 
 A variant NAME@LEVEL runs NAME with PAGEDLLM_CPU_ISA=LEVEL (llama_cpu/cpu_isa.h):
 bf16@avx512vnni is bf16 on the exact path (f32 activations in every product), where plain bf16 on
-a CPU with AVX512-BF16 prefills through vdpbf16ps on bf16-rounded activations.
+a CPU with AVX512-BF16 prefills through vdpbf16ps on bf16-rounded activations. A variant
+ct-SCHEME/NAME runs NAME on a compressed-tensors int8 checkpoint of the model (and of the speed
+model), made once per run by tools/testing/make_compressed_int8_checkpoint.py --scheme SCHEME
+(W8A8 or W8A16, lm_head left unquantized as llm-compressor's examples do): ct-W8A8/auto is that
+checkpoint as models_llama loads it by default (its int8 matrices as stored, W8A8 on VNNI); a
+SCHEME+lm_head (ct-W8A8+lm_head/auto) quantizes lm_head too, as quantization: int8 does at load.
 """
 import argparse
 import json
@@ -50,7 +55,23 @@ def heldout_windows(model_dir, windows, length):
     return np.asarray(ids[:windows * length], dtype=np.int32).reshape(windows, length)
 
 
-def run_variant(build, model_dir, variant, tokens_file, logits_file, decode_steps, threads):
+def compressed_model(model_dir, scheme, tmp, made):
+    """The compressed-tensors `scheme` checkpoint of model_dir, made into tmp on first use."""
+    key = (model_dir, scheme)
+    if key not in made:
+        out = os.path.join(tmp, f"ct-{len(made)}")
+        base, _, with_lm_head = scheme.partition("+")
+        subprocess.run([sys.executable, os.path.join(ROOT, "tools", "testing", "make_compressed_int8_checkpoint.py"),
+                        model_dir, out, "--scheme", base] + (["--ignore"] if with_lm_head else []),
+                       check=True, capture_output=True)
+        made[key] = out
+    return made[key]
+
+
+def run_variant(build, model_dir, variant, tokens_file, logits_file, decode_steps, threads, tmp=None, made=None):
+    if variant.startswith("ct-"):
+        scheme, _, variant = variant[len("ct-"):].partition("/")
+        model_dir = compressed_model(model_dir, scheme, tmp, made)
     name, _, level = variant.partition("@")
     env = dict(os.environ)
     if level:
@@ -93,12 +114,13 @@ def main():
         empty_file = os.path.join(tmp, "empty.bin")
         np.asarray([0, 1], dtype=np.int32).tofile(empty_file)
         reference = None
+        made = {}
         for variant in args.variants:
-            logits_file = os.path.join(tmp, f"{variant}.f32")
-            run = run_variant(args.build, args.model, variant, tokens_file, logits_file, 0, args.threads)
+            logits_file = os.path.join(tmp, "logits.f32")
+            run = run_variant(args.build, args.model, variant, tokens_file, logits_file, 0, args.threads, tmp, made)
             # Decode alone in a process of its own (after the windows, its cache and the machine differ).
             decode = run_variant(args.build, args.model, variant, empty_file, os.devnull, args.decode_steps,
-                                 args.threads)
+                                 args.threads, tmp, made)
             logits = np.fromfile(logits_file, dtype=np.float32).reshape(args.windows, args.length, run["vocab"])
             os.remove(logits_file)
             logp = log_softmax(logits[:, :-1])
@@ -114,7 +136,7 @@ def main():
                 entry["top1_agreement"] = float((logits.argmax(-1) == reference.argmax(-1)).mean())
             if args.speed_model:
                 speed = run_variant(args.build, args.speed_model, variant, tokens_file, os.devnull,
-                                    args.decode_steps, args.threads)
+                                    args.decode_steps, args.threads, tmp, made)
                 entry["speed_model_prefill_tok_s"] = speed["prefill_tok_s"]
                 entry["speed_model_decode_tok_s"] = speed["decode_tok_s"]
             results["variants"][variant] = entry

@@ -47,7 +47,11 @@ each]}, the logits of model i in OUT.json.i.f32. A model entry with
 importing torch and transformers costs seconds, a tiny model's work far less.
 
 --dtype float32 (default) or float64 computes in that dtype; checkpoints stored
-in bfloat16/float16 are widened exactly on load. torch runs single-threaded
+in bfloat16/float16 are widened exactly on load. A compressed-tensors checkpoint
+(config.json's quantization_config) is decompressed on load by transformers
+through the compressed-tensors package (weights q * scale); a W8A8 one's
+activations are then fake-quantized per token before every quantized Linear,
+unless `logits`/`greedy` get --dense-activations. torch runs single-threaded
 (--threads) so tests sharing a machine stay predictable.
 """
 import argparse
@@ -136,12 +140,25 @@ def make(preset_name, out_dir, seed, threads):
         shutil.copy(os.path.join(TOKENIZER_DIR, name), os.path.join(out_dir, name))
 
 
-def load(model_dir, dtype_name, threads):
+def load(model_dir, dtype_name, threads, dense_activations=False):
     torch = import_torch(threads)
     from transformers import LlamaForCausalLM
     dtype = {"float32": torch.float32, "float64": torch.float64}[dtype_name]
-    # eager: the attention equations written out (softmax(QK^T / sqrt(d) + mask) V).
-    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="eager").eval()
+    # eager: the attention equations written out (softmax(QK^T / sqrt(d) + mask) V). A compressed-tensors
+    # checkpoint (config.json's quantization_config) is decompressed by transformers through the
+    # compressed-tensors package: weights q * scale in dtype, and a W8A8 checkpoint's activations fake-quantized
+    # per token before every quantized Linear, unless dense_activations turns that off.
+    # Decompressed while loading (run_compressed=False): transformers would otherwise decompress on the first
+    # call of the whole model, not of model.model, which every_position calls.
+    extra = {}
+    with open(os.path.join(model_dir, "config.json")) as f:
+        if "quantization_config" in json.load(f):
+            from transformers import CompressedTensorsConfig
+            extra["quantization_config"] = CompressedTensorsConfig(run_compressed=False)
+    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="eager", **extra).eval()
+    if dense_activations:
+        from compressed_tensors.quantization import disable_quantization
+        model.apply(disable_quantization)
     return torch, model
 
 
@@ -167,7 +184,7 @@ def every_position(torch, model, sequences):
 def logits(args):
     if args.preset:
         make(args.preset, args.model, args.seed, args.threads)
-    torch, model = load(args.model, args.dtype, args.threads)
+    torch, model = load(args.model, args.dtype, args.threads, args.dense_activations)
     with open(args.input) as f:
         spec = json.load(f)
     sequences = spec["sequences"]
@@ -217,7 +234,7 @@ def greedy_decode(torch, model, prompts, steps):
 
 
 def greedy(args):
-    torch, model = load(args.model, args.dtype, args.threads)
+    torch, model = load(args.model, args.dtype, args.threads, args.dense_activations)
     with open(args.input) as f:
         spec = json.load(f)
     outputs, margins, rows, logits_rows = greedy_decode(torch, model, spec["prompts"], int(spec["max_new_tokens"]))
@@ -267,6 +284,8 @@ def main(argv):
         s.add_argument("--input", required=True)
         s.add_argument("--output", required=True)
         s.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+        s.add_argument("--dense-activations", action="store_true",
+                       help="a compressed-tensors W8A8 checkpoint's activations not quantized (its weights only)")
         if name == "logits":
             s.add_argument("--json", action="store_true", help="logits and hidden states inline (small models)")
             s.add_argument("--preset", choices=sorted(PRESETS), help="`make` the model into --model first")

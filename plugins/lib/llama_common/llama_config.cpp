@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <string_view>
 
@@ -177,6 +178,109 @@ RopeScaling parse_rope_scaling(const Fields& f, std::string_view who) {
          PLLM_ERROR_UNSUPPORTED);
 }
 
+// compressed-tensors' quantization arguments of one tensor kind (a config group's
+// `weights` or `input_activations`) at `prefix`: 8-bit symmetric integers, no
+// groups, blocks or act-order, with one of `strategies`, dynamic as `dynamic` says
+// (weights static, activations dynamic). Absent keys take compressed-tensors'
+// defaults (8 bits, int, symmetric, not dynamic; no strategy means tensor).
+void check_int8_args(const Fields& f, const json& args, const std::string& prefix,
+                     const std::set<std::string>& strategies, bool dynamic, std::string_view who) {
+  if (!args.is_object()) f.fail(prefix, "must be an object, got " + args.dump());
+  const Fields a(f.path(), args);
+  const auto refuse = [&](const char* key, const std::string& what) {
+    f.fail(prefix + "." + key, what + "; " + std::string(who) + " reads compressed-tensors checkpoints of 8-bit "
+                               "symmetric int weights (strategy channel or tensor), with int8 dynamic per-token "
+                               "activations or none", PLLM_ERROR_UNSUPPORTED);
+  };
+  const auto text = [&](const char* key, const char* fallback) {
+    const json* v = a.find(key);
+    if (!v) return std::string(fallback);
+    if (!v->is_string()) f.fail(prefix + "." + key, "must be a string, got " + v->dump());
+    return v->get<std::string>();
+  };
+  if (const int64_t bits = a.get_int("num_bits", 8, 1, 64); bits != 8) {
+    refuse("num_bits", "is " + std::to_string(bits) + " (" + std::to_string(bits) + "-bit values)");
+  }
+  if (const std::string type = text("type", "int"); type != "int") refuse("type", "is \"" + type + "\"");
+  if (!a.get_bool("symmetric", true)) refuse("symmetric", "is false (asymmetric, with zero points)");
+  if (const std::string strategy = text("strategy", "tensor"); !strategies.count(strategy)) {
+    refuse("strategy", "is \"" + strategy + "\"");
+  }
+  const json* is_dynamic = a.find("dynamic");
+  if (is_dynamic && !is_dynamic->is_boolean()) refuse("dynamic", "is " + is_dynamic->dump());
+  if (a.get_bool("dynamic", false) != dynamic) {
+    refuse("dynamic", dynamic ? "is false (static activation scales)" : "is true (weights quantized at run time)");
+  }
+  for (const char* key : {"group_size", "block_structure", "scale_dtype", "zp_dtype"}) {
+    if (const json* v = a.find(key)) refuse(key, "is " + v->dump());
+  }
+  if (const json* v = a.find("actorder"); v && !(v->is_boolean() && !v->get<bool>())) {
+    refuse("actorder", "is " + v->dump());
+  }
+}
+
+// config.json's quantization_config: a compressed-tensors int8 checkpoint
+// (llama_config.h), or refused naming the field.
+std::optional<Int8Checkpoint> parse_quantization_config(const Fields& f, std::string_view who) {
+  const json* v = f.find("quantization_config");
+  if (!v) return std::nullopt;
+  const std::string base = "quantization_config";
+  if (!v->is_object()) f.fail(base, "must be an object, got " + v->dump());
+  const Fields q(f.path(), *v);
+  const auto refuse = [&](const std::string& key, const std::string& what) {
+    f.fail(key, what + "; " + std::string(who) + " reads compressed-tensors int8 checkpoints (formats "
+                "int-quantized, naive-quantized, pack-quantized)", PLLM_ERROR_UNSUPPORTED);
+  };
+  const auto text = [&](const Fields& object, const std::string& key_path, const char* key) {
+    const json* s = object.find(key);
+    if (!s) return std::string();
+    if (!s->is_string()) f.fail(key_path, "must be a string, got " + s->dump());
+    return s->get<std::string>();
+  };
+  const std::string method = text(q, base + ".quant_method", "quant_method");
+  if (method != "compressed-tensors") {
+    refuse(base + ".quant_method", method.empty() ? std::string("is missing") : "is \"" + method + "\"");
+  }
+  const std::set<std::string> formats = {"int-quantized", "naive-quantized", "pack-quantized"};
+  const std::string format = text(q, base + ".format", "format");
+  if (!formats.count(format) && format != "mixed-precision") {
+    refuse(base + ".format", format.empty() ? std::string("is missing") : "is \"" + format + "\"");
+  }
+  if (const std::string status = text(q, base + ".quantization_status", "quantization_status");
+      !status.empty() && status != "compressed") {
+    refuse(base + ".quantization_status", "is \"" + status + "\" (the weights are not stored compressed)");
+  }
+  for (const char* key : {"sparsity_config", "transform_config", "kv_cache_scheme"}) {
+    const json* x = q.find(key);
+    if (x && !(x->is_object() && x->empty())) refuse(base + "." + key, "is set");
+  }
+  const json* groups = q.find("config_groups");
+  if (!groups || !groups->is_object() || groups->empty()) {
+    f.fail(base + ".config_groups", "must be a non-empty object of quantization schemes");
+  }
+  std::optional<bool> w8a8;
+  for (const auto& [name, group] : groups->items()) {
+    const std::string g = base + ".config_groups." + name;
+    if (!group.is_object()) f.fail(g, "must be an object, got " + group.dump());
+    const Fields scheme(f.path(), group);
+    if (const std::string group_format = text(scheme, g + ".format", "format");
+        !group_format.empty() && !formats.count(group_format)) {
+      refuse(g + ".format", "is \"" + group_format + "\"");
+    }
+    const json* weights = scheme.find("weights");
+    if (!weights) f.fail(g + ".weights", "is required");
+    check_int8_args(f, *weights, g + ".weights", {"channel", "tensor"}, false, who);
+    const json* activations = scheme.find("input_activations");
+    if (activations) check_int8_args(f, *activations, g + ".input_activations", {"token"}, true, who);
+    if (scheme.find("output_activations")) refuse(g + ".output_activations", "is set (quantized outputs)");
+    if (w8a8 && *w8a8 != (activations != nullptr)) {
+      refuse(g + ".input_activations", "differs from another group's (int8 activations in some, none in others)");
+    }
+    w8a8 = activations != nullptr;
+  }
+  return Int8Checkpoint{*w8a8};
+}
+
 }  // namespace
 
 LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::string_view who) {
@@ -218,6 +322,7 @@ LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::strin
   if (bos.size() > 1) f.fail("bos_token_id", "must be one token id");
   c.bos_token_id = bos.empty() ? -1 : bos.front();
   c.eos_token_ids = f.token_ids("eos_token_id", c.vocab_size);
+  c.int8_checkpoint = parse_quantization_config(f, who);
 
   const std::filesystem::path generation_path = model_dir / "generation_config.json";
   std::error_code ec;

@@ -1,7 +1,9 @@
 #include "llama_common/weight_source.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <set>
 
 #include "pagedllm/sdk/cpp/gguf.hpp"
 #include "pagedllm/sdk/cpp/safetensors.hpp"
@@ -17,22 +19,45 @@ std::string shape_string(const std::vector<int64_t>& shape) {
 
 class SafetensorsSource final : public WeightSource {
  public:
-  explicit SafetensorsSource(const std::filesystem::path& dir) : checkpoint_(dir) {
+  SafetensorsSource(const std::filesystem::path& dir, const LlamaConfig& config) : checkpoint_(dir) {
+    std::set<std::string, std::less<>> parts_of_int8;  // weight_scale, weight_packed, ... of int8 weights
+    if (config.int8_checkpoint) {
+      constexpr std::string_view kScale = ".weight_scale";
+      for (const std::string& name : checkpoint_.names()) {
+        if (name.ends_with(kScale)) add(int8_weight(name.substr(0, name.size() - kScale.size()), parts_of_int8));
+      }
+    }
     for (const std::string& name : checkpoint_.names()) {
+      if (parts_of_int8.count(name)) continue;
       const pllm::safetensors::TensorView& view = *checkpoint_.find(name);
       SourceTensor t;
       t.name = name;
       t.shape = view.shape;
-      t.dtype = view.dtype;
-      t.data = view.data;
       t.nbytes = view.nbytes;
       t.where = view.where();
+      if (pllm::is_float_dtype(view.dtype)) {
+        t.dtype = view.dtype;
+        t.data = view.data;
+      } else {
+        t.unreadable = t.where + ": is " + pllm::safetensors::dtype_name(view.dtype) +
+                       (config.int8_checkpoint ? std::string(", but not an int8 weight with a '") + name +
+                                                     "_scale' (compressed-tensors)"
+                                               : std::string(", and config.json has no quantization_config saying "
+                                                             "what it holds"));
+      }
       t.convert = [&view](int64_t first, int64_t count, float* dst) { view.to_f32(first, count, dst); };
       add(std::move(t));
     }
   }
 
   const SourceTensor& require(std::string_view name, const std::vector<int64_t>& shape) const override {
+    if (const SourceTensor* t = find(name); t && t->int8) {
+      if (t->shape != shape) {
+        refuse(PLLM_ERROR_INVALID_CONFIG,
+               t->where + ": has shape " + shape_string(t->shape) + ", expected " + shape_string(shape));
+      }
+      return *t;
+    }
     checkpoint_.require(name, shape);  // its messages name the file, the tensor and both shapes
     return *find(name);
   }
@@ -44,6 +69,126 @@ class SafetensorsSource final : public WeightSource {
   }
 
  private:
+  [[noreturn]] static void refuse(pllm_status status, const std::string& message) {
+    throw pllm::Error(status, message);
+  }
+
+  // The compressed-tensors weight `<module>.weight`: I8 values (int-quantized,
+  // naive-quantized) or I32 words of four values each (pack-quantized: byte j
+  // of word w, little-endian, is column 4 w + j of the row, stored as q + 128;
+  // each row padded to whole words; `weight_shape` holds the unpacked shape),
+  // and `weight_scale`: one per row ([rows, 1] or [rows]) or one for the tensor.
+  // The names it reads go into `parts`.
+  SourceTensor int8_weight(const std::string& module, std::set<std::string, std::less<>>& parts) const {
+    const pllm::safetensors::TensorView& scale = *checkpoint_.find(module + ".weight_scale");
+    parts.insert(scale.name);
+    for (const char* extra : {".weight_zero_point", ".weight_g_idx"}) {
+      if (const auto* v = checkpoint_.find(module + extra)) {
+        refuse(PLLM_ERROR_UNSUPPORTED, v->where() + ": zero points and act-order indices are not supported "
+                                                    "(symmetric int8 weights only)");
+      }
+    }
+    auto values = std::make_shared<Int8Values>();
+    SourceTensor t;
+    t.name = module + ".weight";
+    if (const auto* q = checkpoint_.find(module + ".weight")) {
+      if (q->dtype != PLLM_DTYPE_I8 || q->shape.size() != 2) {
+        refuse(PLLM_ERROR_INVALID_CONFIG, q->where() + ": is " + pllm::safetensors::dtype_name(q->dtype) + " " +
+                                              shape_string(q->shape) + "; a compressed-tensors int8 weight with a "
+                                              "weight_scale is a 2-D I8 tensor");
+      }
+      parts.insert(q->name);
+      t.shape = q->shape;
+      t.where = q->where();
+      t.nbytes = q->nbytes;
+      const auto* data = reinterpret_cast<const int8_t*>(q->data);
+      values->read = [data](int64_t first, int64_t count, int8_t* dst) {
+        std::memcpy(dst, data + first, std::size_t(count));
+      };
+    } else if (const auto* packed = checkpoint_.find(module + ".weight_packed")) {
+      const auto* shape = checkpoint_.find(module + ".weight_shape");
+      if (!shape) refuse(PLLM_ERROR_NOT_FOUND, packed->where() + ": its '" + module + ".weight_shape' is missing");
+      parts.insert(packed->name);
+      parts.insert(shape->name);
+      t.shape = packed_shape(*shape);
+      const int64_t words = t.shape.size() == 2 ? (t.shape[1] + 3) / 4 : 0;
+      if (packed->dtype != PLLM_DTYPE_I32 || packed->shape != std::vector<int64_t>{t.shape[0], words}) {
+        refuse(PLLM_ERROR_INVALID_CONFIG, packed->where() + ": is " + pllm::safetensors::dtype_name(packed->dtype) +
+                                              " " + shape_string(packed->shape) + ", expected I32 [" +
+                                              std::to_string(t.shape[0]) + ", " + std::to_string(words) +
+                                              "]: 8-bit values four to a word for weight_shape " +
+                                              shape_string(t.shape));
+      }
+      t.where = packed->where();
+      t.nbytes = packed->nbytes;
+      const auto* bytes = reinterpret_cast<const uint8_t*>(packed->data);
+      const int64_t cols = t.shape[1], row_bytes = words * 4;
+      values->read = [bytes, cols, row_bytes](int64_t first, int64_t count, int8_t* dst) {
+        for (int64_t i = 0; i < count; ++i) {
+          const int64_t at = first + i;
+          dst[i] = int8_t(int(bytes[(at / cols) * row_bytes + at % cols]) - 128);
+        }
+      };
+    } else {
+      refuse(PLLM_ERROR_NOT_FOUND, scale.where() + ": there is no '" + module + ".weight' (I8) nor '" + module +
+                                       ".weight_packed' (I32) for it to scale");
+    }
+    const int64_t rows = t.shape[0];
+    if (!pllm::is_float_dtype(scale.dtype) || (scale.numel() != rows && scale.numel() != 1) ||
+        scale.shape.size() > 2 || (scale.shape.size() == 2 && scale.shape[1] != 1)) {
+      refuse(PLLM_ERROR_UNSUPPORTED, scale.where() + ": is " + pllm::safetensors::dtype_name(scale.dtype) + " " +
+                                         shape_string(scale.shape) + "; scales are float, one per row ([" +
+                                         std::to_string(rows) + ", 1]) or one for the tensor (group-wise scales "
+                                         "are not supported)");
+    }
+    std::vector<float> stored(std::size_t(scale.numel()));
+    scale.to_f32(0, scale.numel(), stored.data());
+    for (std::size_t r = 0; r < stored.size(); ++r) {
+      if (!std::isfinite(stored[r])) {
+        refuse(PLLM_ERROR_INVALID_CONFIG, scale.where() + ": element " + std::to_string(r) + " is not finite");
+      }
+    }
+    values->row_scales = stored.size() == std::size_t(rows) ? stored : std::vector<float>(std::size_t(rows), stored[0]);
+    t.nbytes += scale.nbytes;
+    const int64_t cols = t.shape[1];
+    t.convert = [values, cols](int64_t first, int64_t count, float* dst) {
+      constexpr int64_t kPiece = 4096;
+      int8_t q[kPiece];
+      for (int64_t i = 0; i < count; i += kPiece) {
+        const int64_t n = std::min(kPiece, count - i);
+        values->read(first + i, n, q);
+        for (int64_t j = 0; j < n; ++j) {
+          dst[i + j] = float(q[j]) * values->row_scales[std::size_t((first + i + j) / cols)];
+        }
+      }
+    };
+    t.int8 = std::move(values);
+    return t;
+  }
+
+  // pack-quantized's weight_shape: the unpacked [rows, cols], as I64 or I32.
+  static std::vector<int64_t> packed_shape(const pllm::safetensors::TensorView& shape) {
+    if ((shape.dtype != PLLM_DTYPE_I64 && shape.dtype != PLLM_DTYPE_I32) || shape.numel() != 2) {
+      refuse(PLLM_ERROR_INVALID_CONFIG, shape.where() + ": is " + pllm::safetensors::dtype_name(shape.dtype) + " " +
+                                            shape_string(shape.shape) + ", not the two dims of the unpacked weight");
+    }
+    std::vector<int64_t> dims(2);
+    for (int i = 0; i < 2; ++i) {
+      if (shape.dtype == PLLM_DTYPE_I64) {
+        std::memcpy(&dims[std::size_t(i)], shape.data + 8 * i, 8);
+      } else {
+        int32_t d;
+        std::memcpy(&d, shape.data + 4 * i, 4);
+        dims[std::size_t(i)] = d;
+      }
+      if (dims[std::size_t(i)] <= 0 || dims[std::size_t(i)] > (int64_t(1) << 31)) {
+        refuse(PLLM_ERROR_INVALID_CONFIG, shape.where() + ": dim " + std::to_string(dims[std::size_t(i)]) +
+                                              " is out of range");
+      }
+    }
+    return dims;
+  }
+
   pllm::safetensors::Checkpoint checkpoint_;
 };
 
@@ -224,7 +369,7 @@ bool is_gguf_path(const std::filesystem::path& model_path) {
 
 std::unique_ptr<WeightSource> open_weight_source(const std::filesystem::path& model_path, const LlamaConfig& config) {
   if (is_gguf_path(model_path)) return std::make_unique<GgufSource>(model_path, config);
-  return std::make_unique<SafetensorsSource>(model_path);
+  return std::make_unique<SafetensorsSource>(model_path, config);
 }
 
 pllm_dtype auto_weight_dtype(const SourceTensor& embed) {

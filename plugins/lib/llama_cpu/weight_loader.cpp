@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <numeric>
 
 #include "pagedllm/sdk.hpp"
 #include "common/float16_rounding.h"
@@ -35,8 +36,10 @@ void convert(const llama::SourceTensor& view, int64_t first, int64_t count, pllm
 }
 
 // Rows [first_row, first_row + rows) of `part`'s block of `view` (rows of k)
-// quantized into the part's int8 storage.
-void quantize_rows(const llama::SourceTensor& view, const WeightPart& part, int64_t first_row, int64_t rows) {
+// into the part's int8 storage: a pre-quantized checkpoint's values and scales
+// as stored (a column block of a row keeps the row's scale), anything else
+// quantized.
+void int8_rows(const llama::SourceTensor& view, const WeightPart& part, int64_t first_row, int64_t rows) {
   const int64_t k = part.width();
   WeightStorage& storage = *part.storage;
   thread_local std::vector<float> wide;
@@ -44,8 +47,15 @@ void quantize_rows(const llama::SourceTensor& view, const WeightPart& part, int6
   auto* q = static_cast<int8_t*>(storage.data());
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t dst = part.first_row + first_row + r;
-    view.to_f32(part.source_offset(first_row + r), k, wide.data());
-    quantize_row_int8(wide.data(), k, q + dst * k, storage.scales()[dst], storage.row_sums()[dst]);
+    if (view.int8) {
+      int8_t* row = q + dst * k;
+      view.int8->read(part.source_offset(first_row + r), k, row);
+      storage.scales()[dst] = view.int8->row_scales[std::size_t(part.source_first_row + first_row + r)];
+      storage.row_sums()[dst] = std::accumulate(row, row + k, int32_t(0));
+    } else {
+      view.to_f32(part.source_offset(first_row + r), k, wide.data());
+      quantize_row_int8(wide.data(), k, q + dst * k, storage.scales()[dst], storage.row_sums()[dst]);
+    }
   }
 }
 
@@ -95,7 +105,7 @@ LoadedWeights load_weight_parts(const llama::WeightSource& checkpoint, const std
     if (dtype == PLLM_DTYPE_I8) {
       pool.parallel_for(chunks, [&](int64_t chunk, int) {
         const int64_t first = chunk * chunk_rows;
-        quantize_rows(view, part, first, std::min(chunk_rows, rows - first));
+        int8_rows(view, part, first, std::min(chunk_rows, rows - first));
       });
     } else if (part.source_width() == k) {
       // Whole rows: one contiguous range of the checkpoint.

@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -202,6 +204,152 @@ TEST_CASE("models_llama: the quantization option", "[models_llama]") {
   pllm_error error{};
   CHECK(Model::library()->api<pllm_model_api>().create(&args, &handle, &error) == PLLM_ERROR_UNSUPPORTED);
   CHECK_THAT(error.message, Contains("quantization int8 runs on the CPU only"));
+}
+
+namespace {
+
+// config.json's quantization_config as compressed-tensors 0.15 writes it for llm-compressor's W8A8 scheme.
+nlohmann::json w8a8_quantization_config() {
+  const nlohmann::json args = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"group_size", nullptr},
+                               {"block_structure", nullptr}, {"actorder", nullptr}, {"observer_kwargs", {}}};
+  nlohmann::json weights = args, activations = args;
+  weights.update({{"strategy", "channel"}, {"dynamic", false}, {"observer", "minmax"}});
+  activations.update({{"strategy", "token"}, {"dynamic", true}, {"observer", nullptr}});
+  return {{"quant_method", "compressed-tensors"}, {"format", "int-quantized"}, {"quantization_status", "compressed"},
+          {"ignore", {"lm_head"}}, {"sparsity_config", nlohmann::json::object()},
+          {"transform_config", nlohmann::json::object()}, {"kv_cache_scheme", nullptr},
+          {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights},
+                                          {"input_activations", activations}, {"output_activations", nullptr},
+                                          {"format", "int-quantized"}}}}}};
+}
+
+// Every decoder matrix of an f32 checkpoint stored as compressed-tensors int-quantized: I8 values and an F32
+// weight_scale [rows, 1] per row (values are what matters here, not how well they approximate the weights).
+void store_int8(const std::filesystem::path& file) {
+  rewrite_safetensors(file, [](std::vector<RawTensor>& tensors) {
+    std::vector<RawTensor> scales;
+    for (RawTensor& t : tensors) {
+      if (!t.name.ends_with("_proj.weight")) continue;
+      const int64_t rows = t.shape[0], cols = t.shape[1];
+      std::vector<float> w(std::size_t(rows * cols));
+      std::vector<float> scale(static_cast<std::size_t>(rows));
+      std::memcpy(w.data(), t.bytes.data(), t.bytes.size());
+      std::string q(std::size_t(rows * cols), '\0');
+      for (int64_t r = 0; r < rows; ++r) {
+        float amax = 0.0f;
+        for (int64_t i = 0; i < cols; ++i) amax = std::max(amax, std::abs(w[std::size_t(r * cols + i)]));
+        scale[std::size_t(r)] = amax / 127.0f;
+        for (int64_t i = 0; i < cols; ++i) {
+          q[std::size_t(r * cols + i)] = char(std::lrint(w[std::size_t(r * cols + i)] / scale[std::size_t(r)]));
+        }
+      }
+      t.dtype = "I8";
+      t.bytes = q;
+      RawTensor s{t.name + "_scale", "F32", {rows, 1}, {}};
+      s.set_f32(scale);
+      s.shape = {rows, 1};
+      scales.push_back(s);
+    }
+    tensors.insert(tensors.end(), scales.begin(), scales.end());
+  });
+}
+
+}  // namespace
+
+TEST_CASE("models_llama: compressed-tensors checkpoints: what is not supported is refused by name",
+          "[models_llama][weights][compressed_tensors]") {
+  require_generator();
+  TempDir dir;
+  make_model(dir.path(), "--num-layers 1");
+  const auto file = dir.path() / "model.safetensors";
+  store_int8(file);
+  const std::string config = (dir.path() / "config.json").string();
+  CHECK_THAT(load_error(dir.path()),
+             Contains(file.string() + ": tensor 'model.layers.0.self_attn.q_proj.weight': is I8, and config.json has "
+                                      "no quantization_config saying what it holds"));
+  edit_config(dir.path(), [](auto& c) { c["quantization_config"] = w8a8_quantization_config(); });
+  {
+    Model model(dir.path());  // loads; its numbers are test_models_llama's fidelity case's
+    try {
+      model.tensor("model.layers.0.mlp.down_proj.weight");
+      FAIL("get_tensor served an int8 matrix");
+    } catch (const pagedllm::PluginCallError& e) {
+      CHECK_THAT(e.what(), Contains("held as int8 (compressed-tensors, 4 of 5"));
+    }
+  }
+  struct Case {
+    const char* what;
+    std::function<void(nlohmann::json&)> edit;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"another method", [](auto& q) { q["quant_method"] = "gptq"; }, "'quantization_config.quant_method' is \"gptq\""},
+      {"fp8", [](auto& q) { q["format"] = "float-quantized"; }, "'quantization_config.format' is \"float-quantized\""},
+      {"4-bit", [](auto& q) { q["config_groups"]["group_0"]["weights"]["num_bits"] = 4; },
+       "weights.num_bits' is 4 (4-bit values)"},
+      {"group scales", [](auto& q) {
+         q["config_groups"]["group_0"]["weights"]["strategy"] = "group";
+         q["config_groups"]["group_0"]["weights"]["group_size"] = 128;
+       }, "weights.strategy' is \"group\""},
+      {"zero points", [](auto& q) { q["config_groups"]["group_0"]["weights"]["symmetric"] = false; },
+       "weights.symmetric' is false (asymmetric, with zero points)"},
+      {"float weights", [](auto& q) { q["config_groups"]["group_0"]["weights"]["type"] = "float"; },
+       "weights.type' is \"float\""},
+      {"static activation scales",
+       [](auto& q) { q["config_groups"]["group_0"]["input_activations"]["dynamic"] = false; },
+       "input_activations.dynamic' is false (static activation scales)"},
+      {"per-tensor activations",
+       [](auto& q) { q["config_groups"]["group_0"]["input_activations"]["strategy"] = "tensor"; },
+       "input_activations.strategy' is \"tensor\""},
+      {"a quantized KV cache", [](auto& q) { q["kv_cache_scheme"] = {{"num_bits", 8}}; },
+       "'quantization_config.kv_cache_scheme' is set"},
+      {"sparsity", [](auto& q) { q["sparsity_config"] = {{"format", "sparse-24-bitmask"}}; },
+       "'quantization_config.sparsity_config' is set"},
+      {"uncompressed", [](auto& q) { q["quantization_status"] = "frozen"; },
+       "'quantization_config.quantization_status' is \"frozen\""},
+  };
+  for (const Case& c : cases) {
+    INFO(c.what);
+    edit_config(dir.path(), [&](auto& json) {
+      json["quantization_config"] = w8a8_quantization_config();
+      c.edit(json["quantization_config"]);
+    });
+    const std::string e = load_error(dir.path());
+    CHECK_THAT(e, Contains(config + ": "));
+    CHECK_THAT(e, Contains(c.message));
+  }
+  edit_config(dir.path(), [](auto& c) { c["quantization_config"] = w8a8_quantization_config(); });
+
+  SECTION("a zero point tensor") {
+    rewrite_safetensors(file, [](std::vector<RawTensor>& tensors) {
+      tensors.push_back({"model.layers.0.mlp.up_proj.weight_zero_point", "I8", {1}, std::string(1, '\0')});
+    });
+    CHECK_THAT(load_error(dir.path()), Contains("tensor 'model.layers.0.mlp.up_proj.weight_zero_point': zero points"));
+  }
+  SECTION("group-wise scales") {
+    rewrite_safetensors(file, [](std::vector<RawTensor>& tensors) {
+      for (RawTensor& t : tensors) {
+        if (t.name == "model.layers.0.self_attn.o_proj.weight_scale") t.shape = {t.shape[0] / 2, 2};
+      }
+    });
+    CHECK_THAT(load_error(dir.path()), Contains("tensor 'model.layers.0.self_attn.o_proj.weight_scale': is F32 ["));
+    CHECK_THAT(load_error(dir.path()), Contains("group-wise scales are not supported"));
+  }
+  SECTION("a fused matrix half int8") {
+    // q_proj back to float (its scale dropped): q/k/v would mix dtypes in one matrix.
+    rewrite_safetensors(file, [](std::vector<RawTensor>& tensors) {
+      std::erase_if(tensors,
+                    [](const RawTensor& t) { return t.name == "model.layers.0.self_attn.q_proj.weight_scale"; });
+      for (RawTensor& t : tensors) {
+        if (t.name == "model.layers.0.self_attn.q_proj.weight") {
+          t.set_f32(std::vector<float>(std::size_t(t.shape[0] * t.shape[1]), 0.5f));
+        }
+      }
+    });
+    const std::string e = load_error(dir.path());
+    CHECK_THAT(e, Contains("model.layers.0.self_attn.k_proj.weight, model.layers.0.self_attn.v_proj.weight are stored "
+                           "int8 but model.layers.0.self_attn.q_proj.weight of the same fused matrix are not"));
+  }
 }
 
 TEST_CASE("models_llama: bad batches are refused, not read out of bounds", "[models_llama]") {

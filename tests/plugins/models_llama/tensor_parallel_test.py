@@ -1,6 +1,10 @@
 """models_llama split over MPI ranks (TP = N) against the whole model (TP = 1): tensor_parallel_check.cpp
 under mpirun, on the embedded model and on random-weight save_pretrained checkpoints
-(tools/testing/make_tiny_llama.py) with 8 kv heads and with 2 (at TP = 4: each kv head on two ranks).
+(tools/testing/make_tiny_llama.py) with 8 kv heads and with 2 (at TP = 4: each kv head on two ranks), and on
+the embedded model as a compressed-tensors W8A8 checkpoint (tools/testing/make_compressed_int8_checkpoint.py),
+each rank copying its block of the stored int8 rows and scales. That one runs weight-only: W8A8 quantizes each
+rank's slice of the o_proj / down_proj input with a scale of its own (as vLLM's row-parallel layers do), which
+TP = 1's whole-row scale does not reproduce (logits 0.07-0.13 apart, against 6e-7 weight-only).
 
 usage: tensor_parallel_test.py --check BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
 """
@@ -37,16 +41,22 @@ def main():
         kv2 = random_model("kv2", "--num-heads", "8", "--num-kv-heads", "2", "--head-dim", "8",
                            "--hidden-size", "64", "--intermediate-size", "96", "--num-layers", "2",
                            "--vocab-size", "998", "--dtype", "bf16", "--tie-word-embeddings", "--seed", "4")
+        w8a8 = Path(tmp) / "pagedllm-tiny-w8a8"
+        subprocess.run([args.python, str(source / "tools/testing/make_compressed_int8_checkpoint.py"),
+                        str(source / "models/pagedllm-tiny"), str(w8a8), "--scheme", "W8A8"],
+                       check=True, capture_output=True)
+        weight_only = '{"num_threads": 1, "quantization": "int8_weight_only"}'
         cases = [
-            (2, source / "models/pagedllm-tiny", 6),
-            (2, kv8, 8),
-            (2, kv2, 8),
-            (4, kv2, 4),  # 4 ranks, 2 kv heads: each replicated on two ranks
+            (2, source / "models/pagedllm-tiny", 6, one_thread),
+            (2, kv8, 8, one_thread),
+            (2, kv2, 8, one_thread),
+            (4, kv2, 4, one_thread),  # 4 ranks, 2 kv heads: each replicated on two ranks
+            (2, w8a8, 6, weight_only),
         ]
-        for ranks, model, steps in cases:
+        for ranks, model, steps, options in cases:
             start = time.monotonic()
             command = [args.mpiexec[0], "-np", str(ranks), *args.mpiexec[1:], args.check, str(model), str(steps),
-                       one_thread]
+                       options]
             done = subprocess.run(command, capture_output=True, text=True, timeout=300)
             output = done.stdout + done.stderr
             if done.returncode != 0:

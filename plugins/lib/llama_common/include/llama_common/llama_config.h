@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,23 @@ struct RopeScaling {
   std::vector<double> freq_factors;  // kFactors only: head_dim / 2 of them
 };
 
+// config.json's quantization_config of a compressed-tensors int8 checkpoint (the
+// format llm-compressor writes and vLLM serves: its W8A8 and W8A16 schemes).
+// Every quantized Linear stores `<name>.weight` as I8 (format int-quantized or
+// naive-quantized) or packed four to an I32 as `<name>.weight_packed` with its
+// `<name>.weight_shape` (pack-quantized), next to `<name>.weight_scale`: one
+// scale per output row (strategy channel) or one for the tensor (strategy
+// tensor), symmetric (no zero point), so w = q * scale. Which modules are
+// quantized is what the file stores: the config's targets and ignore list only
+// decided that when it was written. Everything else compressed-tensors can
+// describe (other bit widths, group or block scales, zero points, float
+// formats, static activation scales, sparsity, transforms, a quantized KV
+// cache) is refused naming the field.
+struct Int8Checkpoint {
+  // input_activations: int8, symmetric, dynamic, per token (W8A8). False: none (W8A16, weight-only).
+  bool dynamic_int8_activations = false;
+};
+
 struct LlamaConfig {
   int32_t vocab_size = 0;
   int32_t hidden_size = 0;
@@ -43,6 +61,8 @@ struct LlamaConfig {
   // config.json's eos_token_id (an id or a list), then generation_config.json's
   // ids not already listed (Llama 3 instruct models add <|eot_id|> there).
   std::vector<int32_t> eos_token_ids;
+  // A pre-quantized checkpoint (config.json's quantization_config); none for a float one.
+  std::optional<Int8Checkpoint> int8_checkpoint;
 
   int32_t q_size() const { return num_heads * head_dim; }
   int32_t kv_size() const { return num_kv_heads * head_dim; }
@@ -51,7 +71,8 @@ struct LlamaConfig {
   // when `model_dir` is a file, its GGUF metadata (from_gguf).
   // Throws pllm::Error: PLLM_ERROR_NOT_FOUND without config.json,
   // PLLM_ERROR_UNSUPPORTED for another architecture or a feature this code
-  // lacks (biases, an activation other than silu, other rope scalings),
+  // lacks (biases, an activation other than silu, other rope scalings, a
+  // quantization_config other than compressed-tensors int8 as above),
   // PLLM_ERROR_INVALID_CONFIG otherwise. `who` (the plugin) names the reader
   // in messages about what it does not support.
   static LlamaConfig load(const std::filesystem::path& model_dir, std::string_view who);

@@ -88,12 +88,16 @@ CheckedTensors check_checkpoint(const WeightSource& checkpoint, const Parts& par
     if constexpr (requires { part.checkpoint_shape(); }) {
       checked.views.push_back(&checkpoint.require(part.name, part.checkpoint_shape()));
       const SourceTensor& view = *checked.views.back();
+      if (!view.unreadable.empty()) throw pllm::Error(PLLM_ERROR_UNSUPPORTED, view.unreadable);
       int64_t block = 1;
       for (int64_t d : part.shape) block *= d;
       checked.stored_bytes += block == view.numel() ? view.nbytes
                                                     : uint64_t(double(view.nbytes) * double(block) / double(view.numel()));
     } else {
       checked.views.push_back(&checkpoint.require(part.name, part.shape));
+      if (!checked.views.back()->unreadable.empty()) {
+        throw pllm::Error(PLLM_ERROR_UNSUPPORTED, checked.views.back()->unreadable);
+      }
       checked.stored_bytes += checked.views.back()->nbytes;
     }
     used.insert(part.name);

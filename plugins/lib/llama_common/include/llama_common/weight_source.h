@@ -8,7 +8,11 @@
 // llama.cpp's convert_hf_to_gguf.py interleaves the two rotate-half halves of
 // every head (row h*D + s*D/2 + i of HF becomes row h*D + 2i + s), and this
 // reads them back in HF's order. Every loader (the CPU and CUDA models, the
-// EAGLE heads) reads its tensors through this one interface.
+// EAGLE heads) reads its tensors through this one interface. A compressed-tensors
+// int8 checkpoint (config.json's quantization_config; llama_config.h) shows each
+// quantized Linear as one tensor under its HF weight name, `<name>.weight`,
+// whose `int8` holds the stored values and per-row scales (its `weight_scale`,
+// `weight_packed` and `weight_shape` companions are not listed separately).
 
 #include <cstddef>
 #include <cstdint>
@@ -25,6 +29,15 @@
 
 namespace pagedllm::llama {
 
+// The int8 values of a compressed-tensors weight (LlamaConfig::int8_checkpoint),
+// for a loader that keeps them as stored: w[r, i] = q[r, i] * row_scales[r].
+struct Int8Values {
+  // q's elements [first, first + count) in HF's row-major order (unpacked from
+  // pack-quantized int32 words where the file packs them).
+  std::function<void(int64_t first, int64_t count, int8_t* dst)> read;
+  std::vector<float> row_scales;  // the stored scales widened exactly to f32, one per row
+};
+
 // One checkpoint tensor in HF's layout.
 struct SourceTensor {
   std::string name;             // HF's name
@@ -38,7 +51,13 @@ struct SourceTensor {
   uint64_t nbytes = 0;          // bytes it takes in the file
   std::string where;            // "<file>: tensor '<stored name>'", the start of messages
   // Elements [first, first + count) in HF's row-major order, to f32; any range.
+  // A compressed-tensors int8 weight dequantizes: f32(q) * scale, rounded once.
   std::function<void(int64_t first, int64_t count, float* dst)> convert;
+  // A compressed-tensors int8 weight's values and scales; null for any other tensor.
+  std::shared_ptr<const Int8Values> int8;
+  // Why the tensor cannot be read ("" when it can): an integer tensor outside a
+  // quantization config. check_checkpoint refuses it before allocating anything.
+  std::string unreadable;
 
   int64_t numel() const {
     int64_t n = 1;

@@ -58,7 +58,7 @@ constexpr int64_t kDotRowsMaxRows = 16;
 // result); k at most kW8A8MaxK.
 void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k, float* out,
             int64_t ldc, bool accumulate);
-inline constexpr int64_t kW8A8MaxK = 133143;  // k 127^2 < 2^31
+inline constexpr int64_t kW8A8MaxK = 132104;  // k 127 128 < 2^31 (pre-quantized weights reach -128)
 
 // The W8A8 activation quantization, per row r of k floats: s[r] = max |a| / 127
 // and q[r, i] = rint(a[r, i] * (127 / max |a|)) + 128 in [1, 255] (f32

@@ -4,8 +4,10 @@
 // land in one matrix and make one GEMM. Each matrix is held in the dtype its
 // WeightStorage was given (f32, bf16, f16 or int8): a tensor stored in that
 // dtype (and in HF's order) is copied as is, any other is widened exactly (or
-// dequantized: GGUF) to f32 and, for a 16-bit target, rounded to nearest even;
-// for int8, quantized row by row (quantize_row_int8).
+// dequantized: GGUF, compressed-tensors int8) to f32 and, for a 16-bit target,
+// rounded to nearest even; for int8, a compressed-tensors int8 weight's values
+// and scales are copied as stored, any other is quantized row by row
+// (quantize_row_int8).
 
 #include <cstdint>
 #include <string>

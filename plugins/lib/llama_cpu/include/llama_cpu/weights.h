@@ -11,6 +11,9 @@
 // (computed in double, stored as f32; an all-zero row has s = 0, q = 0), next to
 // s[j] and sum_i q[j, i] (the correction term of the W8A8 kernel's unsigned
 // activations, cpu_kernels.h). Its Int8Compute says how linear() multiplies it.
+// A pre-quantized (compressed-tensors) checkpoint's rows are held as stored:
+// any int8 q (compressed-tensors' symmetric range is [-128, 127], s = max |w| /
+// 127.5) with its stored scale widened to f32.
 
 #include <cstddef>
 #include <cstdint>

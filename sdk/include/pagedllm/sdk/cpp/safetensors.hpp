@@ -15,7 +15,8 @@
 // outside its mapping: the 8-byte little-endian header length (at most
 // kMaxHeaderBytes and within the file), the JSON header (an object; no
 // duplicate names; `__metadata__` a string-to-string map), every tensor's
-// dtype (F32, F16, BF16; others are PLLM_ERROR_UNSUPPORTED), shape (non-negative,
+// dtype (F32, F16, BF16, and the integer I8, I32, I64 that quantized checkpoints
+// store their values, packs and shapes in; others are PLLM_ERROR_UNSUPPORTED), shape (non-negative,
 // no overflow), data_offsets (inside the data area, and numel x dtype size
 // bytes long), and the layout of the data area (tensors back to back: no
 // overlap, no hole, no trailing bytes; what the safetensors reference
@@ -98,7 +99,13 @@ struct TensorView {
   // "<file>: tensor '<name>'", the start of any message about this tensor.
   std::string where() const;
   // Converts elements [first, first + count) to f32 (exactly; see float_convert.hpp).
+  // An integer tensor is PLLM_ERROR_UNSUPPORTED: its values mean what the
+  // checkpoint's quantization config says, so its reader interprets `data`.
   void to_f32(std::int64_t first, std::int64_t count, float* dst) const {
+    if (!is_float_dtype(dtype)) {
+      throw Error(PLLM_ERROR_UNSUPPORTED, where() + ": is " + dtype_name(dtype) +
+                                              ", not a float tensor (its quantization config says what it holds)");
+    }
     if (first < 0 || count < 0 || first + count > numel()) {
       throw Error(PLLM_ERROR_INVALID_ARGUMENT, where() + ": elements [" + std::to_string(first) + ", " +
                                                    std::to_string(first + count) + ") are out of range for " +
@@ -294,10 +301,13 @@ class File {
     if (name == "F32") return PLLM_DTYPE_F32;
     if (name == "F16") return PLLM_DTYPE_F16;
     if (name == "BF16") return PLLM_DTYPE_BF16;
-    static const char* const kKnown[] = {"F64", "I64", "U64", "I32", "U32", "I16", "U16", "I8", "U8", "BOOL",
+    if (name == "I8") return PLLM_DTYPE_I8;
+    if (name == "I32") return PLLM_DTYPE_I32;
+    if (name == "I64") return PLLM_DTYPE_I64;
+    static const char* const kKnown[] = {"F64", "U64", "U32", "I16", "U16", "U8", "BOOL",
                                          "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
     for (const char* known : kKnown) {
-      if (name == known) fail(PLLM_ERROR_UNSUPPORTED, what + "dtype " + name + " is not supported (F32, F16, BF16)");
+      if (name == known) fail(PLLM_ERROR_UNSUPPORTED, what + "dtype " + name + " is not supported (F32, F16, BF16, I8, I32, I64)");
     }
     fail(PLLM_ERROR_INVALID_CONFIG, what + "unknown dtype '" + name + "'");
   }
