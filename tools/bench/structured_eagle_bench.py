@@ -22,13 +22,11 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
 import time
 
-import httpx2 as httpx
+from served_host import metric_samples, served_host
 
 PROMPTS = [
     "def fibonacci(n):",
@@ -61,23 +59,10 @@ MODES = {
 }
 
 
-def start(host, config, extra):
-    args = [host, "--config", config, "--set", "server.port=0", "--set", "logging.level=warn", *extra]
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    for line in process.stdout:
-        found = re.search(r"listening on (http://\S+)", line)
-        if found:
-            return process, found.group(1)
-    sys.exit("pagedllm-host exited before listening")
-
-
 def counters(client):
-    values = {}
-    for line in client.get("/metrics").text.split("\n"):
-        for name in ("num_drafts", "num_accepted_tokens"):
-            if line.startswith(f"pagedllm:spec_decode_{name}_total"):
-                values[name] = float(line.rsplit(" ", 1)[1])
-    return values
+    samples = metric_samples(client)
+    return {name: samples.get(f"pagedllm:spec_decode_{name}_total", 0.0)
+            for name in ("num_drafts", "num_accepted_tokens")}
 
 
 def run_round(client, model, concurrency, mode, passes):
@@ -118,23 +103,16 @@ def main():
     args = parser.parse_args()
     # Compact JSON (no whitespace runs between tokens): the greedy model would otherwise spend its
     # max_tokens on newlines, and every request must finish for the pairs to compare.
-    extra = ["--set", "constraint.plugin=constraint_xgrammar", "--set", "constraint.options.any_whitespace=false",
-             *[a for s in args.set for a in ("--set", s)]]
-    process, url = start(args.host, args.config, extra)
+    overrides = ["constraint.plugin=constraint_xgrammar", "constraint.options.any_whitespace=false", *args.set]
     results = {}
-    try:
-        with httpx.Client(base_url=url, timeout=600) as client:
-            model = client.get("/v1/models").json()["data"][0]["id"]
-            for mode in MODES.values():  # warm-up: grammar compilation (cached afterwards), first allocations
-                run_round(client, model, 8, mode, 1)
-            for concurrency in args.concurrency:
-                for _ in range(args.rounds):
-                    for name, mode in MODES.items():
-                        results.setdefault((concurrency, name), []).append(
-                            run_round(client, model, concurrency, mode, args.passes))
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
+    with served_host(args.host, args.config, overrides) as (client, model):
+        for mode in MODES.values():  # warm-up: grammar compilation (cached afterwards), first allocations
+            run_round(client, model, 8, mode, 1)
+        for concurrency in args.concurrency:
+            for _ in range(args.rounds):
+                for name, mode in MODES.items():
+                    results.setdefault((concurrency, name), []).append(
+                        run_round(client, model, concurrency, mode, args.passes))
     load = os.getloadavg()
     print(f"config {args.config}, {len(PROMPTS)} prompts x {args.passes} a round, {args.rounds} rounds, "
           f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n")

@@ -16,13 +16,10 @@ import argparse
 import concurrent.futures
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
-import time
 
-import httpx2 as httpx
+from served_host import metric_samples, served_host
 
 REGEX = r"[a-z ,.]*"
 SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}, "n": {"type": "integer"}},
@@ -34,25 +31,10 @@ MODES = {
 }
 
 
-def start(host, config, extra):
-    args = [host, "--config", config, "--set", "server.port=0", "--set", "logging.level=warn", *extra]
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    for line in process.stdout:
-        found = re.search(r"listening on (http://\S+)", line)
-        if found:
-            return process, found.group(1)
-    sys.exit("pagedllm-host exited before listening")
-
-
 def histogram(client, name):
-    text = client.get("/metrics").text
-    total = count = 0.0
-    for line in text.split("\n"):
-        if line.startswith(name + "_sum"):
-            total = float(line.rsplit(" ", 1)[1])
-        elif line.startswith(name + "_count"):
-            count = float(line.rsplit(" ", 1)[1])
-    return total, count
+    """(sum, count) of a histogram on /metrics."""
+    samples = metric_samples(client)
+    return samples.get(name + "_sum", 0.0), samples.get(name + "_count", 0.0)
 
 
 def round_step_ms(client, model, batch, max_tokens, extra):
@@ -79,22 +61,15 @@ def main():
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    extra = [a for s in args.set for a in ("--set", s)]
-    process, url = start(args.host, args.config, extra)
-    try:
-        with httpx.Client(base_url=url, timeout=600) as client:
-            model = client.get("/v1/models").json()["data"][0]["id"]
-            for mode in MODES.values():  # warm-up: grammar compilation (cached afterwards), first allocations
-                round_step_ms(client, model, 2, 8, mode)
-            results = {}
-            for batch in args.batches:
-                for _ in range(args.rounds):
-                    for name, mode in MODES.items():
-                        results.setdefault((batch, name), []).append(
-                            round_step_ms(client, model, batch, args.max_tokens, mode))
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
+    results = {}
+    with served_host(args.host, args.config, args.set) as (client, model):
+        for mode in MODES.values():  # warm-up: grammar compilation (cached afterwards), first allocations
+            round_step_ms(client, model, 2, 8, mode)
+        for batch in args.batches:
+            for _ in range(args.rounds):
+                for name, mode in MODES.items():
+                    results.setdefault((batch, name), []).append(
+                        round_step_ms(client, model, batch, args.max_tokens, mode))
     load = os.getloadavg()
     print(f"config {args.config}, {args.max_tokens} tokens per sequence, {args.rounds} rounds, "
           f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}\n")
