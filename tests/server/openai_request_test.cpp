@@ -221,13 +221,22 @@ TEST_CASE("prompts longer than the context are 400s, the default max_tokens fits
             "max_completion_tokens", "maximum context length is 20 tokens");
 }
 
-TEST_CASE("generation defaults fill unset fields", "[server][request]") {
+namespace {
+
+// A model whose generation_config.json sets sampling defaults.
+FakeEngineOptions with_generation_defaults() {
   FakeEngineOptions options;
   options.defaults.temperature = 0.6f;
   options.defaults.top_p = 0.9f;
   options.defaults.top_k = 50;
   options.defaults.repetition_penalty = 1.1f;
-  FakeEngine engine(options);
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("generation defaults fill unset fields", "[server][request]") {
+  FakeEngine engine(with_generation_defaults());
   GenerationPlan plan = completion(engine, {{"prompt", "x"}, {"top_k", 10}, {"stop_token_ids", {4}}});
   CHECK(plan.sampling.temperature == 0.6f);
   CHECK(plan.sampling.top_p == 0.9f);
@@ -241,12 +250,7 @@ TEST_CASE("generation defaults fill unset fields", "[server][request]") {
 }
 
 TEST_CASE("beam search: the width, its fields, greedy defaults and its 400s", "[server][request][beam]") {
-  FakeEngineOptions options;
-  options.defaults.temperature = 0.6f;
-  options.defaults.top_p = 0.9f;
-  options.defaults.top_k = 50;
-  options.defaults.repetition_penalty = 1.1f;
-  FakeEngine engine(options);
+  FakeEngine engine(with_generation_defaults());
   GenerationPlan plan = completion(engine, {{"prompt", "x"}, {"use_beam_search", true}, {"n", 2}, {"best_of", 4},
                                             {"length_penalty", 0.5}, {"early_stopping", "never"}});
   REQUIRE(plan.sampling.beam_search.has_value());
