@@ -72,8 +72,10 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorP
     const std::string draft_path = spec.draft.string();
     const pllm_speculator_target target{sizeof(pllm_speculator_target), &model_instance_.api(),
                                         model_instance_.get(), &model_info_};
+    // Under tensor parallelism the draft is split like the target, and every rank runs it.
     pllm_speculator_create_args spec_args{sizeof(pllm_speculator_create_args), spec_options.c_str(),
-                                          draft_path.c_str(), device, &target, spec.num_speculative_tokens};
+                                          draft_path.c_str(), device, &target, spec.num_speculative_tokens,
+                                          group ? group->ref() : nullptr};
     log_->info("loading draft {} with {} (K={})", draft_path, spec.plugin.plugin, spec.num_speculative_tokens);
     speculative_ = std::make_unique<SpeculativeDecoder>(
         spec,
@@ -138,6 +140,7 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorP
     // The workers allocated theirs alike (tensor_parallel_worker.cpp); from here rank 0 drives them.
     require_same_kv_pool(*group, num_device_blocks, num_host_blocks_);
     tensor_parallel_ = std::make_unique<TensorParallelDriver>(*group);
+    if (speculative_) speculative_->set_tensor_parallel(tensor_parallel_.get());
   }
 
   SchedulerConfig scheduler_config = config.scheduler;
