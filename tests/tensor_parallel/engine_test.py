@@ -14,7 +14,8 @@ server: the server over TP = 2 with a pool small enough that a batch of prompts 
 dead worker: rank 1 killed (SIGKILL) mid-stream: the job ends well within the test's limit with a
   non-zero status, mpirun naming rank 1.
 stuck worker: rank 1 stopped (SIGSTOP) mid-stream, timeout_seconds 3: rank 0's step fails naming
-  the timed-out collective, the server stops and the job ends (MPI_Abort), non-zero, no hang.
+  the timed-out collective and rank 1 as the rank it waits for, the server stops and the job ends
+  (MPI_Abort), non-zero, no hang.
 clean stop: SIGTERM to rank 0: it drains, stops rank 1, and the job exits 0.
 single command: pagedllm-host alone relaunches itself under the launcher (PAGEDLLM_MPIRUN) and
   matches TP = 1; a launcher that does not exist is a config error naming it.
@@ -462,8 +463,14 @@ def check_stuck_worker(runner, tmp, tiny):
         fail(f"stuck worker: exit {rc}; expected rank 0 to time out, stop and end the job", output)
     if "the engine failed" not in body:
         fail(f"stuck worker: the stream did not end with the engine's error: {body[-300:]!r}", output)
+    # Stopped inside a collective (it had joined it) or between two (it had not): either way named.
+    named = re.search(r"timed out after 3 s \(options.timeout_seconds\): waiting for rank 1 \(([^)]*)\), which "
+                      r"(did not join it|joined it but stopped reporting)", output)
+    if not named or "waiting for rank 1" not in body:
+        fail("stuck worker: rank 0's timeout (in its log and the stream's error) does not name rank 1", output)
     print(f"stuck worker: rank 0 timed out and the job ended {time.monotonic() - start:.1f} s after rank 1 "
-          f"stopped mid-stream, exit {rc}; the stream got the engine's error")
+          f"stopped mid-stream, exit {rc}; the stream got the engine's error naming rank 1 ({named.group(2)}: "
+          f"{named.group(1)})")
 
 
 def main():
