@@ -201,6 +201,8 @@ class MpiCollectives : public pllm::CollectivesPlugin {
     const bool presence = presence_comm_ != MPI_COMM_NULL && world_size_ > 1;
     auto reported = Clock::now();
     if (presence && rank_ != 0) report();
+    // Rank 0 reads the reports at every call too, not only while one waits: none pile up unread.
+    if (presence && rank_ == 0) hear();
     const bool done = pagedllm::mpi_runtime::poll_until([&] {
       int complete = 0;
       check(MPI_Test(&request, &complete, MPI_STATUS_IGNORE), what);
@@ -215,10 +217,11 @@ class MpiCollectives : public pllm::CollectivesPlugin {
       return false;
     }, timeout_);
     if (!done) {
-      fail(cat(what, " timed out after ", timeout_seconds_, " s (options.timeout_seconds): ",
-               rank_ == 0 && presence ? missing_ranks() : std::string("another rank did not join it — it is stopped, stuck, or "
-                                                          "making different calls (rank 0's error names the ranks it "
-                                                          "waits for)")));
+      const std::string cause = rank_ == 0 && presence ? missing_ranks()
+                                                       : "another rank did not join it — it is stopped, stuck, or "
+                                                         "making different calls (rank 0's error names the ranks it "
+                                                         "waits for)";
+      fail(cat(what, " timed out after ", timeout_seconds_, " s (options.timeout_seconds): ", cause));
     }
   }
 

@@ -47,7 +47,8 @@ EagleHead::EagleHead(const std::filesystem::path& draft_dir, const pllm_speculat
 void EagleHead::bind_target(const pllm_speculator_target& target) {
   const int64_t v = full_config_.vocab_size, h = full_config_.hidden_size;
   const int64_t vocab_first = shard_ ? shard_->vocab_first() : 0, vocab_rows = shard_ ? shard_->vocab_rows() : v;
-  const SharedWeights shared = shared_weights(target, full_config_, {PLLM_DEVICE_CPU, 0}, PLLM_DTYPE_INVALID, vocab_rows);
+  const SharedWeights shared =
+      shared_weights(target, full_config_, {PLLM_DEVICE_CPU, 0}, PLLM_DTYPE_INVALID, vocab_rows);
   embed_ = {shared.embed.data, shared.embed.dtype};
   embed_stride_ = shared.embed.strides[0];
   // linear() reads the weight as a dense [vocab, hidden] matrix.

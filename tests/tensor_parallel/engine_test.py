@@ -359,9 +359,9 @@ def check_speculation(runner, tmp, tiny):
             fail("EAGLE TP = 2: rank 1 did not report running rank 0's draft forwards", output)
         length = 1 + accepted / drafts if drafts else 0
         runs[(name, tp)] = texts, seeded, length
+        acceptance = f", acceptance length {length:.2f} ({accepted:.0f} tokens accepted in {drafts:.0f} drafts)"
         print(f"{name} TP = {tp} ({time.monotonic() - start:.1f} s): {len(texts)} greedy completions (one "
-              f"constrained), {preemptions:.0f} preemptions, a seeded sample reproduced"
-              + (f", acceptance length {length:.2f} ({accepted:.0f} tokens accepted in {drafts:.0f} drafts)" if eagle else ""))
+              f"constrained), {preemptions:.0f} preemptions, a seeded sample reproduced{acceptance if eagle else ''}")
     reference = runs[("plain", 1)][0]
     for key in (("eagle", 1), ("eagle", 2)):
         for i, (one, other) in enumerate(zip(reference, runs[key][0])):

@@ -46,7 +46,8 @@ class TensorParallelShard {
   void all_reduce(float* data, int64_t count, std::string_view what) const;
   // Every rank's [rows, vocab_shard()] logits (`mine`, the columns of its vocabulary) gathered and
   // laid side by side into `logits` [rows, vocab]; `gathered` is scratch of size() * rows * vocab_shard().
-  void gather_vocab_columns(const float* mine, int64_t rows, float* gathered, float* logits, std::string_view what) const;
+  void gather_vocab_columns(const float* mine, int64_t rows, float* gathered, float* logits,
+                            std::string_view what) const;
 
  private:
   TensorParallelShard(const LlamaConfig& full, const pllm_collectives_ref& collectives,
