@@ -72,13 +72,22 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorP
     const std::string draft_path = spec.draft.string();
     const pllm_speculator_target target{sizeof(pllm_speculator_target), &model_instance_.api(),
                                         model_instance_.get(), &model_info_};
+    // Under tensor parallelism the draft is split like the target, and every rank runs it.
     pllm_speculator_create_args spec_args{sizeof(pllm_speculator_create_args), spec_options.c_str(),
-                                          draft_path.c_str(), device, &target, spec.num_speculative_tokens};
+                                          draft_path.c_str(), device, &target, spec.num_speculative_tokens,
+                                          group ? group->ref() : nullptr};
+    const std::shared_ptr<const PluginLibrary> spec_library = library_of(PLLM_PLUGIN_KIND_SPECULATOR);
+    // The collectives are a field SDK 2.2 appended: an older speculator would take the rank's shard of
+    // the target's weights for the whole.
+    if (const SdkVersion v = spec_library->sdk_version(); group && v.major == 2 && v.minor < 2) {
+      throw ConfigError(fmt::format("{}: speculative: under tensor parallelism the speculator must be built "
+                                    "against SDK 2.2 or newer (it is given the ranks' group); '{}' was built "
+                                    "against {}",
+                                    config.sources.locate("speculative.plugin"), spec_library->name(), v.str()));
+    }
     log_->info("loading draft {} with {} (K={})", draft_path, spec.plugin.plugin, spec.num_speculative_tokens);
     speculative_ = std::make_unique<SpeculativeDecoder>(
-        spec,
-        create_plugin_instance<pllm_speculator_api, pllm_speculator>(library_of(PLLM_PLUGIN_KIND_SPECULATOR),
-                                                                     spec_args),
+        spec, create_plugin_instance<pllm_speculator_api, pllm_speculator>(spec_library, spec_args),
         model_info_, attention_, sampler_, config.cache.block_size, device);
   }
 
@@ -138,6 +147,7 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorP
     // The workers allocated theirs alike (tensor_parallel_worker.cpp); from here rank 0 drives them.
     require_same_kv_pool(*group, num_device_blocks, num_host_blocks_);
     tensor_parallel_ = std::make_unique<TensorParallelDriver>(*group);
+    if (speculative_) speculative_->set_tensor_parallel(tensor_parallel_.get());
   }
 
   SchedulerConfig scheduler_config = config.scheduler;

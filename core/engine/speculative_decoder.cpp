@@ -10,6 +10,7 @@
 #include "core/config/config_error.h"
 #include "core/engine/plugin_batch.h"
 #include "core/engine/seeds.h"
+#include "core/engine/tensor_parallel.h"
 #include "core/scheduler/step_batch_builder.h"
 
 namespace pagedllm {
@@ -458,6 +459,7 @@ pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const 
   const std::vector<std::int32_t> no_hidden_rows;  // the draft returns logits only
   const pllm_batch batch = plugin_batch_view(built.batch, no_hidden_rows);
 
+  if (tensor_parallel_) tensor_parallel_->send_draft(batch, features != nullptr, batch_feature_rows);
   pllm_error error{};
   check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),
                     "plan (draft)");

@@ -51,6 +51,8 @@
 
 namespace pagedllm {
 
+class TensorParallelDriver;  // core/engine/tensor_parallel.h
+
 // A sequence whose drafts are verified this step.
 struct VerifyRequest {
   RequestId request = -1;
@@ -93,6 +95,10 @@ class SpeculativeDecoder {
   SpeculativeDecoder& operator=(const SpeculativeDecoder&) = delete;
   // The constraint engine whose matchers requests name (structured output); set once at startup.
   void set_structured_output(const StructuredOutput* structured_output) { structured_output_ = structured_output; }
+
+  // Under tensor parallelism (rank 0): every draft() is sent to the other ranks first, which run
+  // it on their split of the head (core/engine/tensor_parallel.h). Set once at startup.
+  void set_tensor_parallel(TensorParallelDriver* driver) { tensor_parallel_ = driver; }
 
   int num_speculative_tokens() const { return num_speculative_tokens_; }
   int num_draft_layers() const { return info_.num_draft_layers; }
@@ -221,6 +227,7 @@ class SpeculativeDecoder {
                          const pllm_tensor& probs, const char* what, std::vector<std::int32_t>* status = nullptr);
 
   SpeculatorInstance speculator_;
+  TensorParallelDriver* tensor_parallel_ = nullptr;
   pllm_speculator_info info_{};
   const AttentionInstance& attention_;
   const SamplerInstance& sampler_;

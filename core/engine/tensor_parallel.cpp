@@ -100,6 +100,16 @@ class ByteReader {
     }
     return out;
   }
+  // The next `bytes` bytes as they are.
+  std::span<const std::byte> bytes(std::uint64_t bytes, const char* what) {
+    if (bytes > in_.size() - at_) {
+      throw std::runtime_error(fmt::format("step plan: cut short in {} ({} bytes wanted, {} left)", what, bytes,
+                                           in_.size() - at_));
+    }
+    const std::span<const std::byte> out = in_.subspan(at_, static_cast<std::size_t>(bytes));
+    at_ += static_cast<std::size_t>(bytes);
+    return out;
+  }
   void finish() const {
     if (at_ != in_.size()) {
       throw std::runtime_error(fmt::format("step plan: {} bytes left over after the plan", in_.size() - at_));
@@ -139,12 +149,6 @@ std::unique_ptr<TensorParallelGroup> TensorParallelGroup::join(const HostConfig&
   if (!config.parallel || config.parallel->tensor_parallel_size <= 1) return nullptr;
   const ParallelConfig& parallel = *config.parallel;
   const std::string where = config.sources.locate("parallel.tensor_parallel_size");
-  if (config.speculative) {
-    throw ConfigError(fmt::format("{}: parallel.tensor_parallel_size: {} with speculative: the EAGLE draft reads the "
-                                  "target's embedding and lm_head, which are split over the ranks; speculative "
-                                  "decoding under tensor parallelism is not supported yet (docs/tensor-parallel.md)",
-                                  where, parallel.tensor_parallel_size));
-  }
   const std::shared_ptr<const PluginLibrary> library =
       registry.load(parallel.collectives.plugin, PLLM_PLUGIN_KIND_COLLECTIVES, "parallel.backend");
   const std::string options = parallel.collectives.options.dump();
@@ -243,6 +247,47 @@ StepPlan decode_step_plan(std::span<const std::byte> bytes) {
   return plan;
 }
 
+std::vector<std::byte> encode_draft_plan(const pllm_batch& batch, bool target_features,
+                                         std::span<const std::int32_t> feature_rows) {
+  const std::vector<std::byte> step = encode_step_plan(batch, {}, {}, {});
+  ByteWriter out;
+  out.scalar<std::int32_t>(target_features ? 1 : 0);
+  out.array(feature_rows.data(), static_cast<std::int64_t>(feature_rows.size()));
+  out.array(step.data(), static_cast<std::int64_t>(step.size()));
+  return out.take();
+}
+
+DraftPlan decode_draft_plan(std::span<const std::byte> bytes) {
+  ByteReader in(bytes);
+  DraftPlan plan;
+  const auto target_features = in.scalar<std::int32_t>("the draft's feature source");
+  if (target_features != 0 && target_features != 1) {
+    throw std::runtime_error(fmt::format("step plan: the draft's feature source is {}", target_features));
+  }
+  plan.target_features = target_features == 1;
+  const auto rows = in.scalar<std::int64_t>("feature_rows");
+  require_non_negative(rows, "the draft's feature row count");
+  if (static_cast<std::uint64_t>(rows) > bytes.size() / sizeof(std::int32_t)) {
+    throw std::runtime_error(fmt::format("step plan: feature_rows: {} entries do not fit in the message", rows));
+  }
+  plan.feature_rows.resize(static_cast<std::size_t>(rows));
+  const std::span<const std::byte> row_bytes = in.bytes(static_cast<std::uint64_t>(rows) * sizeof(std::int32_t),
+                                                        "feature_rows");
+  if (!row_bytes.empty()) std::memcpy(plan.feature_rows.data(), row_bytes.data(), row_bytes.size());
+  const auto step_bytes = in.scalar<std::int64_t>("the draft batch");
+  require_non_negative(step_bytes, "the draft batch's size");
+  plan.batch = decode_step_plan(in.bytes(static_cast<std::uint64_t>(step_bytes), "the draft batch"));
+  in.finish();
+  if (rows != plan.batch.scalars.num_tokens) {
+    throw std::runtime_error(fmt::format("step plan: the draft has {} feature rows for {} tokens", rows,
+                                         plan.batch.scalars.num_tokens));
+  }
+  if (!plan.batch.swap_out.empty() || !plan.batch.swap_in.empty() || !plan.batch.copies.empty()) {
+    throw std::runtime_error("step plan: a draft batch with block copies");
+  }
+  return plan;
+}
+
 // ---- rank 0's messages ----
 
 void TensorParallelDriver::send(GroupMessageKind kind, std::span<const std::byte> payload) {
@@ -265,6 +310,11 @@ void TensorParallelDriver::send(GroupMessageKind kind, std::span<const std::byte
 void TensorParallelDriver::send_step(const pllm_batch& batch, std::span<const BlockMapping> swap_out,
                                      std::span<const BlockMapping> swap_in, std::span<const BlockMapping> copies) {
   send(GroupMessageKind::kStep, encode_step_plan(batch, swap_out, swap_in, copies));
+}
+
+void TensorParallelDriver::send_draft(const pllm_batch& batch, bool target_features,
+                                      std::span<const std::int32_t> feature_rows) {
+  send(GroupMessageKind::kDraft, encode_draft_plan(batch, target_features, feature_rows));
 }
 
 void TensorParallelDriver::keep_alive() {
@@ -304,7 +354,8 @@ GroupMessage GroupMessageReceiver::receive() {
                                          group_.rank(), header.sequence, header.payload_bytes, kMaxPayloadBytes));
   }
   const auto kind = static_cast<GroupMessageKind>(header.kind);
-  if (kind != GroupMessageKind::kStep && kind != GroupMessageKind::kHeartbeat && kind != GroupMessageKind::kStop) {
+  if (kind != GroupMessageKind::kStep && kind != GroupMessageKind::kHeartbeat && kind != GroupMessageKind::kStop &&
+      kind != GroupMessageKind::kDraft) {
     throw std::runtime_error(fmt::format("rank {}: message {} from rank 0 is of unknown kind {}", group_.rank(),
                                          header.sequence, header.kind));
   }

@@ -30,8 +30,7 @@ class TensorParallelGroup {
  public:
   // Joins the group when the config has parallel.tensor_parallel_size > 1 (every rank must call
   // it); nullptr otherwise. Throws ConfigError when the group's size differs from the configured
-  // one or the config asks for something tensor parallelism does not drive (speculative:), the
-  // same on every rank.
+  // one, the same on every rank.
   static std::unique_ptr<TensorParallelGroup> join(const HostConfig& config, PluginRegistry& registry);
 
   int rank() const { return rank_; }
@@ -72,16 +71,32 @@ struct StepPlan {
   pllm_batch view() const;
 };
 
+// One draft() of the EAGLE head (speculative decoding under tensor parallelism), which every rank
+// runs alike after rank 0 sampled the tokens it drafts from: the draft batch (its block tables are
+// the step's, its slots the draft KV layer's), and where each row's feature comes from.
+struct DraftPlan {
+  StepPlan batch;  // no block copies: the step's were done before its forward
+  // true: row t reads row feature_rows[t] of the hidden states the rank's last forward returned;
+  // false: the draft's own predicted feature at logits row feature_rows[t] of its previous draft().
+  bool target_features = false;
+  std::vector<std::int32_t> feature_rows;  // [batch.scalars.num_tokens]
+};
+
 // The plan's bytes; decode_step_plan(encode_step_plan(...)) gives back the same plan.
 std::vector<std::byte> encode_step_plan(const pllm_batch& batch, std::span<const BlockMapping> swap_out,
                                         std::span<const BlockMapping> swap_in, std::span<const BlockMapping> copies);
 // Throws std::runtime_error naming what does not add up (a message of another build, or cut short).
 StepPlan decode_step_plan(std::span<const std::byte> bytes);
+std::vector<std::byte> encode_draft_plan(const pllm_batch& batch, bool target_features,
+                                         std::span<const std::int32_t> feature_rows);
+// Throws as decode_step_plan(), and for feature rows that are not one per token.
+DraftPlan decode_draft_plan(std::span<const std::byte> bytes);
 
 enum class GroupMessageKind : std::uint32_t {
   kStep = 1,       // a StepPlan follows
   kHeartbeat = 2,  // nothing to do; rank 0 is alive
   kStop = 3,       // the engine stopped: workers leave their loop and exit
+  kDraft = 4,      // a DraftPlan follows (EAGLE's draft() after a step's forward)
 };
 
 // Rank 0's side: the messages to the workers. Called from one thread at a time (the engine's).
@@ -93,6 +108,7 @@ class TensorParallelDriver {
 
   void send_step(const pllm_batch& batch, std::span<const BlockMapping> swap_out,
                  std::span<const BlockMapping> swap_in, std::span<const BlockMapping> copies);
+  void send_draft(const pllm_batch& batch, bool target_features, std::span<const std::int32_t> feature_rows);
   // Sends a heartbeat when nothing was sent for kHeartbeatInterval.
   void keep_alive();
   // Sends the stop once; later calls do nothing. A failure to send it is logged (the group is

@@ -1,6 +1,7 @@
 // The worker of a tensor-parallel rank > 0 (tensor_parallel.h): its shard of the model, its
-// attention backend and KV pool, and rank 0's steps run as they arrive. No scheduler, tokenizer,
-// sampler or server: rank 0 decides, every rank computes, rank 0 samples.
+// attention backend and KV pool (and its split of the EAGLE head), and rank 0's steps and drafts run
+// as they arrive. No scheduler, tokenizer, sampler or server: rank 0 decides, every rank computes,
+// rank 0 samples.
 
 #include <unistd.h>
 
@@ -45,13 +46,34 @@ class Worker {
     attention_ = create_plugin_instance<pllm_attention_api, pllm_attention_backend>(
         library_of(config.attention, PLLM_PLUGIN_KIND_ATTENTION), attention_args);
 
-    // Sized exactly as rank 0 sizes its pool (speculation is refused under tensor parallelism,
-    // so the pool holds the model's layers only), then checked against every rank's.
+    int num_draft_layers = 0, num_speculative_tokens = 0;
+    if (config.speculative) {
+      // The rank's split of the draft head, which rank 0 drives as it drives the forward.
+      const SpeculativeConfig& spec = *config.speculative;
+      const std::string spec_options = spec.plugin.options.dump();
+      const std::string draft_path = spec.draft.string();
+      const pllm_speculator_target target{sizeof(pllm_speculator_target), &model_.api(), model_.get(), &info};
+      const pllm_speculator_create_args spec_args{sizeof(pllm_speculator_create_args), spec_options.c_str(),
+                                                  draft_path.c_str(), device, &target,
+                                                  spec.num_speculative_tokens, group.ref()};
+      log_->info("loading rank {}'s part of draft {} with {}", group.rank(), draft_path, spec.plugin.plugin);
+      speculator_ = create_plugin_instance<pllm_speculator_api, pllm_speculator>(
+          library_of(spec.plugin, PLLM_PLUGIN_KIND_SPECULATOR), spec_args);
+      pllm_speculator_info spec_info{};
+      spec_info.struct_size = sizeof spec_info;
+      check_plugin_call(speculator_.api().get_info(speculator_.get(), &spec_info, &error), error,
+                        speculator_.library(), "get_info");
+      num_draft_layers = spec_info.num_draft_layers;
+      num_speculative_tokens = spec.num_speculative_tokens;
+    }
+
+    // Sized exactly as rank 0 sizes its pool (the draft's layers after the model's), then checked
+    // against every rank's.
     const KvCacheSizing sizing = size_and_allocate_kv_cache(
         {config, attention_, model_,
-         pllm_kv_cache_spec{sizeof(pllm_kv_cache_spec), info.num_layers, info.num_kv_heads, info.head_dim,
-                            config.cache.block_size, info.dtype},
-         resolve_max_model_len(config, info), 0});
+         pllm_kv_cache_spec{sizeof(pllm_kv_cache_spec), info.num_layers + num_draft_layers, info.num_kv_heads,
+                            info.head_dim, config.cache.block_size, info.dtype},
+         resolve_max_model_len(config, info), num_speculative_tokens});
     require_same_kv_pool(group, sizing.num_device_blocks, sizing.num_host_blocks);
     char host[256] = {};
     gethostname(host, sizeof host - 1);
@@ -61,15 +83,21 @@ class Worker {
 
   void run() {
     GroupMessageReceiver receiver(group_);
-    std::uint64_t steps = 0;
+    std::uint64_t steps = 0, drafts = 0;
     for (;;) {
       const GroupMessage message = receiver.receive();
       if (message.kind == GroupMessageKind::kStop) break;
       if (message.kind == GroupMessageKind::kHeartbeat) continue;
+      if (message.kind == GroupMessageKind::kDraft) {
+        run_draft(decode_draft_plan(message.payload));
+        ++drafts;
+        continue;
+      }
       run_step(decode_step_plan(message.payload));
       ++steps;
     }
-    log_->info("stopped by rank 0 after {} steps", steps);
+    log_->info("stopped by rank 0 after {} steps{}", steps,
+               speculator_ ? fmt::format(" and {} draft forwards", drafts) : "");
   }
 
  private:
@@ -92,12 +120,43 @@ class Worker {
     const pllm_attention_ref attention = attention_ref(attention_);
     check_plugin_call(model_.api().forward(model_.get(), &batch, &attention, &forward, &error), error,
                       model_.library(), "forward");
+    hidden_ = batch.num_hidden > 0 ? hidden : pllm_tensor{};
+  }
+
+  // rank 0's draft() (SpeculativeDecoder::run_draft) on this rank's split of the head.
+  void run_draft(const DraftPlan& plan) {
+    if (!speculator_) {
+      throw std::runtime_error(fmt::format("rank {}: rank 0 sent a draft, but this rank's config has no speculative: "
+                                           "every rank must run the same config",
+                                           group_.rank()));
+    }
+    if (plan.target_features && hidden_.data == nullptr) {
+      throw std::runtime_error(fmt::format("rank {}: rank 0 sent a draft reading the target's hidden states, but the "
+                                           "last forward returned none",
+                                           group_.rank()));
+    }
+    pllm_error error{};
+    const pllm_batch batch = plan.batch.view();
+    check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),
+                      "plan (draft)");
+    const pllm_attention_ref attention = attention_ref(attention_);
+    const pllm_draft_args args{sizeof(pllm_draft_args), &batch, plan.target_features ? &hidden_ : nullptr,
+                               &attention, plan.feature_rows.data()};
+    pllm_tensor logits{};
+    logits.struct_size = sizeof logits;
+    pllm_draft_output out{sizeof(pllm_draft_output), &logits};
+    check_plugin_call(speculator_.api().draft(speculator_.get(), &args, &out, &error), error, speculator_.library(),
+                      "draft");
   }
 
   TensorParallelGroup& group_;
   std::shared_ptr<spdlog::logger> log_;
   AttentionInstance attention_;
   ModelInstance model_;
+  SpeculatorInstance speculator_;  // with speculative: in the config
+  // The hidden states the last forward returned (the model's memory, until its next forward): the
+  // features of a draft that reads the target's.
+  pllm_tensor hidden_{};
 };
 
 }  // namespace

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,12 @@ namespace {
 using pagedllm::mpi_runtime::cat;
 using pagedllm::mpi_runtime::Clock;
 using pagedllm::plugins::dtype_name;
+
+std::string one_decimal(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", value);
+  return text;
+}
 
 class MpiCollectives : public pllm::CollectivesPlugin {
  public:
@@ -42,6 +50,16 @@ class MpiCollectives : public pllm::CollectivesPlugin {
     check(MPI_Comm_idup(MPI_COMM_WORLD, &comm_, &request), "create (MPI_Comm_idup)");
     wait(request, "create (MPI_Comm_idup)");
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    // And one for the presence reports (below), so that they never meet a collective's messages.
+    // (A handle MPI_Comm_idup returns is valid once the request completes: wait() must not use it before.)
+    MPI_Comm presence = MPI_COMM_NULL;
+    check(MPI_Comm_idup(MPI_COMM_WORLD, &presence, &request), "create (MPI_Comm_idup)");
+    wait(request, "create (MPI_Comm_idup)");
+    MPI_Comm_set_errhandler(presence, MPI_ERRORS_RETURN);
+    presence_comm_ = presence;
+    const auto now = Clock::now();
+    last_call_.assign(static_cast<std::size_t>(world_size_), 0);
+    last_heard_.assign(static_cast<std::size_t>(world_size_), now);
   }
 
   ~MpiCollectives() {
@@ -52,6 +70,10 @@ class MpiCollectives : public pllm::CollectivesPlugin {
       pllm::log_error("collectives_mpi rank ", rank_, ": ending the MPI job (MPI_Abort) after: ", failure_);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    // Reports sent are eager (16 bytes): complete locally, whether or not rank 0 still reads them.
+    for (Report& report : reports_) MPI_Wait(&report.request, MPI_STATUS_IGNORE);
+    if (rank_ == 0) hear();
+    MPI_Comm_free(&presence_comm_);
     MPI_Comm_free(&comm_);
   }
 
@@ -172,23 +194,122 @@ class MpiCollectives : public pllm::CollectivesPlugin {
     if (rc != MPI_SUCCESS) fail(cat(what, " failed: ", pagedllm::mpi_runtime::error_text(rc)));
   }
 
-  // Waits for `request`; MPI progresses it inside MPI_Test.
+  // Waits for `request`; MPI progresses it inside MPI_Test. Meanwhile a rank > 0 reports to rank 0
+  // that it is in this call, on entering and every kPresenceInterval; rank 0 reads the reports.
   void wait(MPI_Request& request, const std::string& what) {
+    // (Not while the communicators themselves are being made.)
+    const bool presence = presence_comm_ != MPI_COMM_NULL && world_size_ > 1;
+    auto reported = Clock::now();
+    if (presence && rank_ != 0) report();
+    // Rank 0 reads the reports at every call too, not only while one waits: none pile up unread.
+    if (presence && rank_ == 0) hear();
     const bool done = pagedllm::mpi_runtime::poll_until([&] {
       int complete = 0;
       check(MPI_Test(&request, &complete, MPI_STATUS_IGNORE), what);
-      return complete != 0;
+      if (complete != 0) return true;
+      if (!presence) return false;
+      if (rank_ == 0) {
+        hear();
+      } else if (Clock::now() - reported >= kPresenceInterval) {
+        report();
+        reported = Clock::now();
+      }
+      return false;
     }, timeout_);
     if (!done) {
-      fail(cat(what, " timed out after ", timeout_seconds_,
-               " s (options.timeout_seconds): another rank did not join it — it is stopped, stuck, or making "
-               "different calls"));
+      const std::string cause = rank_ == 0 && presence ? missing_ranks()
+                                                       : "another rank did not join it — it is stopped, stuck, or "
+                                                         "making different calls (rank 0's error names the ranks it "
+                                                         "waits for)";
+      fail(cat(what, " timed out after ", timeout_seconds_, " s (options.timeout_seconds): ", cause));
     }
+  }
+
+  // ---- presence: which rank a timed-out call waits for ----
+  // Every rank > 0 sends rank 0 the sequence number of the call it is in (point to point, on its own
+  // communicator), so that rank 0, when a call times out, can name the ranks that never joined it and
+  // those that joined but fell silent inside it (a stopped process reports nothing).
+
+  static constexpr auto kPresenceInterval = std::chrono::milliseconds(200);
+  static constexpr int kPresenceTag = 1;
+
+  struct Report {
+    uint64_t sequence = 0;
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+
+  void report() {
+    while (!reports_.empty()) {  // the completed ones (all, in practice: eager sends)
+      int complete = 0;
+      MPI_Test(&reports_.front().request, &complete, MPI_STATUS_IGNORE);
+      if (complete == 0) break;
+      reports_.pop_front();
+    }
+    Report& report = reports_.emplace_back();
+    report.sequence = sequence_;
+    // A failure to report is not the call's failure: rank 0 then just knows less.
+    if (MPI_Isend(&report.sequence, 1, MPI_UINT64_T, 0, kPresenceTag, presence_comm_, &report.request) !=
+        MPI_SUCCESS) {
+      reports_.pop_back();
+    }
+  }
+
+  // Rank 0: reads every report that arrived.
+  void hear() {
+    for (;;) {
+      int arrived = 0;
+      MPI_Status status{};
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kPresenceTag, presence_comm_, &arrived, &status) != MPI_SUCCESS || !arrived) {
+        return;
+      }
+      uint64_t sequence = 0;
+      if (MPI_Recv(&sequence, 1, MPI_UINT64_T, status.MPI_SOURCE, kPresenceTag, presence_comm_, MPI_STATUS_IGNORE) !=
+          MPI_SUCCESS) {
+        return;
+      }
+      const auto r = static_cast<std::size_t>(status.MPI_SOURCE);
+      last_call_[r] = std::max(last_call_[r], sequence);
+      last_heard_[r] = Clock::now();
+    }
+  }
+
+  // Rank 0, after its call #sequence_ timed out: the ranks it waits for, from their reports.
+  std::string missing_ranks() {
+    hear();
+    const auto now = Clock::now();
+    const auto seconds = [&](int r) {
+      return std::chrono::duration<double>(now - last_heard_[static_cast<std::size_t>(r)]).count();
+    };
+    std::string absent, silent;
+    for (int r = 1; r < world_size_; ++r) {
+      const uint64_t call = last_call_[static_cast<std::size_t>(r)];
+      if (call < sequence_) {
+        absent += cat(absent.empty() ? "" : ", ", "rank ", r, " (",
+                      call == 0 ? std::string("no call yet")
+                                : cat("last in call #", call, ", heard from ", one_decimal(seconds(r)), " s ago"),
+                      ")");
+      } else if (now - last_heard_[static_cast<std::size_t>(r)] > 2 * kPresenceInterval) {
+        silent += cat(silent.empty() ? "" : ", ", "rank ", r, " (silent for ", one_decimal(seconds(r)),
+                      " s)");
+      }
+    }
+    if (!absent.empty()) {
+      return cat("waiting for ", absent, ", which did not join it — stopped, stuck, or making different calls");
+    }
+    if (!silent.empty()) {
+      return cat("waiting for ", silent, ", which joined it but stopped reporting — stopped or stuck inside it");
+    }
+    return "every rank joined it and still reports: the transport did not complete it";
   }
 
   Clock::duration timeout_;
   double timeout_seconds_;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm presence_comm_ = MPI_COMM_NULL;
+  std::deque<Report> reports_;  // a rank > 0's sends to rank 0, their buffers kept until complete
+  // Rank 0: each rank's latest call and when it last reported (rank 0's own entries unused).
+  std::vector<uint64_t> last_call_;
+  std::vector<Clock::time_point> last_heard_;
   int rank_ = 0;
   int world_size_ = 1;
   uint64_t sequence_ = 0;

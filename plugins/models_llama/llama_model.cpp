@@ -39,135 +39,35 @@ LlamaModel::LlamaModel(const std::filesystem::path& model_dir, int num_threads, 
       inv_freq_(llama::rope_inv_freq(config_)),
       quantization_(quantization) {
   llama_cpu::use_single_threaded_blas();
-  vocab_rows_ = vocab_shard_ = full_config_.vocab_size;
-  if (collectives) {
-    const pllm_collectives_ref& ref = pllm::require(collectives, "models_llama: create args: collectives");
-    if (!ref.api || !ref.comm) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "models_llama: empty collectives ref");
-    pllm_communicator_info group{};
-    group.struct_size = sizeof group;
-    pllm_error error{};
-    const pllm_status status = ref.api->get_info(ref.comm, &group, &error);
-    if (status != PLLM_OK) throw pllm::Error(status, std::string("models_llama: collectives get_info: ") + error.message);
-    if (group.world_size > 1) set_up_tensor_parallel(model_dir, ref, group);
+  vocab_rows_ = full_config_.vocab_size;
+  shard_ = llama_cpu::TensorParallelShard::join(full_config_, collectives, "models_llama");
+  if (shard_) {
+    config_ = shard_->config();
+    vocab_first_ = shard_->vocab_first();
+    vocab_rows_ = shard_->vocab_rows();
+    check_tensor_parallel(model_dir);
   }
   load_weights(model_dir, weight_dtype);
 }
 
-void LlamaModel::set_up_tensor_parallel(const std::filesystem::path& model_dir, const pllm_collectives_ref& ref,
-                                        const pllm_communicator_info& group) {
-  const LlamaConfig& full = full_config_;
-  const int32_t n = group.world_size, r = group.rank;
-  const std::string who = "models_llama: tensor_parallel_size " + std::to_string(n) + ": ";
+void LlamaModel::check_tensor_parallel(const std::filesystem::path& model_dir) const {
+  const int32_t n = shard_->size(), r = shard_->rank();
   if (llama::is_gguf_path(model_dir)) {
-    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, who + "shards are read from HF safetensors checkpoints; " +
+    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: tensor_parallel_size " + std::to_string(n) +
+                                                  ": shards are read from HF safetensors checkpoints; " +
                                                   model_dir.string() + " is a GGUF file");
   }
-  if (full.num_heads % n != 0) {
-    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, who + "the model's " + std::to_string(full.num_heads) +
-                                                  " attention heads do not divide among " + std::to_string(n) +
-                                                  " ranks");
-  }
-  if (full.num_kv_heads % n != 0 && n % full.num_kv_heads != 0) {
-    throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
-                      who + "the model's " + std::to_string(full.num_kv_heads) +
-                          " kv heads neither divide among the ranks nor replicate evenly over them");
-  }
-  if (full.intermediate_size % n != 0) {
-    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, who + "intermediate_size " + std::to_string(full.intermediate_size) +
-                                                  " does not divide among the ranks");
-  }
-  collectives_ = ref;
-  config_.num_heads = full.num_heads / n;
-  config_.intermediate_size = full.intermediate_size / n;
-  if (full.num_kv_heads >= n) {
-    config_.num_kv_heads = full.num_kv_heads / n;
-    kv_head_first_ = r * config_.num_kv_heads;
-  } else {
-    // More ranks than kv heads: each rank holds the one kv head its query heads read (vLLM's replication).
-    config_.num_kv_heads = 1;
-    kv_head_first_ = r / (n / full.num_kv_heads);
-  }
-  vocab_shard_ = (full.vocab_size + n - 1) / n;
-  vocab_first_ = std::min<int64_t>(int64_t(r) * vocab_shard_, full.vocab_size);
-  vocab_rows_ = std::min<int64_t>(vocab_shard_, full.vocab_size - vocab_first_);
-  tensor_parallel_.rank = r;
-  tensor_parallel_.size = n;
-  tensor_parallel_.all_reduce = [this](float* data, int64_t count, std::string_view what) {
-    all_reduce(data, count, what);
-  };
+  const int32_t kv_first = shard_->kv_head_first();
   pllm::log_info("models_llama: rank ", r, " of ", n, ": heads ", int64_t(r) * config_.num_heads, "..",
-                 int64_t(r + 1) * config_.num_heads - 1, ", kv heads ", kv_head_first_, "..",
-                 kv_head_first_ + config_.num_kv_heads - 1, ", intermediate ", int64_t(r) * config_.intermediate_size,
+                 int64_t(r + 1) * config_.num_heads - 1, ", kv heads ", kv_first, "..",
+                 kv_first + config_.num_kv_heads - 1, ", intermediate ", int64_t(r) * config_.intermediate_size,
                  "..", int64_t(r + 1) * config_.intermediate_size - 1, ", vocabulary ", vocab_first_, "..",
                  vocab_first_ + vocab_rows_ - 1);
 }
 
 llama_cpu::WeightPart LlamaModel::shard_part(const llama::WeightSlot& slot, llama_cpu::WeightStorage* storage) const {
-  llama_cpu::WeightPart part{slot.name, slot.shape, storage, slot.first_row};
-  if (!collectives_) return part;
-  const LlamaConfig& full = full_config_;
-  const int64_t d = full.head_dim, rank = tensor_parallel_.rank;
-  const int64_t q_local = int64_t(config_.num_heads) * d, kv_local = int64_t(config_.num_kv_heads) * d;
-  const int64_t inter_local = config_.intermediate_size;
-  part.source_shape = slot.shape;
-  switch (slot.matrix) {
-    case llama::Matrix::kEmbed:
-    case llama::Matrix::kLmHead:
-      part.shape = {vocab_rows_, slot.width()};
-      part.source_first_row = vocab_first_;
-      break;
-    case llama::Matrix::kQkv:
-      // The fused matrix holds q | k | v rows; slot.first_row says which one this is.
-      if (slot.first_row == 0) {
-        part.shape = {q_local, slot.width()};
-        part.source_first_row = rank * q_local;
-      } else {
-        part.shape = {kv_local, slot.width()};
-        part.source_first_row = int64_t(kv_head_first_) * d;
-        part.first_row = slot.first_row == full.q_size() ? q_local : q_local + kv_local;
-      }
-      break;
-    case llama::Matrix::kO:
-      part.shape = {slot.shape[0], q_local};
-      part.source_first_col = rank * q_local;
-      break;
-    case llama::Matrix::kGateUp:
-      // gate | up rows: each rank's intermediate columns of both.
-      part.shape = {inter_local, slot.width()};
-      part.source_first_row = rank * inter_local;
-      part.first_row = slot.first_row == 0 ? 0 : inter_local;
-      break;
-    case llama::Matrix::kDown:
-      part.shape = {slot.shape[0], inter_local};
-      part.source_first_col = rank * inter_local;
-      break;
-    case llama::Matrix::kNorm:
-    case llama::Matrix::kInputNorm:
-    case llama::Matrix::kPostNorm:
-      part.source_shape.clear();
-      break;
-  }
-  return part;
-}
-
-void LlamaModel::all_reduce(float* data, int64_t count, std::string_view what) {
-  pllm_error error{};
-  const pllm_status status =
-      collectives_->api->all_reduce(collectives_->comm, data, count, PLLM_DTYPE_F32, PLLM_REDUCE_SUM, nullptr, &error);
-  if (status != PLLM_OK) {
-    throw pllm::Error(status, "models_llama: tensor-parallel all_reduce of " + std::string(what) + ": " +
-                                  error.message);
-  }
-}
-
-void LlamaModel::all_gather(const float* send, float* recv, int64_t count, std::string_view what) {
-  pllm_error error{};
-  const pllm_status status =
-      collectives_->api->all_gather(collectives_->comm, send, recv, count, PLLM_DTYPE_F32, nullptr, &error);
-  if (status != PLLM_OK) {
-    throw pllm::Error(status, "models_llama: tensor-parallel all_gather of " + std::string(what) + ": " +
-                                  error.message);
-  }
+  if (!shard_) return {slot.name, slot.shape, storage, slot.first_row};
+  return shard_->part(slot, storage);
 }
 
 void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype weight_dtype) {
@@ -286,11 +186,6 @@ std::size_t LlamaModel::weight_bytes() const {
 }
 
 pllm_tensor LlamaModel::tensor(std::string_view name) const {
-  if (collectives_) {
-    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: get_tensor('" + std::string(name) +
-                                                  "'): this rank holds a tensor-parallel shard, not the tensor "
-                                                  "(a speculator on a sharded model is not supported yet)");
-  }
   auto it = slots_.find(name);
   if (it == slots_.end()) {
     throw pllm::Error(PLLM_ERROR_NOT_FOUND, "models_llama: no tensor '" + std::string(name) + "'");
@@ -316,7 +211,7 @@ void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm
   const auto n = [](int64_t count) { return static_cast<std::size_t>(count); };
 
   const int64_t vocab = full_config_.vocab_size;
-  const llama_cpu::TensorParallelRank* tensor_parallel = collectives_ ? &tensor_parallel_ : nullptr;
+  const llama_cpu::TensorParallelRank* tensor_parallel = shard_ ? &shard_->layer_rank() : nullptr;
 
   // The embedding rows of this rank's vocabulary; with tensor parallelism the
   // others are zero here and come from their rank in the all-reduce.
@@ -331,7 +226,7 @@ void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm
       }
     }
   });
-  if (tensor_parallel && tokens > 0) all_reduce(x, tokens * h, "the embedding");
+  if (shard_ && tokens > 0) shard_->all_reduce(x, tokens * h, "the embedding");
   scratch_.prepare(pool_, c, inv_freq_, b.positions, tokens);
   for (int32_t l = 0; l < c.num_layers && tokens > 0; ++l) {
     llama_cpu::decoder_layer_forward(pool_, c, layers_[std::size_t(l)], x, scratch_, attention, l, "models_llama",
@@ -349,20 +244,14 @@ void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm
   if (!tensor_parallel) {
     llama_cpu::linear(pool_, rows, h, b.num_logits, lm_head(), vocab, h, logits, vocab, false);
   } else if (b.num_logits > 0) {
-    // This rank's vocabulary columns [num_logits, vocab_shard_] (the last rank's
+    // This rank's vocabulary columns [num_logits, vocab_shard] (the last rank's
     // padded with zeros), gathered rank by rank, then laid side by side.
-    const int64_t shard = vocab_shard_, size = tensor_parallel_.size, m = b.num_logits;
+    const int64_t shard = shard_->vocab_shard(), m = b.num_logits;
     float* mine = shard_logits_.reserve(n(m * shard));
     std::fill(mine, mine + m * shard, 0.0f);
     if (vocab_rows_ > 0) llama_cpu::linear(pool_, rows, h, m, lm_head(), vocab_rows_, h, mine, shard, false);
-    float* gathered = gathered_logits_.reserve(n(size * m * shard));
-    all_gather(mine, gathered, m * shard, "the logits");
-    for (int64_t rank = 0; rank < size; ++rank) {
-      const int64_t first = rank * shard, columns = std::min(shard, vocab - first);
-      for (int64_t i = 0; i < m && columns > 0; ++i) {
-        std::memcpy(logits + i * vocab + first, gathered + (rank * m + i) * shard, n(columns) * sizeof(float));
-      }
-    }
+    float* gathered = gathered_logits_.reserve(n(shard_->size() * m * shard));
+    shard_->gather_vocab_columns(mine, m, gathered, logits, "the logits");
   }
   *out.logits = host_tensor(logits, {b.num_logits, vocab});
 

@@ -46,6 +46,7 @@
 #include "common/thread_pool.h"
 #include "llama_cpu/buffer.h"
 #include "llama_cpu/decoder_layer.h"
+#include "llama_cpu/tensor_parallel_shard.h"
 #include "llama_common/llama_forward.h"
 
 namespace pagedllm::models_llama {
@@ -72,7 +73,9 @@ class LlamaModel final : public llama::LlamaForward {
 
   void forward(const pllm_batch& batch, pllm_attention_ref attention, pllm_forward_output& out) override;
   // A host view in its stored dtype (the weight dtype; f32 for norms); an
-  // int8 matrix is refused (PLLM_ERROR_UNSUPPORTED).
+  // int8 matrix is refused (PLLM_ERROR_UNSUPPORTED). Under tensor parallelism,
+  // this rank's block: the embedding and lm_head are its vocabulary rows
+  // [vocab_first, vocab_first + vocab_rows) (TensorParallelShard).
   pllm_tensor tensor(std::string_view name) const override;
 
  private:
@@ -83,28 +86,23 @@ class LlamaModel final : public llama::LlamaForward {
     std::vector<int64_t> shape;
   };
 
-  void set_up_tensor_parallel(const std::filesystem::path& model_dir, const pllm_collectives_ref& ref,
-                              const pllm_communicator_info& group);
+  // Refuses what the shards cannot be read from, and logs what this rank holds.
+  void check_tensor_parallel(const std::filesystem::path& model_dir) const;
   void load_weights(const std::filesystem::path& model_dir, pllm_dtype weight_dtype);
   // On a compressed-tensors checkpoint: the matrices it stores int8 are made int8 storage (copied as stored
   // by the loader); refused when a fused matrix mixes int8 and float tensors.
   void keep_stored_int8(const llama::WeightSource& checkpoint, const std::vector<llama_cpu::WeightPart>& parts);
   // The checkpoint block of `slot` this rank loads (the whole tensor without tensor parallelism).
   llama_cpu::WeightPart shard_part(const llama::WeightSlot& slot, llama_cpu::WeightStorage* storage) const;
-  // The collectives' all-reduce (sum, in place) and all-gather, failures thrown naming `what`.
-  void all_reduce(float* data, int64_t count, std::string_view what);
-  void all_gather(const float* send, float* recv, int64_t count, std::string_view what);
   llama_cpu::WeightsRef lm_head() const {
     return config_.tie_word_embeddings && !quantization_ ? embed_.ref() : lm_head_.ref();
   }
 
   LlamaConfig full_config_;  // the checkpoint's
   LlamaConfig config_;       // this rank's: its heads, kv heads and intermediate size
-  std::optional<pllm_collectives_ref> collectives_;
-  llama_cpu::TensorParallelRank tensor_parallel_;
-  int64_t vocab_shard_ = 0;  // ceil(vocab / N): rank r holds rows [r * vocab_shard_, ...) of embed and lm_head
-  int64_t vocab_first_ = 0, vocab_rows_ = 0;
-  int32_t kv_head_first_ = 0;
+  // This rank's part of the model under tensor parallelism; none: the whole model.
+  std::optional<llama_cpu::TensorParallelShard> shard_;
+  int64_t vocab_first_ = 0, vocab_rows_ = 0;  // the embedding and lm_head rows held: all without a shard
   plugins::ThreadPool pool_;
   std::vector<double> inv_freq_;
   pllm_dtype weight_dtype_ = PLLM_DTYPE_F32;

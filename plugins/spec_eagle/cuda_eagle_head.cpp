@@ -112,7 +112,7 @@ CudaEagleHead::CudaEagleHead(const std::filesystem::path& draft_dir, const pllm_
     : config_(load_eagle_config(draft_dir, target)),
       dtype_(compute_dtype(target)),
       // Checked before the device is touched: a target elsewhere is the likelier mistake.
-      shared_(shared_weights(target, config_, {PLLM_DEVICE_CUDA, device}, dtype_)),
+      shared_(shared_weights(target, config_, {PLLM_DEVICE_CUDA, device}, dtype_, config_.vocab_size)),
       context_(device, kWho),
       target_layers_(target.info->num_layers),
       draft_vocab_(std::move(draft_vocab)) {

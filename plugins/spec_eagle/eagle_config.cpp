@@ -36,8 +36,8 @@ void check_eagle_section(const std::filesystem::path& draft_dir) {
 }
 
 // Checks one size of the draft against the target's.
-void require_same(const std::filesystem::path& draft_dir, const char* key, int64_t draft, const char* target_field,
-                  int64_t target) {
+void require_same(const std::filesystem::path& draft_dir, const char* key, int64_t draft,
+                  const std::string& target_field, int64_t target) {
   if (draft != target) {
     throw pllm::Error(PLLM_ERROR_INVALID_CONFIG, (draft_dir / "config.json").string() + ": '" + key + "' = " +
                                                      str(draft) + " does not match the target model's " +
@@ -57,7 +57,8 @@ std::string device_label(pllm_device device) {
   return "device type " + str(int(device.type));
 }
 
-llama::LlamaConfig load_eagle_config(const std::filesystem::path& draft_dir, const pllm_speculator_target& target) {
+llama::LlamaConfig load_eagle_config(const std::filesystem::path& draft_dir, const pllm_speculator_target& target,
+                                     int32_t tensor_parallel_size) {
   llama::LlamaConfig config = llama::LlamaConfig::load(draft_dir, "spec_eagle");
   check_eagle_section(draft_dir);
   if (config.num_layers != 1) {
@@ -71,19 +72,26 @@ llama::LlamaConfig load_eagle_config(const std::filesystem::path& draft_dir, con
   const pllm_model_info& t = *target.info;
   require_same(draft_dir, "hidden_size", config.hidden_size, "hidden_size", t.hidden_size);
   require_same(draft_dir, "vocab_size", config.vocab_size, "vocab_size", t.vocab_size);
-  require_same(draft_dir, "num_key_value_heads", config.num_kv_heads, "num_kv_heads", t.num_kv_heads);
+  if (tensor_parallel_size > 1) {
+    // Split as the target's (llama_cpu::TensorParallelShard): N / kv each, or one replicated.
+    const int64_t n = tensor_parallel_size, kv = config.num_kv_heads;
+    require_same(draft_dir, "num_key_value_heads", kv >= n ? kv / n : 1,
+                 "kv heads per rank (tensor_parallel_size " + std::to_string(n) + ")", t.num_kv_heads);
+  } else {
+    require_same(draft_dir, "num_key_value_heads", config.num_kv_heads, "num_kv_heads", t.num_kv_heads);
+  }
   require_same(draft_dir, "head_dim", config.head_dim, "head_dim", t.head_dim);
   return config;
 }
 
 SharedWeights shared_weights(const pllm_speculator_target& target, const llama::LlamaConfig& c, pllm_device device,
-                             pllm_dtype dtype) {
+                             pllm_dtype dtype, int64_t vocab_rows) {
   if (!PLLM_HAS_FIELD(pllm_model_api, target.model_api, get_tensor) || !target.model_api->get_tensor) {
     throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
                       "spec_eagle: the target model plugin has no get_tensor, so the EAGLE head cannot share its "
                       "embedding and lm_head");
   }
-  const int64_t v = c.vocab_size, h = c.hidden_size;
+  const int64_t v = vocab_rows, h = c.hidden_size;
   // Returns the tensor, or a null tensor for PLLM_ERROR_NOT_FOUND.
   auto get = [&](const char* name) {
     pllm_tensor out{};

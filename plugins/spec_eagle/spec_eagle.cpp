@@ -77,10 +77,18 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
   static std::unique_ptr<DraftHead> load_head(const pllm_speculator_create_args& args,
                                               const pllm_speculator_target& target, int threads,
                                               std::vector<int32_t> draft_vocab) {
+    const pllm_collectives_ref* collectives =
+        PLLM_HAS_FIELD(pllm_speculator_create_args, &args, collectives) ? args.collectives : nullptr;
     switch (args.device.type) {
       case PLLM_DEVICE_CPU:
-        return std::make_unique<EagleHead>(args.draft_path, target, std::move(draft_vocab), threads);
+        return std::make_unique<EagleHead>(args.draft_path, target, std::move(draft_vocab), threads, collectives);
       case PLLM_DEVICE_CUDA:
+        if (collectives) {
+          // As models_llama: a tensor-parallel target on CUDA does not exist yet (docs/tensor-parallel.md).
+          throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle: a tensor-parallel group on " +
+                                                        device_label(args.device) +
+                                                        ": the CUDA head is not split over ranks yet");
+        }
 #ifdef PAGEDLLM_HAVE_CUDA
         return load_cuda_eagle_head(args.draft_path, target, args.device.index, std::move(draft_vocab), threads);
 #else

@@ -141,3 +141,39 @@ TEST_CASE("tensor-parallel step plan: large random batches round-trip") {
     CHECK(pairs(plan.copies) == pairs(copies));
   }
 }
+
+TEST_CASE("tensor-parallel draft plan: the draft batch, its feature rows and their source arrive as sent") {
+  // A draft over a prefill's new positions and a chain step of two decodes (EAGLE: feature rows
+  // into the target's hidden states, then into the draft's own last logits rows).
+  const Ints a_tokens{11, 12, 13}, a_table{7, 3};
+  const Ints b_tokens{21}, b_table{5};
+  const std::vector<BatchRow> rows{{a_tokens, 2, a_table, 1, false}, {b_tokens, 3, b_table, 1, true}};
+  const StepBatch step = build_step_batch(rows, 4).batch;
+  const pllm_batch sent = plugin_batch_view(step, {});
+  const Ints feature_rows{4, 0, 1, 2};
+  for (const bool target_features : {true, false}) {
+    CAPTURE(target_features);
+    const std::vector<std::byte> bytes = encode_draft_plan(sent, target_features, feature_rows);
+    const DraftPlan plan = decode_draft_plan(bytes);
+    check_same_batch(plan.batch.view(), sent);
+    CHECK(plan.target_features == target_features);
+    CHECK(plan.feature_rows == feature_rows);
+    CHECK(plan.batch.swap_out.empty());
+    CHECK(plan.batch.copies.empty());
+    for (std::size_t size = 0; size < bytes.size(); size += 5) {
+      CAPTURE(size);
+      CHECK_THROWS_AS(decode_draft_plan(std::span(bytes).first(size)), std::runtime_error);
+    }
+  }
+  SECTION("feature rows that are not one per token are refused") {
+    const Ints short_rows{4, 0, 1};
+    CHECK_THROWS_WITH(decode_draft_plan(encode_draft_plan(sent, true, short_rows)),
+                      Catch::Contains("3 feature rows for 4 tokens"));
+  }
+  SECTION("a feature source other than 0 or 1 is refused") {
+    std::vector<std::byte> wrong = encode_draft_plan(sent, true, feature_rows);
+    const std::int32_t two = 2;
+    std::memcpy(wrong.data(), &two, sizeof two);
+    CHECK_THROWS_WITH(decode_draft_plan(wrong), Catch::Contains("feature source is 2"));
+  }
+}

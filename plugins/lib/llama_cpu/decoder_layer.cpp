@@ -4,15 +4,17 @@
 #include "llama_common/attention_call.h"
 #include "llama_cpu/cpu_kernels.h"
 #include "llama_cpu/rope.h"
+#include "llama_cpu/tensor_parallel_shard.h"
 
 namespace pagedllm::llama_cpu {
 
 WeightStorage& DecoderLayerWeights::matrix(llama::Matrix m) { return llama::decoder_layer_matrix(*this, m); }
 
 void add_decoder_layer_parts(std::vector<WeightPart>& parts, const LlamaConfig& c, const std::string& prefix,
-                             DecoderLayerWeights& layer, bool input_layernorm) {
+                             DecoderLayerWeights& layer, bool input_layernorm, const TensorParallelShard* shard) {
   for (const llama::WeightSlot& slot : llama::decoder_layer_slots(c, prefix, 0, input_layernorm)) {
-    parts.push_back({slot.name, slot.shape, &layer.matrix(slot.matrix), slot.first_row});
+    WeightStorage* storage = &layer.matrix(slot.matrix);
+    parts.push_back(shard ? shard->part(slot, storage) : WeightPart{slot.name, slot.shape, storage, slot.first_row});
   }
 }
 

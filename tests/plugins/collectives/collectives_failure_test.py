@@ -40,6 +40,8 @@ def main():
     rc, out, seconds = run(args.mpiexec + [args.check, args.plugin, "stuck-peer"], 30)
     expect(rc != 0, "stuck-peer: the job exited 0 although a rank never joined", out)
     expect("all_reduce #1 (1 f32) timed out after 1 s" in out, "stuck-peer: no timeout error naming the call", out)
+    expect("waiting for rank 1 (no call yet), which did not join it" in out,
+           "stuck-peer: rank 0's timeout does not name rank 1 as the rank it waits for", out)
     expect("barrier #2: the communicator is broken since all_reduce #1" in out,
            "stuck-peer: a call after the failure did not fail naming the first failure", out)
     expect("still running" not in out, "stuck-peer: destroying the broken communicator did not end the job", out)

@@ -88,7 +88,9 @@ typedef struct pllm_model_api {
                          pllm_forward_output* out, pllm_error* error);
   /* Looks up a weight by its checkpoint name ("model.embed_tokens.weight"), so a
    * speculator can share the target's embeddings and lm_head instead of copying
-   * them. Optional (NULL): then such a speculator cannot be used with this model. */
+   * them. Optional (NULL): then such a speculator cannot be used with this model.
+   * A model created with collectives (one rank of a tensor-parallel group)
+   * returns this rank's block of the tensor (sdk/speculator.h says which). */
   pllm_status (*get_tensor)(pllm_model* self, const char* name, pllm_tensor* out,
                             pllm_error* error);
 } pllm_model_api;

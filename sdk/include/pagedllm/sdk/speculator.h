@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "pagedllm/sdk/batch.h"
+#include "pagedllm/sdk/collectives.h"
 #include "pagedllm/sdk/model.h"
 #include "pagedllm/sdk/status.h"
 #include "pagedllm/sdk/tensor.h"
@@ -41,6 +42,16 @@ typedef struct pllm_speculator_create_args {
   pllm_device device;
   const pllm_speculator_target* target; /* by pointer, so that it can grow */
   int32_t num_speculative_tokens; /* K: drafts proposed per step */
+  /* SDK 2.2 (appended; NULL or absent: the target is whole): the target's
+   * tensor-parallel group (pllm_model_create_args.collectives). The target is
+   * then this rank's shard, and its get_tensor returns this rank's block of a
+   * weight: of the embedding and lm_head, vocabulary rows [r * S, min(V, (r + 1)
+   * * S)), S = ceil(V / N), for rank r of N. Every rank creates its speculator
+   * and calls draft() with the same batches in the same order (core drives the
+   * other ranks' as it does their forward); the draft's logits are whole on
+   * every rank. A speculator that cannot split itself refuses a group of more
+   * than one rank. */
+  const pllm_collectives_ref* collectives;
 } pllm_speculator_create_args;
 
 /* Filled by get_info(); the caller sets struct_size. The draft's KV heads and

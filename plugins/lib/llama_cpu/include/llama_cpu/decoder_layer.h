@@ -47,10 +47,14 @@ struct DecoderLayerWeights {
   WeightStorage& matrix(llama::Matrix m);
 };
 
+class TensorParallelShard;  // tensor_parallel_shard.h
+
 // Appends the checkpoint tensors of the layer named `prefix` ("model.layers.3.",
-// "layers.0.") to `parts`, placed into `layer`.
+// "layers.0.") of the model `c` to `parts`, placed into `layer`: the whole
+// tensors, or `shard`'s blocks of them.
 void add_decoder_layer_parts(std::vector<WeightPart>& parts, const LlamaConfig& c, const std::string& prefix,
-                             DecoderLayerWeights& layer, bool input_layernorm);
+                             DecoderLayerWeights& layer, bool input_layernorm,
+                             const TensorParallelShard* shard = nullptr);
 
 // A rank of a tensor-parallel group (docs/tensor-parallel.md): its layer holds
 // its heads and its columns of gate/up (rows of o/down), and the partial
