@@ -350,7 +350,8 @@ int run(const Options& o) {
   const std::string model = o.model ? *o.model : call(o, endpoints, http::verb::get, "/v1/models")["data"][0]["id"].get<std::string>();
   const auto pool = tokenize(o, endpoints, o.prompt_text ? *o.prompt_text : std::string(kCorpus));
   const std::vector<PlannedRequest> plan = make_workload(o.workload, pool);
-  fmt::print("pagedllm-bench: {} requests to {} at {}:{}, input {}{} tokens, output {} tokens, rate {}, concurrency {}\n",
+  fmt::print("pagedllm-bench: {} requests to {} at {}:{}, input {}{} tokens, output {} tokens, rate {}, "
+             "concurrency {}\n",
              plan.size(), model, o.host, o.port,
              o.workload.shared_prefix_len > 0 ? fmt::format("{} shared + ", o.workload.shared_prefix_len) : "",
              o.workload.input_len.str(), o.workload.output_len.str(),
