@@ -139,13 +139,17 @@ TEST_CASE("percentiles interpolate like numpy, the summary counts only successes
   ok.e2e_s = 0.5;
   RequestRecord failed;
   failed.error = "HTTP 503";
-  const Summary s = summarize({ok, ok, failed}, 2.0);
-  CHECK(s.completed == 2);
+  RequestRecord no_text = ok;  // its tokens decoded to no text: no chunk to time
+  no_text.ttft_s = 0;
+  no_text.itl_s.clear();
+  const Summary s = summarize({ok, ok, failed, no_text}, 2.0);
+  CHECK(s.completed == 3);
   CHECK(s.failed == 1);
-  CHECK(s.request_throughput == 1.0);
-  CHECK(s.output_throughput == 20.0);
-  CHECK(s.total_token_throughput == 30.0);
+  CHECK(s.request_throughput == 1.5);
+  CHECK(s.output_throughput == 30.0);
+  CHECK(s.total_token_throughput == 45.0);
   CHECK(s.ttft.mean == Approx(0.1));
+  CHECK(s.ttft.p50 == Approx(0.1));
   CHECK(s.itl.p50 == Approx(0.02));
   CHECK(s.e2e.p99 == Approx(0.5));
   CHECK_THAT(format_summary(s), Contains("Output token throughput (tok/s):"));

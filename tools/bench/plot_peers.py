@@ -23,7 +23,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 def one_stream(d):
     if "summary" not in d:
         return d["prefill_tok_s"], d["decode_tok_s"]
-    reqs = [r for r in d["requests"] if r["success"]]
+    # Requests whose output had text (ttft_s 0: none did, so there is no first token to time).
+    reqs = [r for r in d["requests"] if r["success"] and r["ttft_s"] > 0]
+    if not reqs:
+        return float("nan"), float("nan")
     ttft = sum(r["ttft_s"] for r in reqs) / len(reqs)
     decode = sum((r["output_tokens"] - 1) / (r["e2e_s"] - r["ttft_s"]) for r in reqs) / len(reqs)
     return reqs[0]["input_tokens"] / ttft, decode
