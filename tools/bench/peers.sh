@@ -148,7 +148,8 @@ bench_workloads() {
     workload_args "$workload"
     echo "$name $workload load $(load)"
     nice -n 10 "$BUILD/bin/pagedllm-bench" --url "http://127.0.0.1:$port" --seed 1 "${WORKLOAD_ARGS[@]}" \
-      --json "$RESULTS/$name-$workload.json" | tail -12
+      --json "$RESULTS/$name-$workload.json" |
+      grep -E '^(pagedllm-bench: [0-9]+ requests|Successful|Failed|Benchmark duration|Output token|Mean (TTFT|E2E))' || true
   done
   echo "$name done load $(load)"
 }
