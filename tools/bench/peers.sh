@@ -147,7 +147,11 @@ bench_workloads() {
   for workload in "${workloads[@]}"; do
     workload_args "$workload"
     echo "$name $workload load $(load)"
-    nice -n 10 "$BUILD/bin/pagedllm-bench" --url "http://127.0.0.1:$port" --seed 1 "${WORKLOAD_ARGS[@]}" \
+    # The seed is the workload's name's checksum: every engine gets the same prompts for a workload, and no two
+    # workloads share prompts (with one seed, the 8-stream run's first prompts were the one-stream run's, which
+    # the prefix caches of pagedllm and llama-server then served from the previous run).
+    nice -n 10 "$BUILD/bin/pagedllm-bench" --url "http://127.0.0.1:$port" \
+      --seed "$(cksum <<<"$workload" | cut -d' ' -f1)" "${WORKLOAD_ARGS[@]}" \
       --json "$RESULTS/$name-$workload.json" |
       grep -E '^(pagedllm-bench: [0-9]+ requests|Successful|Failed|Benchmark duration|Output token|Mean (TTFT|E2E))' || true
   done
