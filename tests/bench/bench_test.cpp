@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -89,6 +90,40 @@ TEST_CASE("workloads: contiguous prompts are windows of the pool at seeded offse
   CHECK_THROWS_WITH(make_workload(spec, pool), "the prompt text has 50 tokens, fewer than the longest prompt (51)");
 }
 
+TEST_CASE("workloads: a shared prefix starts every prompt, the suffixes are drawn per request", "[bench]") {
+  std::vector<std::int32_t> pool(300);
+  std::iota(pool.begin(), pool.end(), 1000);
+  WorkloadSpec spec;
+  spec.num_requests = 40;
+  spec.input_len = {16, 16};
+  spec.shared_prefix_len = 200;
+  spec.seed = 5;
+  for (const bool contiguous : {false, true}) {
+    INFO("contiguous " << contiguous);
+    spec.contiguous_prompts = contiguous;
+    const auto a = make_workload(spec, pool);
+    const std::vector<std::int32_t> prefix(a[0].prompt.begin(), a[0].prompt.begin() + 200);
+    std::set<std::vector<std::int32_t>> suffixes;
+    for (const auto& r : a) {
+      REQUIRE(r.prompt.size() == 216);
+      CHECK(std::equal(prefix.begin(), prefix.end(), r.prompt.begin()));
+      suffixes.emplace(r.prompt.begin() + 200, r.prompt.end());
+    }
+    // Drawn token by token, no two suffixes coincide; as windows (285 offsets for 40 draws) a few may.
+    CHECK(suffixes.size() >= (contiguous ? 30u : 40u));
+    if (contiguous) {
+      for (std::size_t i = 1; i < prefix.size(); ++i) REQUIRE(prefix[i] == prefix[i - 1] + 1);
+    } else {
+      CHECK(std::set<std::int32_t>(prefix.begin(), prefix.end()).size() > 100);  // drawn, not one token repeated
+    }
+    CHECK(make_workload(spec, pool)[31].prompt == a[31].prompt);
+  }
+  spec.shared_prefix_len = 301;
+  CHECK_THROWS_WITH(make_workload(spec, pool), "the prompt text has 300 tokens, fewer than the longest prompt (301)");
+  spec.shared_prefix_len = -1;
+  CHECK_THROWS_WITH(make_workload(spec, pool), "the shared prefix length is negative (-1)");
+}
+
 TEST_CASE("percentiles interpolate like numpy, the summary counts only successes", "[bench]") {
   CHECK(percentile({}, 50) == 0.0);
   CHECK(percentile({3, 1, 2}, 50) == 2.0);
@@ -104,13 +139,17 @@ TEST_CASE("percentiles interpolate like numpy, the summary counts only successes
   ok.e2e_s = 0.5;
   RequestRecord failed;
   failed.error = "HTTP 503";
-  const Summary s = summarize({ok, ok, failed}, 2.0);
-  CHECK(s.completed == 2);
+  RequestRecord no_text = ok;  // its tokens decoded to no text: no chunk to time
+  no_text.ttft_s = 0;
+  no_text.itl_s.clear();
+  const Summary s = summarize({ok, ok, failed, no_text}, 2.0);
+  CHECK(s.completed == 3);
   CHECK(s.failed == 1);
-  CHECK(s.request_throughput == 1.0);
-  CHECK(s.output_throughput == 20.0);
-  CHECK(s.total_token_throughput == 30.0);
+  CHECK(s.request_throughput == 1.5);
+  CHECK(s.output_throughput == 30.0);
+  CHECK(s.total_token_throughput == 45.0);
   CHECK(s.ttft.mean == Approx(0.1));
+  CHECK(s.ttft.p50 == Approx(0.1));
   CHECK(s.itl.p50 == Approx(0.02));
   CHECK(s.e2e.p99 == Approx(0.5));
   CHECK_THAT(format_summary(s), Contains("Output token throughput (tok/s):"));
@@ -167,6 +206,20 @@ TEST_CASE("pagedllm-bench against a server: summary, JSON, plots", "[bench]") {
   const auto windows = nlohmann::json::parse(windows_in);
   CHECK(windows["summary"]["completed"] == 6);
   CHECK(windows["config"]["prompt_file"] == text.string());
+
+  // A shared prefix: every request's prompt is the prefix plus its own input.
+  const auto shared_json = dir.path() / "shared.json";
+  const auto p = run_command(std::string(PAGEDLLM_BINARY_DIR "/bin/pagedllm-bench") + " --url " + url +
+                             " --num-requests 6 --shared-prefix-len 40 --input-len 8 --output-len 4 --concurrency 3"
+                             " --json '" + shared_json.string() + "'");
+  INFO(p.out << p.err);
+  REQUIRE(p.exit_code == 0);
+  CHECK_THAT(p.out, Contains("input 40 shared + 8 tokens"));
+  std::ifstream shared_in(shared_json);
+  const auto shared = nlohmann::json::parse(shared_in);
+  CHECK(shared["config"]["shared_prefix_len"] == 40);
+  CHECK(shared["summary"]["completed"] == 6);
+  for (const auto& req : shared["requests"]) CHECK(req["input_tokens"] == 48);
   server.signal(SIGTERM);
   CHECK(server.wait(std::chrono::seconds(10)) == 0);
 
@@ -177,4 +230,7 @@ TEST_CASE("pagedllm-bench against a server: summary, JSON, plots", "[bench]") {
                                    " --prompt-file '" + (dir.path() / "no-such-file").string() + "'");
   CHECK(missing.exit_code == 2);
   CHECK_THAT(missing.err, Contains("--prompt-file: cannot read"));
+  const auto negative = run_command(std::string(PAGEDLLM_BINARY_DIR "/bin/pagedllm-bench") + " --shared-prefix-len -4");
+  CHECK(negative.exit_code == 2);
+  CHECK_THAT(negative.err, Contains("--shared-prefix-len must be a number >= 0"));
 }

@@ -44,13 +44,17 @@ constexpr const char* kUsage = R"(Usage: pagedllm-bench [options]
 Replays a workload against a running pagedllm (or any OpenAI-compatible)
 server: streamed /v1/completions requests with prompts of exact token lengths
 (token ids drawn one by one from the server's /tokenize of a built-in text, or
-windows of a text file's tokens) and exact output lengths (ignore_eos). Prints
-throughput and latency; writes JSON and plots.
+windows of a text file's tokens; optionally after a prefix every request shares)
+and exact output lengths (ignore_eos). Prints throughput and latency; writes
+JSON and plots. Works with pagedllm, vLLM and llama.cpp's llama-server.
 
 Options:
   --url URL               the server (default http://127.0.0.1:8000)
   --num-requests N        requests to send (default 100)
   --input-len N|MIN:MAX   prompt tokens, fixed or uniform in [MIN, MAX] (default 128)
+  --shared-prefix-len N   every prompt starts with the same N tokens (one long system
+                          prompt: what a prefix cache serves), then --input-len tokens
+                          of its own (default 0)
   --output-len N|MIN:MAX  output tokens, fixed or uniform (default 128)
   --request-rate R        Poisson arrivals at R requests/s (default: all at once)
   --concurrency C         at most C requests in flight (default: no limit)
@@ -143,6 +147,8 @@ Options parse_options(int argc, char** argv) {
       } catch (const std::invalid_argument& e) {
         throw UsageError(fmt::format("{}: {}", flag, e.what()));
       }
+    } else if (flag == "--shared-prefix-len") {
+      o.workload.shared_prefix_len = static_cast<int>(number(0));
     } else if (flag == "--request-rate") {
       if (value != "inf") o.workload.request_rate = number(1e-9);
     } else if (flag == "--concurrency") {
@@ -316,19 +322,39 @@ class StreamedRequest : public std::enable_shared_from_this<StreamedRequest> {
   bool finished_ = false;
 };
 
+// The token ids of `text` from the server's /tokenize: vLLM's and pagedllm's
+// request ({"prompt", "add_special_tokens"}), then llama-server's ({"content",
+// "add_special"}), which answers the first with no tokens.
+std::vector<std::int32_t> tokenize(const Options& o, const tcp::resolver::results_type& endpoints,
+                                   const std::string& text) {
+  const json openai_style = call(o, endpoints, http::verb::post, "/tokenize",
+                                 {{"prompt", text}, {"add_special_tokens", false}});
+  auto tokens = openai_style.value("tokens", std::vector<std::int32_t>());
+  if (!tokens.empty()) return tokens;
+  const json llama_server_style =
+      call(o, endpoints, http::verb::post, "/tokenize", {{"content", text}, {"add_special", false}});
+  tokens = llama_server_style.value("tokens", std::vector<std::int32_t>());
+  if (tokens.empty()) {
+    throw std::runtime_error(fmt::format("/tokenize returned no tokens for the prompt text (answers: {} / {})",
+                                         openai_style.dump().substr(0, 200),
+                                         llama_server_style.dump().substr(0, 200)));
+  }
+  return tokens;
+}
+
 int run(const Options& o) {
   net::io_context io;
   tcp::resolver resolver(io);
   const auto endpoints = resolver.resolve(o.host, o.port);
 
   const std::string model = o.model ? *o.model : call(o, endpoints, http::verb::get, "/v1/models")["data"][0]["id"].get<std::string>();
-  const json tokenized = call(o, endpoints, http::verb::post, "/tokenize",
-                              {{"prompt", o.prompt_text ? *o.prompt_text : std::string(kCorpus)},
-                               {"add_special_tokens", false}});
-  const auto pool = tokenized["tokens"].get<std::vector<std::int32_t>>();
+  const auto pool = tokenize(o, endpoints, o.prompt_text ? *o.prompt_text : std::string(kCorpus));
   const std::vector<PlannedRequest> plan = make_workload(o.workload, pool);
-  fmt::print("pagedllm-bench: {} requests to {} at {}:{}, input {} tokens, output {} tokens, rate {}, concurrency {}\n",
-             plan.size(), model, o.host, o.port, o.workload.input_len.str(), o.workload.output_len.str(),
+  fmt::print("pagedllm-bench: {} requests to {} at {}:{}, input {}{} tokens, output {} tokens, rate {}, "
+             "concurrency {}\n",
+             plan.size(), model, o.host, o.port,
+             o.workload.shared_prefix_len > 0 ? fmt::format("{} shared + ", o.workload.shared_prefix_len) : "",
+             o.workload.input_len.str(), o.workload.output_len.str(),
              o.workload.request_rate ? fmt::format("{}/s (Poisson)", *o.workload.request_rate) : "all at once",
              o.concurrency ? std::to_string(*o.concurrency) : "unlimited");
 
@@ -395,6 +421,7 @@ int run(const Options& o) {
                            {"model", model},
                            {"num_requests", o.workload.num_requests},
                            {"input_len", o.workload.input_len.str()},
+                           {"shared_prefix_len", o.workload.shared_prefix_len},
                            {"output_len", o.workload.output_len.str()},
                            {"request_rate", o.workload.request_rate ? json(*o.workload.request_rate) : json("inf")},
                            {"concurrency", o.concurrency ? json(*o.concurrency) : json(nullptr)},

@@ -40,7 +40,9 @@ Summary summarize(const std::vector<RequestRecord>& records, double duration_s) 
     ++s.completed;
     s.input_tokens += r.input_tokens;
     s.output_tokens += r.output_tokens;
-    ttft.push_back(r.ttft_s);
+    // A request whose output never had text (ids that decode to nothing, which a random-weight model with a
+    // vocabulary larger than its tokenizer's mostly emits) has no time to first token to count.
+    if (r.ttft_s > 0) ttft.push_back(r.ttft_s);
     itl.insert(itl.end(), r.itl_s.begin(), r.itl_s.end());
     e2e.push_back(r.e2e_s);
   }

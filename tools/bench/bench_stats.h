@@ -17,7 +17,7 @@ struct RequestRecord {
   bool success = false;
   std::string error;
   int output_tokens = 0;      // from the usage chunk
-  double ttft_s = 0;          // send -> first chunk with text
+  double ttft_s = 0;          // send -> first chunk with text; 0: no chunk had text
   std::vector<double> itl_s;  // between consecutive chunks with text
   double e2e_s = 0;           // send -> [DONE]
 };

@@ -1,5 +1,5 @@
 """An HF LlamaForCausalLM directory (safetensors, config.json, tokenizer.json with a byte-level BPE) to a GGUF
-file for llama.cpp, through the gguf package: what tools/bench/peers.sh feeds llama-cpp-python.
+file for llama.cpp, through the gguf package: what tools/bench/peers.sh feeds llama-server.
 
     hf_to_gguf.py MODEL_DIR OUT.gguf --type f16|q8_0|f32
 
@@ -33,6 +33,26 @@ def load_tensors(model_dir):
     return tensors
 
 
+# The Llama-3 pre-tokenizer's split (digits in groups of up to three), llama.cpp's "llama-bpe".
+LLAMA3_SPLIT = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+                "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+
+
+def pre_tokenizer_name(model_dir, pre):
+    """llama.cpp's name for the tokenizer.json pre-tokenizer `pre`: "gpt-2" (byte-level with GPT-2's regex) or
+    "llama-bpe" (Llama-3's split, then byte-level without a regex); anything else is refused, since llama.cpp
+    would split the text differently from the model's own tokenizer."""
+    steps = pre.get("pretokenizers", [pre]) if pre else []
+    kinds = [step.get("type") for step in steps]
+    if kinds == ["ByteLevel"] and steps[0].get("use_regex", True):
+        return "gpt-2"
+    if (kinds == ["Split", "ByteLevel"] and steps[0].get("pattern", {}).get("Regex") == LLAMA3_SPLIT
+            and not steps[1].get("use_regex", True)):
+        return "llama-bpe"
+    raise SystemExit(f"{model_dir}/tokenizer.json: pre-tokenizer {json.dumps(pre)[:200]} has no llama.cpp equivalent "
+                     "here (GPT-2's byte-level regex or Llama-3's split are converted)")
+
+
 def add_tokenizer(writer, model_dir, config):
     with open(os.path.join(model_dir, "tokenizer.json")) as f:
         tok = json.load(f)
@@ -51,7 +71,7 @@ def add_tokenizer(writer, model_dir, config):
             types[i] = gguf.TokenType.CONTROL if i in special else gguf.TokenType.NORMAL
     merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("gpt-2")
+    writer.add_tokenizer_pre(pre_tokenizer_name(model_dir, tok.get("pre_tokenizer")))
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)

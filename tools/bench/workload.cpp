@@ -1,5 +1,6 @@
 #include "tools/bench/workload.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -34,15 +35,31 @@ std::string LengthRange::str() const { return min == max ? std::to_string(min) :
 
 std::vector<PlannedRequest> make_workload(const WorkloadSpec& spec, const std::vector<std::int32_t>& token_pool) {
   if (token_pool.empty()) throw std::invalid_argument("the token pool is empty");
-  if (spec.contiguous_prompts && token_pool.size() < static_cast<std::size_t>(spec.input_len.max)) {
+  if (spec.shared_prefix_len < 0) {
+    throw std::invalid_argument(fmt::format("the shared prefix length is negative ({})", spec.shared_prefix_len));
+  }
+  const int longest_window = std::max(spec.input_len.max, spec.shared_prefix_len);
+  if (spec.contiguous_prompts && token_pool.size() < static_cast<std::size_t>(longest_window)) {
     throw std::invalid_argument(fmt::format("the prompt text has {} tokens, fewer than the longest prompt ({})",
-                                            token_pool.size(), spec.input_len.max));
+                                            token_pool.size(), longest_window));
   }
   std::mt19937_64 random(spec.seed);
   std::uniform_int_distribution<int> input(spec.input_len.min, spec.input_len.max);
   std::uniform_int_distribution<int> output(spec.output_len.min, spec.output_len.max);
   std::uniform_int_distribution<std::size_t> token(0, token_pool.size() - 1);
   std::exponential_distribution<double> gap(spec.request_rate.value_or(1.0));
+  // Appends `length` tokens to `prompt`: a window of the pool, or tokens drawn one by one.
+  auto append_tokens = [&](std::vector<std::int32_t>& prompt, std::size_t length) {
+    if (spec.contiguous_prompts) {
+      const std::size_t start = std::uniform_int_distribution<std::size_t>(0, token_pool.size() - length)(random);
+      prompt.insert(prompt.end(), token_pool.begin() + std::ptrdiff_t(start),
+                    token_pool.begin() + std::ptrdiff_t(start + length));
+    } else {
+      for (std::size_t i = 0; i < length; ++i) prompt.push_back(token_pool[token(random)]);
+    }
+  };
+  std::vector<std::int32_t> shared_prefix;
+  if (spec.shared_prefix_len > 0) append_tokens(shared_prefix, static_cast<std::size_t>(spec.shared_prefix_len));
   std::vector<PlannedRequest> requests(static_cast<std::size_t>(spec.num_requests));
   double clock = 0;
   for (PlannedRequest& r : requests) {
@@ -51,14 +68,8 @@ std::vector<PlannedRequest> make_workload(const WorkloadSpec& spec, const std::v
       clock += gap(random);
     }
     const auto length = static_cast<std::size_t>(input(random));
-    if (spec.contiguous_prompts) {
-      const std::size_t start =
-          std::uniform_int_distribution<std::size_t>(0, token_pool.size() - length)(random);
-      r.prompt.assign(token_pool.begin() + std::ptrdiff_t(start), token_pool.begin() + std::ptrdiff_t(start + length));
-    } else {
-      r.prompt.resize(length);
-      for (auto& id : r.prompt) id = token_pool[token(random)];
-    }
+    r.prompt = shared_prefix;
+    append_tokens(r.prompt, length);
     r.max_tokens = output(random);
   }
   return requests;

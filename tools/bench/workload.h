@@ -2,8 +2,8 @@
 // pagedllm-bench's workload: request lengths (fixed or uniform in a range),
 // arrival times (Poisson at a rate, or all at once), prompts of exact token
 // lengths from a pool of real token ids: each token drawn on its own, or a
-// contiguous window of the pool (a text's own continuation). Deterministic
-// for a seed.
+// contiguous window of the pool (a text's own continuation), optionally after
+// a prefix every request shares (a system prompt). Deterministic for a seed.
 
 #include <cstdint>
 #include <optional>
@@ -38,10 +38,15 @@ struct WorkloadSpec {
   // tokens in no order); true: each prompt the pool's tokens from a random
   // offset on, so the prompt reads like the text it came from.
   bool contiguous_prompts = false;
+  // Every prompt starts with the same this many tokens (drawn once, like the
+  // rest), followed by input_len tokens of its own: many requests on one long
+  // system prompt, the workload a prefix cache serves. 0: no shared prefix.
+  int shared_prefix_len = 0;
 };
 
 // `token_pool` must not be empty, and with contiguous_prompts must hold at
-// least input_len.max tokens (std::invalid_argument otherwise).
+// least input_len.max and shared_prefix_len tokens; shared_prefix_len must not
+// be negative (std::invalid_argument otherwise).
 std::vector<PlannedRequest> make_workload(const WorkloadSpec& spec, const std::vector<std::int32_t>& token_pool);
 
 }  // namespace pagedllm::bench
