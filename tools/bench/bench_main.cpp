@@ -44,10 +44,11 @@ constexpr const char* kUsage = R"(Usage: pagedllm-bench [options]
 Replays a workload against a running pagedllm (or any OpenAI-compatible)
 server: streamed /v1/completions requests with prompts of exact token lengths
 (token ids drawn one by one from the server's /tokenize of a built-in text, or
-windows of a text file's tokens) and exact output lengths (ignore_eos). A token
-arrives with a chunk that has text or token ids (vLLM's return_token_ids, asked
-for: a token outside the tokenizer's vocabulary decodes to no text there). Prints
-throughput and latency; writes JSON and plots.
+windows of a text file's tokens) and exact output lengths (ignore_eos). Tokens
+are timed by the chunks that bring them: chunks with text, or with token ids
+(return_token_ids, vLLM's field, which pagedllm serves too, is asked for: a
+token with no text of its own, such as part of a character, arrives only so).
+Prints throughput and latency; writes JSON and plots.
 
 Options:
   --url URL               the server (default http://127.0.0.1:8000)
@@ -209,9 +210,10 @@ json call(const Options& o, const tcp::resolver::results_type& endpoints, http::
   return json::parse(response.body());
 }
 
-// Whether a streamed choice brings generated tokens. Its text alone is not enough: vLLM streams a chunk per
-// token, but a token the tokenizer cannot decode on its own (outside its vocabulary, or part of a UTF-8
-// character) comes with empty text, and only its token_ids (vLLM's return_token_ids) say it arrived.
+// Whether a streamed choice brings generated tokens. Its text alone is not enough: a token the tokenizer cannot
+// decode on its own (part of a UTF-8 character, or an id outside the tokenizer's vocabulary, as in the peers
+// benchmark's random model) comes with empty text, or no chunk at all, unless return_token_ids is asked; then
+// its token_ids say it arrived.
 bool carries_token(const json& choice) {
   if (!choice.value("text", std::string()).empty()) return true;
   const auto ids = choice.find("token_ids");
