@@ -419,6 +419,7 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
     plan.prompt_logprobs = get_int(request, "prompt_logprobs", 0, max_logprobs);
   }
   s.logprobs = plan.logprobs;
+  plan.return_token_ids = get_bool(request, "return_token_ids").value_or(false);
   // echo with logprobs shows the prompt tokens' logprobs (OpenAI), with as many alternatives.
   if (plan.echo && plan.logprobs) s.prompt_logprobs = std::max(*plan.logprobs, plan.prompt_logprobs.value_or(0));
   if (plan.prompt_logprobs) s.prompt_logprobs = std::max(*plan.prompt_logprobs, s.prompt_logprobs.value_or(0));

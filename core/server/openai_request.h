@@ -37,6 +37,11 @@ struct GenerationPlan {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions: the prompt text starts each choice
+  // vLLM's return_token_ids: each choice carries its prompt's token ids (prompt_token_ids, streamed with the
+  // first chunk) and its generated ones (token_ids, streamed with the chunk that brings them); a streamed token
+  // is then sent even while its text is held back (part of a character, or no text at all), so a client sees
+  // every token when it arrives.
+  bool return_token_ids = false;
   // vLLM's prompt_logprobs (completions): each choice carries the prompt tokens'
   // logprobs with this many alternatives (the first token's entry null).
   std::optional<int> prompt_logprobs;

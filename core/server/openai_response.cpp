@@ -188,11 +188,18 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
     if (sends_prompt_logprobs) choice.prompt_logprobs = prompt_logprobs_json(output.prompt_logprobs);
     if (!plan_.stream) {
       choice.text += text;
+      if (plan_.return_token_ids) {
+        choice.token_ids.insert(choice.token_ids.end(), delta.token_ids.begin(), delta.token_ids.end());
+      }
       if (plan_.logprobs) append_logprobs(choice.logprobs, std::move(logprobs));
       continue;
     }
     const bool has_tokens = !delta.token_ids.empty() || echoed;
-    if (text.empty() && !delta.finish_reason && !(plan_.logprobs && has_tokens) && !sends_prompt_logprobs) continue;
+    const bool sends_token_ids = plan_.return_token_ids && has_tokens;
+    if (text.empty() && !delta.finish_reason && !(plan_.logprobs && has_tokens) && !sends_prompt_logprobs &&
+        !sends_token_ids) {
+      continue;
+    }
     json c = {{"index", index}};
     if (plan_.kind == ApiKind::kChat) {
       json message = json::object();
@@ -205,6 +212,10 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
     c["finish_reason"] = finish_reason_json(delta.finish_reason);
     c["stop_reason"] = delta.finish_reason ? choice.stop_reason : json(nullptr);
     if (sends_prompt_logprobs) c["prompt_logprobs"] = choice.prompt_logprobs;
+    if (plan_.return_token_ids) {
+      c["prompt_token_ids"] = first ? json(plan_.prompts[prompt_index].token_ids) : json(nullptr);
+      c["token_ids"] = delta.token_ids;
+    }
     events += sse_event(chunk(std::move(c)));
   }
   return events;
@@ -273,6 +284,10 @@ std::string ResponseBuilder::response_body() const {
     c["finish_reason"] = finish_reason_json(choice.finish_reason);
     c["stop_reason"] = choice.stop_reason;
     if (plan_.prompt_logprobs) c["prompt_logprobs"] = choice.prompt_logprobs;
+    if (plan_.return_token_ids) {
+      c["prompt_token_ids"] = plan_.prompts[prompt].token_ids;
+      c["token_ids"] = choice.token_ids;
+    }
     choices.push_back(std::move(c));
   }
   return dump_json({{"id", id_},

