@@ -218,12 +218,15 @@ json call(const Options& o, const tcp::resolver::results_type& endpoints, http::
 
 // Whether a streamed choice brings generated tokens. Its text alone is not enough: a token the tokenizer cannot
 // decode on its own (part of a UTF-8 character, or an id outside the tokenizer's vocabulary, as in the peers
-// benchmark's random model) comes with empty text, or no chunk at all, unless return_token_ids is asked; then
-// its token_ids say it arrived.
+// benchmark's random model) comes with empty text. pagedllm then sends no chunk unless return_token_ids is asked
+// (then its token_ids say it arrived); vLLM and llama-server send a chunk with empty text for each such token,
+// which is a token as long as no finish_reason marks it as the closing chunk llama-server adds after the last one.
 bool carries_token(const json& choice) {
   if (!choice.value("text", std::string()).empty()) return true;
   const auto ids = choice.find("token_ids");
-  return ids != choice.end() && ids->is_array() && !ids->empty();
+  if (ids != choice.end() && ids->is_array() && !ids->empty()) return true;
+  const auto finish = choice.find("finish_reason");
+  return choice.contains("text") && (finish == choice.end() || finish->is_null());
 }
 
 // One streamed request: times the first chunk with a token (text, or token ids
