@@ -2,7 +2,7 @@
 model of the peers' shape. Not part of CI (minutes per context on 2 cores).
 
     scripts/python.sh tools/bench/long_context_bench.py [--contexts 1024,4096,8192,16384] [--layers 4]
-        [--threads 2] [--chunk 2048] [--decode 32] [--attention PATH ...] [--skip-llamacpp] [--out DIR]
+        [--threads 2] [--chunk 2048] [--decode 32] [--attention [LABEL=]PATH ...] [--skip-llamacpp] [--out DIR]
     scripts/python.sh tools/bench/long_context_bench.py --plot RESULTS.json [--png docs/long-context.png]
 
 What it measures, per context length C, with the same thread count for every engine:
@@ -14,16 +14,18 @@ What it measures, per context length C, with the same thread count for every eng
     model's attention shape (num_kv_heads, GQA group, head_dim, bf16 cache, block 16, the same threads), times the
     number of layers, and its share of pagedllm's decode step: what dominates a step at that context.
 pagedllm runs through build/bin/llama_long_context (models_llama + the attention plugin, in process, the KV cache
-in the model's dtype, bf16). Each --attention PATH (an attention_cpu.so of another build; the first is the one in
-build/plugins) is a further pagedllm run, for before/after comparisons in one session. llama.cpp runs in process
-through llama-cpp-python (the project's venv pins 0.3.36) on the same model converted to GGUF f16 by
-tools/bench/hf_to_gguf.py, n_ctx = the longest context + decode + 16, KV cache f16 (its default).
+in the model's dtype, bf16). Each --attention [LABEL=]PATH (an attention_cpu.so of another build, the file named
+attention_cpu.so; the first pagedllm run uses build/plugins') is a further pagedllm run, for before/after
+comparisons in one session. llama.cpp runs in process through llama-cpp-python (the project's venv pins 0.3.36) on
+the same model converted to GGUF f16 by tools/bench/hf_to_gguf.py, n_ctx = the longest context + decode + 16, KV
+cache f16 (its default). The slowest part is prefill at 16k (minutes per engine on 2 loaded cores): --contexts and
+--layers 2 shorten a check.
 
 The model: tools/testing/make_tiny_llama.py with Llama-3.2-1B's layer shape (hidden 2048, intermediate 8192,
 32 / 8 heads of 64, vocab 32000), --layers of them, bf16, random weights, max_position_embeddings 32768 (written
-once to OUT/model, reused). Prints one JSON line per measurement and a table; writes OUT/results.json (with the
-load average before and after every measurement, and the machine's CPU). --plot draws decode tok/s and prefill
-time against context for every engine in a results file.
+once to OUT/model-<layers>l, reused). Prints one JSON line per measurement and a table; writes OUT/results.json
+(with the load average before and after every measurement, and the machine's CPU). --plot draws decode tok/s and
+prefill time against context for every engine in a results file.
 """
 import argparse
 import json
@@ -61,7 +63,16 @@ def make_model(out, layers):
     return model, gguf
 
 
+def split_label(attention):
+    """--attention LABEL=PATH or PATH: (label, path); (None, None) for the build's own plugin."""
+    if attention is None:
+        return None, None
+    label, sep, path = attention.partition("=")
+    return (label, path) if sep else (path, path)
+
+
 def run_pagedllm(model, contexts, args, attention):
+    label, attention = split_label(attention)
     tool = os.path.join(BIN, "llama_long_context")
     if not os.path.exists(tool):
         raise SystemExit(f"{tool} is missing: cmake --build build --target llama_long_context")
@@ -72,7 +83,7 @@ def run_pagedllm(model, contexts, args, attention):
     rows = []
     for line in proc.stdout.splitlines():
         row = json.loads(line)
-        row["engine"] = "pagedllm" if not attention else f"pagedllm ({attention})"
+        row["engine"] = "pagedllm" if not attention else f"pagedllm ({label})"
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -85,7 +96,7 @@ def attention_alone(contexts, args, attention, layers):
     if not os.path.exists(tool):
         log(f"{tool} is missing: no attention-alone times")
         return {}
-    spec = (attention or "attention_cpu") + ":" + json.dumps({"num_threads": args.threads})
+    spec = (split_label(attention)[1] or "attention_cpu") + ":" + json.dumps({"num_threads": args.threads})
     out = os.path.join(args.out, "attn-bench.json")
     cmd = ["nice", "-n", str(args.nice), tool, "--a", spec, "--b", spec, "--workload", "decode", "--batch", "1",
            "--context", ",".join(map(str, contexts)), "--gqa", str(SHAPE["heads"] // SHAPE["kv_heads"]),
@@ -192,7 +203,8 @@ def main():
     ap.add_argument("--chunk", type=int, default=2048, help="prefill tokens per step / llama.cpp's n_batch")
     ap.add_argument("--decode", type=int, default=32, help="decode steps timed after each prompt")
     ap.add_argument("--attention", action="append", default=[],
-                    help="a further attention_cpu.so (another build) to run pagedllm with; repeatable")
+                    help="[LABEL=]PATH: a further attention_cpu.so (another build) to run pagedllm with; "
+                         "repeatable")
     ap.add_argument("--skip-llamacpp", action="store_true")
     ap.add_argument("--nice", type=int, default=10, help="niceness of every measured process")
     ap.add_argument("--out", default=os.path.join(ROOT, "build-peers", "long-context"))
