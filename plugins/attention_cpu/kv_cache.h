@@ -10,8 +10,8 @@
 // allocation ordered [layer][K|V][block][...]; a block copy is 2 * num_layers
 // memcpy calls of one tile group each. Pools are anonymous mappings marked
 // for transparent huge pages (where the kernel allows them): a sequence's
-// blocks are scattered through the pool, and with 4 KiB pages nearly every
-// tile a long-context decode reads would be a TLB miss.
+// blocks are scattered through the pool, and with 4 KiB pages every tile a
+// long-context decode reads needs a TLB entry of its own.
 
 #include <cstddef>
 #include <cstdint>
