@@ -1,5 +1,8 @@
 #include "kv_cache.h"
 
+#include <sys/mman.h>
+
+#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -14,24 +17,28 @@ namespace {
 
 const pllm::PagedInputCheck kCheck("attention_cpu");
 
-std::unique_ptr<std::byte[]> allocate(int64_t blocks, const CacheGeometry& g, const char* pool) {
-  if (blocks == 0) return nullptr;
+Pool allocate(int64_t blocks, const CacheGeometry& g, const char* pool) {
+  if (blocks == 0) return Pool(nullptr, PoolUnmap{});
   const uint64_t per_block = g.bytes_per_block();
   if (uint64_t(blocks) > std::numeric_limits<uint64_t>::max() / per_block) {
     throw pllm::Error(PLLM_ERROR_OUT_OF_MEMORY, std::string("attention_cpu: the ") + pool + " pool of " +
                                                     std::to_string(blocks) + " blocks overflows the address space");
   }
-  try {
-    // Uninitialised on purpose: a block's contents are defined only after core writes it.
-    return std::unique_ptr<std::byte[]>(new std::byte[uint64_t(blocks) * per_block]);
-  } catch (const std::bad_alloc&) {
+  const std::size_t bytes = std::size_t(uint64_t(blocks) * per_block);
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) {
     throw pllm::Error(PLLM_ERROR_OUT_OF_MEMORY, std::string("attention_cpu: cannot allocate the ") + pool + " pool: " +
                                                     std::to_string(blocks) + " blocks x " + std::to_string(per_block) +
-                                                    " bytes");
+                                                    " bytes: " + std::strerror(errno));
   }
+  // Advice only: where THP is off (or the mapping too small) the pool keeps 4 KiB pages, with the same contents.
+  (void)madvise(memory, bytes, MADV_HUGEPAGE);
+  return Pool(static_cast<std::byte*>(memory), PoolUnmap{bytes});
 }
 
 }  // namespace
+
+void PoolUnmap::operator()(std::byte* pool) const { munmap(pool, bytes); }
 
 KvCache::KvCache(const CacheGeometry& geometry, int64_t num_device_blocks, int64_t num_host_blocks)
     : geometry_(geometry), num_device_blocks_(num_device_blocks), num_host_blocks_(num_host_blocks) {

@@ -8,7 +8,10 @@
 // rows (one token each) are contiguous head_dim vectors: the attention kernels
 // stream a tile and take dot products over unit-stride rows. The pool is one
 // allocation ordered [layer][K|V][block][...]; a block copy is 2 * num_layers
-// memcpy calls of one tile group each.
+// memcpy calls of one tile group each. Pools are anonymous mappings marked
+// for transparent huge pages (where the kernel allows them): a sequence's
+// blocks are scattered through the pool, and with 4 KiB pages every tile a
+// long-context decode reads needs a TLB entry of its own.
 
 #include <cstddef>
 #include <cstdint>
@@ -21,6 +24,13 @@
 namespace pagedllm::attention_cpu {
 
 using plugins::CacheGeometry;
+
+// An anonymous mapping (zero-filled, committed page by page as it is touched).
+struct PoolUnmap {
+  std::size_t bytes = 0;
+  void operator()(std::byte* pool) const;
+};
+using Pool = std::unique_ptr<std::byte[], PoolUnmap>;
 
 class KvCache {
  public:
@@ -47,8 +57,8 @@ class KvCache {
   CacheGeometry geometry_;
   int64_t num_device_blocks_;
   int64_t num_host_blocks_;
-  std::unique_ptr<std::byte[]> device_;
-  std::unique_ptr<std::byte[]> host_;
+  Pool device_;
+  Pool host_;
 };
 
 }  // namespace pagedllm::attention_cpu

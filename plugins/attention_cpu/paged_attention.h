@@ -63,19 +63,39 @@ class OptimizedAttention {
     std::vector<float> q, acc, m, l, s, k_tile, v_tile;
   };
 
-  // One (sequence, kv head, chunk of new-token rows) unit of work.
+  // One (sequence, kv head, chunk of new-token rows) unit of work, over the
+  // context blocks [block_begin, block_end): all the rows see, unless a long
+  // context is split across items (then `partial` >= 0 says where in
+  // partials_ the item leaves its rows' softmax state for the merge).
   struct WorkItem {
     int32_t seq;
     int32_t kv_head;
     int32_t row_begin;  // new-token rows [row_begin, row_end) of the sequence
     int32_t row_end;
+    int32_t block_begin;
+    int32_t block_end;
+    int64_t partial;  // -1: the item writes the output itself
+  };
+
+  // The rows of one (sequence, kv head, rows) whose context was split into
+  // `parts` items with consecutive partial states from `first_partial` on.
+  struct Split {
+    WorkItem rows;
+    int64_t first_partial;
+    int32_t parts;
   };
 
  private:
+  // Decode-style items over long contexts split into pieces of their blocks
+  // (flash-decoding) when there are too few items to keep every thread busy.
+  void split_long_contexts(const AttentionProblem& problem);
+  void merge_splits(const AttentionProblem& problem) const;
 
   plugins::ThreadPool pool_;
   std::vector<Scratch> scratch_;
   std::vector<WorkItem> items_;
+  std::vector<Split> splits_;
+  std::vector<float> partials_;  // per split item and row: m, l, then the unnormalised accumulator
 };
 
 }  // namespace pagedllm::attention_cpu

@@ -15,8 +15,14 @@
 //      cblas_sgemm calls (flash-attention style), with the causal mask and the
 //      online softmax applied to S in between. Rows that see none of a tile
 //      (causal) are left out of both GEMMs.
-//    - per-row (decodes, short chunks): one block at a time, dot products and
-//      an axpy per key; a GEMM with <16 rows would not pay for itself.
+//    - per-row (decodes, short chunks): one block at a time, scores eight keys
+//      at a time, vector max/exp/sum, and acc += w V four keys per pass; a
+//      GEMM with <16 rows would not pay for itself. Blocks are prefetched
+//      ahead (they lie scattered through the pool).
+//  * Split contexts (flash-decoding): a step with too few items to occupy
+//    every thread cuts its per-row items' contexts into pieces; each leaves
+//    its rows' softmax state (m, l, unnormalised acc) and merge_splits
+//    combines them after the parallel loop.
 //  * The element-wise loops (dot products, softmax with a polynomial exp,
 //    axpy, f16/bf16 conversion) are compiled for AVX-512, AVX2 and baseline
 //    x86-64 and picked at load time (GCC target_clones), like models_llama.
@@ -46,6 +52,13 @@ namespace {
 
 constexpr int32_t kKeyTile = 128;       // keys per K/V tile in the tiled path
 constexpr int32_t kMinTiledRows = 16;   // items with fewer rows take the per-row path
+constexpr int32_t kPrefetchBlocks = 2;  // the per-row path asks for the K/V tiles this many blocks ahead
+// A step with fewer than kItemsPerThread items per thread splits its per-row
+// items' contexts into pieces of at least kMinSplitKeys keys (flash-decoding):
+// one long decode must not leave threads idle, and a piece must stay long
+// enough that the merge (a few operations per row) costs nothing next to it.
+constexpr int32_t kItemsPerThread = 4;
+constexpr int32_t kMinSplitKeys = 256;
 constexpr int64_t kMinParallelWork = 1 << 18;  // multiply-adds below which the pool is not woken
 
 // Only ever called with x <= 0 here (scores minus their running max).
@@ -80,34 +93,114 @@ inline float dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
+typedef int v8i __attribute__((vector_size(32)));
+
+// Lane i of the result: x's lanes summed, for eight vectors x (written to out).
+// A transpose-and-add tree (7 vector additions, 14 shuffles for all eight)
+// instead of eight horizontal reductions of ~10 operations each. Macros, not
+// helpers: a function taking or returning v8f outside the target_clones
+// bodies would be compiled for baseline x86-64 (and changes the ABI).
+#define PAGEDLLM_ADD_PAIRS(a, b) \
+  (__builtin_shuffle(a, b, v8i{0, 8, 2, 10, 4, 12, 6, 14}) + __builtin_shuffle(a, b, v8i{1, 9, 3, 11, 5, 13, 7, 15}))
+#define PAGEDLLM_ADD_QUADS(a, b) \
+  (__builtin_shuffle(a, b, v8i{0, 1, 8, 9, 4, 5, 12, 13}) + __builtin_shuffle(a, b, v8i{2, 3, 10, 11, 6, 7, 14, 15}))
+#define PAGEDLLM_ADD_HALVES(a, b) \
+  (__builtin_shuffle(a, b, v8i{0, 1, 2, 3, 8, 9, 10, 11}) + __builtin_shuffle(a, b, v8i{4, 5, 6, 7, 12, 13, 14, 15}))
+
+// scores[j] = scale * (q . k_j) for the first n keys of a [n x hd] tile.
+// Eight keys at a time (each with its own accumulator, reduced together by
+// the add tree above) when hd is a multiple of 8; the rest one dot product each.
+PAGEDLLM_VECTOR_CLONES
+void score_keys(const float* q, const float* k, int32_t n, int64_t hd, float scale, float* __restrict scores) {
+  int32_t j = 0;
+  if (hd % 8 == 0) {
+    for (; j + 8 <= n; j += 8) {
+      v8f acc[8] = {};
+      for (int64_t d = 0; d < hd; d += 8) {
+        v8f qv;
+        std::memcpy(&qv, q + d, sizeof qv);
+        for (int i = 0; i < 8; ++i) {
+          v8f kv;
+          std::memcpy(&kv, k + (j + i) * hd + d, sizeof kv);
+          acc[i] += qv * kv;
+        }
+      }
+      const v8f low = PAGEDLLM_ADD_QUADS(PAGEDLLM_ADD_PAIRS(acc[0], acc[1]), PAGEDLLM_ADD_PAIRS(acc[2], acc[3]));
+      const v8f high = PAGEDLLM_ADD_QUADS(PAGEDLLM_ADD_PAIRS(acc[4], acc[5]), PAGEDLLM_ADD_PAIRS(acc[6], acc[7]));
+      const v8f s = PAGEDLLM_ADD_HALVES(low, high) * scale;
+      std::memcpy(scores + j, &s, sizeof s);
+    }
+  }
+  for (; j < n; ++j) scores[j] = dot(q, k + j * hd, hd) * scale;
+}
+
+// max of x[0, n), -inf for n = 0. Vector lanes: GCC does not vectorise a
+// float max reduction by itself (it is order-sensitive for NaN and -0).
+inline float max_of(const float* x, int32_t n) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  v8f best = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    v8f v;
+    std::memcpy(&v, x + j, sizeof v);
+    best = v > best ? v : best;
+  }
+  float m = kNegInf;
+  for (int i = 0; i < 8; ++i) m = std::max(m, best[i]);
+  for (; j < n; ++j) m = std::max(m, x[j]);
+  return m;
+}
+
+// x[j] = exp(x[j] - max) for j < n, returning their sum. The exps are their
+// own loop (no reduction in it, so it vectorises); the sum uses vector lanes.
+inline float exp_shifted_sum(float* __restrict x, int32_t n, float max) {
+  for (int32_t j = 0; j < n; ++j) x[j] = exp_approx(x[j] - max);
+  v8f acc = {0, 0, 0, 0, 0, 0, 0, 0};
+  int32_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    v8f v;
+    std::memcpy(&v, x + j, sizeof v);
+    acc += v;
+  }
+  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; j < n; ++j) sum += x[j];
+  return sum;
+}
+
+// acc += sum_j w[j] v_j over the first n rows of a [n x hd] tile, four rows
+// per pass over acc (a quarter of the accumulator loads and stores).
+inline void accumulate_rows(const float* __restrict w, const float* __restrict v, int32_t n, int64_t hd,
+                            float* __restrict acc) {
+  int32_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float w0 = w[j], w1 = w[j + 1], w2 = w[j + 2], w3 = w[j + 3];
+    const float* v0 = v + j * hd;
+    const float* v1 = v0 + hd;
+    const float* v2 = v1 + hd;
+    const float* v3 = v2 + hd;
+    for (int64_t d = 0; d < hd; ++d) acc[d] += (w0 * v0[d] + w1 * v1[d]) + (w2 * v2[d] + w3 * v3[d]);
+  }
+  for (; j < n; ++j) {
+    const float* vj = v + j * hd;
+    for (int64_t d = 0; d < hd; ++d) acc[d] += w[j] * vj[d];
+  }
+}
+
 // Per-row path: one query row against the first `limit` keys of one block,
 // updating the row's online-softmax state (m, l, acc).
 PAGEDLLM_VECTOR_CLONES
 void attend_block(const float* q, const float* k, const float* v, int32_t limit, int64_t hd, float scale,
                   float* __restrict scores, float* __restrict acc, float* m, float* l) {
-  float block_max = -std::numeric_limits<float>::infinity();
-  for (int32_t j = 0; j < limit; ++j) {
-    scores[j] = dot(q, k + j * hd, hd) * scale;
-    block_max = std::max(block_max, scores[j]);
-  }
+  score_keys(q, k, limit, hd, scale, scores);
+  const float block_max = max_of(scores, limit);
   if (block_max > *m) {
     const float correction = exp_approx(*m - block_max);  // ~0 on the first block (m = -inf, acc = l = 0)
     *l *= correction;
     for (int64_t d = 0; d < hd; ++d) acc[d] *= correction;
     *m = block_max;
   }
-  const float row_max = *m;
-  float sum = 0.0f;
-  for (int32_t j = 0; j < limit; ++j) {
-    scores[j] = exp_approx(scores[j] - row_max);
-    sum += scores[j];
-  }
-  *l += sum;
-  for (int32_t j = 0; j < limit; ++j) {
-    const float w = scores[j];
-    const float* __restrict vj = v + j * hd;
-    for (int64_t d = 0; d < hd; ++d) acc[d] += w * vj[d];
-  }
+  *l += exp_shifted_sum(scores, limit, *m);
+  accumulate_rows(scores, v, limit, hd, acc);
 }
 
 // Tiled path: the online-softmax step between the two GEMMs. For each of
@@ -121,8 +214,7 @@ void softmax_tile(float* __restrict s, int32_t rows, int32_t nk, int32_t ld, int
   for (int32_t r = 0; r < rows; ++r) {
     float* sr = s + int64_t(r) * ld;
     const int32_t limit = std::min(nk, first_limit + r / group);
-    float block_max = -std::numeric_limits<float>::infinity();
-    for (int32_t j = 0; j < limit; ++j) block_max = std::max(block_max, sr[j]);
+    const float block_max = max_of(sr, limit);
     if (block_max > m[r]) {
       const float correction = exp_approx(m[r] - block_max);
       l[r] *= correction;
@@ -130,14 +222,8 @@ void softmax_tile(float* __restrict s, int32_t rows, int32_t nk, int32_t ld, int
       for (int64_t d = 0; d < hd; ++d) ar[d] *= correction;
       m[r] = block_max;
     }
-    const float row_max = m[r];
-    float sum = 0.0f;
-    for (int32_t j = 0; j < limit; ++j) {
-      sr[j] = exp_approx(sr[j] - row_max);
-      sum += sr[j];
-    }
+    l[r] += exp_shifted_sum(sr, limit, m[r]);
     for (int32_t j = limit; j < nk; ++j) sr[j] = 0.0f;
-    l[r] += sum;
   }
 }
 
@@ -177,12 +263,24 @@ const float* tile_as_f32(const Cache* tile, int64_t rows, int64_t head_dim, floa
   }
 }
 
+// A sequence's blocks lie scattered through the pool, so the hardware
+// prefetcher cannot see the next tile coming: at long contexts the kernel
+// would otherwise wait on memory at every block. Asks for `elements` cache
+// elements from `tile` on, one 64-byte line at a time.
+template <class Cache>
+void prefetch_elements(const Cache* tile, int64_t elements) {
+  const char* bytes = reinterpret_cast<const char*>(tile);
+  const int64_t size = elements * int64_t(sizeof(Cache));
+  for (int64_t offset = 0; offset < size; offset += 64) __builtin_prefetch(bytes + offset);
+}
+
 void grow(std::vector<float>& v, int64_t n) {
   if (v.size() < std::size_t(n)) v.resize(std::size_t(n));
 }
 
 template <class Cache>
-void run_item(const AttentionProblem& p, const OptimizedAttention::WorkItem& item, OptimizedAttention::Scratch& sc) {
+void run_item(const AttentionProblem& p, const OptimizedAttention::WorkItem& item, OptimizedAttention::Scratch& sc,
+              float* partials) {
   const pllm_batch& b = *p.batch;
   const int32_t group = p.num_heads / p.num_kv_heads;
   const int64_t hd = p.head_dim;
@@ -237,6 +335,15 @@ void run_item(const AttentionProblem& p, const OptimizedAttention::WorkItem& ite
         copy_as_f32(values + src, sc.v_tile.data() + int64_t(pos - start) * hd, run * hd);
         pos += run;
       }
+      // The next tile's blocks load while this one is multiplied.
+      for (int32_t pos = start + nk; pos < std::min(start + nk + kKeyTile, last_position + 1);) {
+        const int32_t blk = pos / bs, off = pos % bs;
+        const int32_t run = std::min(bs - off, start + nk + kKeyTile - pos);
+        const int64_t src = tile_offset(blk) + int64_t(off) * hd;
+        prefetch_elements(keys + src, run * hd);
+        prefetch_elements(values + src, run * hd);
+        pos += run;
+      }
       // Rows before r0 (positions < start) see none of this tile.
       const int32_t r0 = std::max(0, start - first_position) * group;
       const int32_t rows = num_rows - r0;
@@ -251,10 +358,15 @@ void run_item(const AttentionProblem& p, const OptimizedAttention::WorkItem& ite
                   sc.v_tile.data(), int(hd), 1.0f, acc, int(hd));
     }
   } else {
-    const int32_t num_blocks = last_position / bs + 1;
-    for (int32_t blk = 0; blk < num_blocks; ++blk) {
+    const int32_t end_block = std::min(item.block_end, last_position / bs + 1);
+    for (int32_t blk = item.block_begin; blk < end_block; ++blk) {
       const int32_t start = blk * bs;
       const int32_t valid = std::min(bs, last_position + 1 - start);  // tokens of this block anyone attends to
+      if (blk + kPrefetchBlocks < end_block) {
+        const int32_t ahead = std::min(bs, last_position + 1 - start - kPrefetchBlocks * bs);
+        prefetch_elements(keys + tile_offset(blk + kPrefetchBlocks), ahead * hd);
+        prefetch_elements(values + tile_offset(blk + kPrefetchBlocks), ahead * hd);
+      }
       const float* k = tile_as_f32(keys + tile_offset(blk), valid, hd, sc.k_tile.data());
       const float* v = tile_as_f32(values + tile_offset(blk), valid, hd, sc.v_tile.data());
       for (int32_t r = 0; r < num_rows; ++r) {
@@ -267,6 +379,15 @@ void run_item(const AttentionProblem& p, const OptimizedAttention::WorkItem& ite
     }
   }
 
+  if (item.partial >= 0) {  // one piece of a split context: the merge normalises
+    for (int32_t r = 0; r < num_rows; ++r) {
+      float* state = partials + item.partial + r * (hd + 2);
+      state[0] = sc.m[std::size_t(r)];
+      state[1] = sc.l[std::size_t(r)];
+      std::memcpy(state + 2, sc.acc.data() + r * hd, std::size_t(hd) * sizeof(float));
+    }
+    return;
+  }
   for (int32_t r = 0; r < num_rows; ++r) {
     float* acc = sc.acc.data() + r * hd;
     const float inv = 1.0f / sc.l[std::size_t(r)];
@@ -299,25 +420,32 @@ void OptimizedAttention::run(const AttentionProblem& p) {
     const int32_t query_len = b.query_start_loc[s + 1] - b.query_start_loc[s];
     for (int32_t begin = 0; begin < query_len; begin += rows_per_item) {
       const int32_t end = std::min(query_len, begin + rows_per_item);
-      for (int32_t g = 0; g < p.num_kv_heads; ++g) items_.push_back({s, g, begin, end});
+      const int32_t blocks = (b.seq_lens[s] - query_len + end - 1) / p.block_size + 1;  // up to row end - 1
+      for (int32_t g = 0; g < p.num_kv_heads; ++g) items_.push_back({s, g, begin, end, 0, blocks, -1});
     }
   }
-  // Longest first: cost ~ rows x context attended by the last row.
+  // Longest first: cost ~ rows x context attended by the last row (of this item's blocks).
   auto cost = [&](const WorkItem& w) {
     const int32_t context_len = b.seq_lens[w.seq] - (b.query_start_loc[w.seq + 1] - b.query_start_loc[w.seq]);
-    return int64_t(w.row_end - w.row_begin) * (context_len + w.row_end);
+    const int32_t keys = std::min(context_len + w.row_end, w.block_end * p.block_size) - w.block_begin * p.block_size;
+    return int64_t(w.row_end - w.row_begin) * keys;
   };
-  std::stable_sort(items_.begin(), items_.end(), [&](const WorkItem& a, const WorkItem& c) { return cost(a) > cost(c); });
   int64_t work = 0;  // multiply-adds of Q K^T and P V, roughly
   for (const WorkItem& w : items_) work += cost(w) * group * p.head_dim * 2;
+  splits_.clear();
+  const bool too_few_items = int64_t(items_.size()) < int64_t(kItemsPerThread) * pool_.size();
+  if (pool_.size() > 1 && work >= kMinParallelWork && too_few_items) {
+    split_long_contexts(p);
+  }
+  std::stable_sort(items_.begin(), items_.end(), [&](const WorkItem& a, const WorkItem& c) { return cost(a) > cost(c); });
 
   auto body = [&](int64_t index, int worker) {
     const WorkItem& item = items_[std::size_t(index)];
     Scratch& sc = scratch_[std::size_t(worker)];
     switch (p.cache_dtype) {
-      case PLLM_DTYPE_F32: return run_item<float>(p, item, sc);
-      case PLLM_DTYPE_F16: return run_item<f16_t>(p, item, sc);
-      case PLLM_DTYPE_BF16: return run_item<bf16_t>(p, item, sc);
+      case PLLM_DTYPE_F32: return run_item<float>(p, item, sc, partials_.data());
+      case PLLM_DTYPE_F16: return run_item<f16_t>(p, item, sc, partials_.data());
+      case PLLM_DTYPE_BF16: return run_item<bf16_t>(p, item, sc, partials_.data());
       case PLLM_DTYPE_FORCE_32BIT:
       case PLLM_DTYPE_INVALID:
       case PLLM_DTYPE_I32:
@@ -333,6 +461,73 @@ void OptimizedAttention::run(const AttentionProblem& p) {
     return;
   }
   pool_.parallel_for(int64_t(items_.size()), body);
+  merge_splits(p);
+}
+
+void OptimizedAttention::split_long_contexts(const AttentionProblem& p) {
+  const int32_t group = p.num_heads / p.num_kv_heads;
+  const int32_t min_blocks = std::max(1, kMinSplitKeys / p.block_size);
+  const int64_t wanted = int64_t(kItemsPerThread) * pool_.size();
+  const int64_t state_floats = p.head_dim + 2;
+  const std::size_t unsplit = items_.size();
+  int64_t partial_floats = 0;
+  for (std::size_t i = 0; i < unsplit; ++i) {
+    WorkItem& item = items_[i];
+    const int32_t rows = (item.row_end - item.row_begin) * group;
+    if (rows >= kMinTiledRows) continue;  // the tiled path walks its context whole
+    const int64_t by_threads = (wanted + int64_t(unsplit) - 1) / int64_t(unsplit);
+    const int32_t parts = int32_t(std::min<int64_t>(by_threads, item.block_end / min_blocks));
+    if (parts < 2) continue;
+    splits_.push_back({item, partial_floats, parts});
+    const int32_t blocks = item.block_end;
+    for (int32_t part = 0; part < parts; ++part) {
+      WorkItem piece = splits_.back().rows;
+      piece.block_begin = int32_t(int64_t(blocks) * part / parts);
+      piece.block_end = int32_t(int64_t(blocks) * (part + 1) / parts);
+      piece.partial = partial_floats;
+      partial_floats += rows * state_floats;
+      if (part == 0) {
+        item = piece;  // replaces the whole item in place
+      } else {
+        items_.push_back(piece);
+      }
+    }
+  }
+  if (partials_.size() < std::size_t(partial_floats)) partials_.resize(std::size_t(partial_floats));
+}
+
+// out = (sum_i e^(m_i - M) acc_i) / (sum_i e^(m_i - M) l_i), M = max_i m_i: the
+// online-softmax update applied once across the pieces. Piece 0 holds key 0,
+// which every row sees, so M is finite; a piece a row sees nothing of has
+// m = -inf, l = 0, acc = 0 and weighs 0.
+void OptimizedAttention::merge_splits(const AttentionProblem& p) const {
+  const pllm_batch& b = *p.batch;
+  const int32_t group = p.num_heads / p.num_kv_heads;
+  const int64_t hd = p.head_dim, state_floats = hd + 2;
+  std::vector<float> out(std::size_t(hd), 0.0f);
+  for (const Split& split : splits_) {
+    const WorkItem& w = split.rows;
+    const int32_t rows = (w.row_end - w.row_begin) * group;
+    const int64_t piece_floats = rows * state_floats;
+    for (int32_t r = 0; r < rows; ++r) {
+      const float* first = partials_.data() + split.first_partial + r * state_floats;
+      float max = -std::numeric_limits<float>::infinity();
+      for (int32_t i = 0; i < split.parts; ++i) max = std::max(max, first[i * piece_floats]);
+      float l = 0.0f;
+      std::fill(out.begin(), out.end(), 0.0f);
+      for (int32_t i = 0; i < split.parts; ++i) {
+        const float* state = first + i * piece_floats;
+        if (state[1] == 0.0f) continue;  // saw no key
+        const float weight = exp_approx(state[0] - max);
+        l += weight * state[1];
+        for (int64_t d = 0; d < hd; ++d) out[std::size_t(d)] += weight * state[2 + d];
+      }
+      for (int64_t d = 0; d < hd; ++d) out[std::size_t(d)] /= l;
+      const int32_t t = b.query_start_loc[w.seq] + w.row_begin + r / group;
+      const int32_t h = w.kv_head * group + r % group;
+      store_f32(out.data(), p.output.dtype, p.output.row(t, h), hd);
+    }
+  }
 }
 
 }  // namespace pagedllm::attention_cpu

@@ -352,8 +352,9 @@ class PagedRunner {
 
   PagedRunner(const std::filesystem::path& model_dir, const std::string& model_options,
               const std::string& attention_options, int32_t block_size = 4, int32_t num_blocks = 96, uint32_t seed = 7,
-              Placement placement = {})
-      : placement_(std::move(placement)),
+              Placement placement = {}, int32_t max_blocks_per_seq = kDefaultMaxBlocksPerSeq)
+      : max_blocks_per_seq_(max_blocks_per_seq),
+        placement_(std::move(placement)),
         model_(model_dir, model_options, placement_.dtype, placement_.device, placement_.collectives),
         attention_(attention_options, placement_),
         block_size_(block_size),
@@ -400,7 +401,7 @@ class PagedRunner {
     Step result;
     pagedllm::tools::HostBatch b;
     b.block_size = block_size_;
-    b.max_blocks_per_seq = kMaxBlocksPerSeq;
+    b.max_blocks_per_seq = max_blocks_per_seq_;
     bool decodes_done = false;
     int32_t num_decode = 0;
     for (const Chunk& c : chunks) {
@@ -423,8 +424,8 @@ class PagedRunner {
       }
       b.query_start_loc.push_back(int32_t(b.token_ids.size()));
       b.seq_lens.push_back(seq_len);
-      std::vector<int32_t> table(std::size_t(kMaxBlocksPerSeq), -1);
-      expect(s.blocks.size() <= table.size(), "a sequence needs more than kMaxBlocksPerSeq blocks");
+      std::vector<int32_t> table(std::size_t(max_blocks_per_seq_), -1);
+      expect(s.blocks.size() <= table.size(), "a sequence needs more than max_blocks_per_seq blocks");
       std::copy(s.blocks.begin(), s.blocks.end(), table.begin());
       b.block_tables.insert(b.block_tables.end(), table.begin(), table.end());
     }
@@ -450,8 +451,9 @@ class PagedRunner {
     return result;
   }
 
+  static constexpr int32_t kDefaultMaxBlocksPerSeq = 48;
+
  private:
-  static constexpr int32_t kMaxBlocksPerSeq = 48;
 
   struct Sequence {
     std::vector<int32_t> tokens;
@@ -461,9 +463,10 @@ class PagedRunner {
   // NaN K/V into every slot of every layer.
   void poison(int32_t num_blocks) {
     poison_every_slot(attention_, placement_, info_, info_.num_layers, num_blocks * block_size_, block_size_,
-                      kMaxBlocksPerSeq);
+                      max_blocks_per_seq_);
   }
 
+  int32_t max_blocks_per_seq_;
   Placement placement_;
   Model model_;
   Attention attention_;
