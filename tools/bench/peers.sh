@@ -25,7 +25,8 @@
 #              (tools/testing/make_tiny_llama.py, random weights) into $PEERS_DIR/model
 #   convert    GGUF f16 and q8_0 of it (tools/bench/hf_to_gguf.py: the gguf package, llama.cpp's q/k permutation)
 #   pagedllm   pagedllm-host serving it (bf16 as stored, and quantization int8), driven by build/bin/pagedllm-bench
-#              through the workloads (below)
+#              through the workloads (below); variant int8ct serves the compressed-tensors W8A8 checkpoint the vllm
+#              stage makes (lm_head kept bf16), the same work as vLLM's int8
 #   llamacpp   llama-server (f16 and q8_0 GGUF) driven by pagedllm-bench through the same workloads: one slot per
 #              stream (-np: the most any workload keeps in flight, 32 by default; -c = slots x 2048), continuous
 #              batching, -t/-tb $PEERS_THREADS, prompt caching as an operator runs it (cache_prompt on, slots chosen
@@ -199,6 +200,15 @@ bench_workloads() {
   echo "$name done load $(load)"
 }
 
+# Fails, naming the stage $2, when something already answers on port $1: wait_ready would take its answers as
+# the new server's, and another server would be measured instead (it happened once, with a helper's server).
+port_free() {
+  if curl -s "http://127.0.0.1:$1/" >/dev/null 2>&1; then
+    log "$2 not run: port $1 is taken"
+    return 1
+  fi
+}
+
 # Waits for the server at port $1 (process $2) to answer $3 (default /v1/models) with 200.
 wait_ready() {
   local port=$1 pid=$2 path=${3:-/v1/models} i
@@ -212,19 +222,21 @@ wait_ready() {
 }
 
 run_pagedllm() {
-  local variant name level quantization dtype port=8731 pid
+  local variant name level quantization dtype model port=8731 pid
   for variant in "${PAGEDLLM_VARIANTS[@]}"; do
     name=${variant%@*}
     level=${variant#"$name"}
     level=${level#@}
-    quantization=none dtype=auto
+    quantization=none dtype=auto model=$MODEL
     case $name in
       int8) quantization=int8 ;;
+      int8ct) make_int8_checkpoint && model=$PEERS_DIR/model-ct-w8a8 ;;
       f16 | f32) dtype=$name ;;
     esac
+    port_free "$port" "pagedllm-$variant" || return 1
     # Result names: pagedllm-<variant> with '@' as '-' (plot_peers.py splits names at the last '-').
     PAGEDLLM_CPU_ISA=$level nice -n 10 "$BUILD/bin/pagedllm-host" --config "$ROOT/configs/serve.yaml" \
-      --set "model.path=$MODEL" --set "model.dtype=$dtype" \
+      --set "model.path=$model" --set "model.dtype=$dtype" \
       --set "model.options.num_threads=$THREADS" --set "model.options.quantization=$quantization" \
       --set "attention.options.num_threads=$THREADS" --set "server.port=$port" \
       --set "cache.kv_cache_bytes=2GiB" >"$RESULTS/pagedllm-${variant/@/-}.log" 2>&1 &
@@ -283,6 +295,7 @@ start_llama_server() {
 run_llamacpp() {
   local type port=8733
   for type in "${GGUF_TYPES[@]}"; do
+    port_free "$port" "llamacpp-$type" || return 1
     start_llama_server "$PEERS_DIR/model-$type.gguf" "$port" "$RESULTS/llamacpp-$type.log"
     if wait_ready "$port" "$SERVER_PID" /health; then bench_workloads "$port" "llamacpp-$type"; fi
     kill "$SERVER_PID" 2>/dev/null || true
@@ -301,8 +314,9 @@ run_llamacpp_inprocess() {
   done
 }
 
-# vLLM's int8 input: a compressed-tensors W8A8 checkpoint of $MODEL (the header says why), made once.
-make_vllm_int8_model() {
+# vLLM's int8 input, and pagedllm's int8ct: a compressed-tensors W8A8 checkpoint of $MODEL (the header says why),
+# made once.
+make_int8_checkpoint() {
   local out=$PEERS_DIR/model-ct-w8a8
   [[ -e $out/config.json ]] && return
   log "making $out (compressed-tensors W8A8 of $MODEL)"
@@ -319,14 +333,10 @@ run_vllm() {
   for variant in "${VLLM_VARIANTS[@]}"; do
     case $variant in
       bf16) model=$MODEL ;;
-      int8) make_vllm_int8_model && model=$PEERS_DIR/model-ct-w8a8 ;;
+      int8) make_int8_checkpoint && model=$PEERS_DIR/model-ct-w8a8 ;;
       *) log "PEERS_VLLM: unknown variant '$variant' (bf16, int8)"; return 1 ;;
     esac
-    # wait_ready takes any answer on the port as this server's: another one there would be measured instead.
-    if curl -s "http://127.0.0.1:$port/" >/dev/null 2>&1; then
-      log "vLLM CPU not run: port $port is taken (PEERS_VLLM_PORT picks another)"
-      return 1
-    fi
+    port_free "$port" "vLLM CPU (PEERS_VLLM_PORT picks another port)" || return 1
     echo "vllm-$variant: ${status#ok } serving $model, OpenMP threads on cores $VLLM_CPUS"
     VLLM_CPU_KVCACHE_SPACE=2 VLLM_CPU_OMP_THREADS_BIND=$VLLM_CPUS nice -n 10 "$PEERS_DIR/venv-vllm/bin/vllm" serve \
       "$model" --port "$port" --dtype bfloat16 --max-model-len 2048 >"$RESULTS/vllm-$variant.log" 2>&1 &
