@@ -120,6 +120,7 @@ def run_llamacpp(gguf, contexts, args):
         raise SystemExit(f"llama-cpp-python is not installed in {sys.executable} ({e}); use --skip-llamacpp")
     import llama_cpp
     import numpy as np
+    from peers_llamacpp import time_prefill_and_decode  # this folder: the same timing as peers.sh's in-process run
     os.nice(args.nice)
     llm = Llama(gguf, n_threads=args.threads, n_threads_batch=args.threads, n_ctx=max(contexts) + args.decode + 16,
                 n_batch=args.chunk, verbose=False)
@@ -130,19 +131,11 @@ def run_llamacpp(gguf, contexts, args):
         llm.reset()
         llm._ctx.kv_cache_clear()
         load_start = os.getloadavg()
-        start = time.perf_counter()
-        llm.eval(prompt)
-        prefill_s = time.perf_counter() - start
-        steps = []
-        for i in range(args.decode):
-            token = prompt[i]  # any token: a step costs the same whichever it is
-            start = time.perf_counter()
-            llm.eval([token])
-            steps.append(time.perf_counter() - start)
+        prefill_s, step_s = time_prefill_and_decode(llm, prompt, args.decode)
         row = {"engine": f"llama.cpp (llama-cpp-python {llama_cpp.__version__}, f16 GGUF, f16 KV)",
                "context": context, "chunk": args.chunk, "prefill_s": round(prefill_s, 4),
                "prefill_tok_s": round(context / prefill_s, 2), "decode_steps": args.decode,
-               "decode_tok_s": round(1.0 / float(np.median(steps)), 3), "threads": args.threads,
+               "decode_tok_s": round(1.0 / step_s, 3), "threads": args.threads,
                "load_average_start": [round(x, 2) for x in load_start],
                "load_average_end": [round(x, 2) for x in os.getloadavg()]}
         rows.append(row)

@@ -17,6 +17,20 @@ import numpy as np
 from llama_cpp import Llama
 
 
+def time_prefill_and_decode(llm, prompt, decode):
+    """Seconds of one eval of the whole prompt, then the median seconds of `decode` one-token steps after it (the
+    prompt's tokens again: a step costs the same whichever token it sees). Also long_context_bench.py's."""
+    start = time.perf_counter()
+    llm.eval(prompt)
+    prefill_s = time.perf_counter() - start
+    steps = []
+    for token in prompt[:decode]:
+        start = time.perf_counter()
+        llm.eval([token])
+        steps.append(time.perf_counter() - start)
+    return prefill_s, float(np.median(steps))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
@@ -30,18 +44,10 @@ def main():
     rng = np.random.default_rng(1)
     prompt = rng.integers(16, llm.n_vocab(), size=args.prefill).tolist()
     load_start = os.getloadavg()
-    start = time.perf_counter()
-    llm.eval(prompt)
-    prefill_s = time.perf_counter() - start
-    steps = []
-    for i in range(args.decode):
-        token = prompt[i]  # any token: a step costs the same whichever it is
-        start = time.perf_counter()
-        llm.eval([token])
-        steps.append(time.perf_counter() - start)
+    prefill_s, step_s = time_prefill_and_decode(llm, prompt, args.decode)
     result = {"engine": "llama.cpp (llama-cpp-python 0.3.36, in process)", "model": args.model,
               "threads": args.threads, "prefill_tokens": args.prefill, "prefill_tok_s": args.prefill / prefill_s,
-              "decode_steps": args.decode, "decode_tok_s": 1.0 / float(np.median(steps)),
+              "decode_steps": args.decode, "decode_tok_s": 1.0 / step_s,
               "load_average_start": load_start, "load_average_end": os.getloadavg()}
     print(json.dumps(result))
     if args.output:
