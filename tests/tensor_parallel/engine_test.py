@@ -153,6 +153,19 @@ class Server:
             fail(f"mpirun's children {children}: expected rank 0 besides workers {self.worker_pids}", self.output())
         return pids[0]
 
+    def stop(self, tp, name):
+        """SIGTERM to rank 0 (under TP mpirun's child that is no worker, else the process itself), as an operator
+        stops the server; the job must exit 0. Returns its output."""
+        if tp > 1:
+            os.kill(self.rank0_pid(), signal.SIGTERM)
+        else:
+            self.process.send_signal(signal.SIGTERM)
+        rc = self.wait(TIMEOUT_S)
+        output = self.output()
+        if rc != 0:
+            fail(f"{name} TP = {tp}: SIGTERM exit {rc}", output)
+        return output
+
     def wait(self, limit_s):
         try:
             return self.process.wait(timeout=limit_s)
@@ -207,14 +220,7 @@ def greedy_completion(runner, tmp, name, model, prompt, tp):
     server = runner.start_server(tp, write_config(tmp / f"{name}-tp{tp}.yaml", model, tp, "8MiB"))
     choice = server.completions({"prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": True,
                                  "logprobs": 1})["choices"][0]
-    if tp > 1:
-        os.kill(server.rank0_pid(), signal.SIGTERM)
-    else:
-        server.process.send_signal(signal.SIGTERM)
-    rc = server.wait(TIMEOUT_S)
-    output = server.output()
-    if rc != 0:
-        fail(f"{name} TP = {tp}: SIGTERM exit {rc}", output)
+    output = server.stop(tp, name)
     for rank in range(1, tp):
         if f"[rank {rank}] [worker] [info] stopped by rank 0 after 24 steps" not in output:
             fail(f"{name}: rank {rank} of {tp} did not report running rank 0's 24 steps", output)
@@ -342,14 +348,7 @@ def check_speculation(runner, tmp, tiny):
         preemptions = server.metric("pagedllm:num_preemptions_total")
         drafts = server.metric("pagedllm:spec_decode_num_drafts_total") if eagle else 0
         accepted = server.metric("pagedllm:spec_decode_num_accepted_tokens_total") if eagle else 0
-        if tp == 2:
-            os.kill(server.rank0_pid(), signal.SIGTERM)
-        else:
-            server.process.send_signal(signal.SIGTERM)
-        rc = server.wait(TIMEOUT_S)
-        output = server.output()
-        if rc != 0:
-            fail(f"{name} TP = {tp} server: SIGTERM exit {rc}", output)
+        output = server.stop(tp, f"{name} server")
         if preemptions == 0:
             fail(f"{name} TP = {tp}: the workload must preempt", output)
         if seeded[0] != seeded[1]:
@@ -408,20 +407,14 @@ def check_server(runner, tmp, tiny):
         server = runner.start_server(tp, config, env)
         start = time.monotonic()
         results[tp] = run_workload(server)
-        if tp == 2:
-            os.kill(server.rank0_pid(), signal.SIGTERM)
-        else:
-            server.process.send_signal(signal.SIGTERM)
-        rc = server.wait(TIMEOUT_S)
-        if rc != 0:
-            fail(f"TP = {tp} server: SIGTERM exit {rc}", server.output())
-        if tp == 2 and "[rank 1] [worker] [info] stopped by rank 0" not in server.output():
-            fail("clean stop: rank 1 was not stopped by rank 0", server.output())
+        output = server.stop(tp, "server")
+        if tp == 2 and "[rank 1] [worker] [info] stopped by rank 0" not in output:
+            fail("clean stop: rank 1 was not stopped by rank 0", output)
         texts, cached, preemptions = results[tp]
         print(f"server TP = {tp} ({time.monotonic() - start:.1f} s): {len(texts)} completions, {preemptions:.0f} "
               f"preemptions, {cached} cached prompt tokens; SIGTERM: exit 0")
         if preemptions == 0 or cached == 0:
-            fail(f"TP = {tp} server: the workload must preempt and hit the prefix cache", server.output())
+            fail(f"TP = {tp} server: the workload must preempt and hit the prefix cache", output)
     for i, (one, two) in enumerate(zip(results[1][0], results[2][0])):
         if one != two:
             fail(f"server completion {i}: TP = 2 differs from TP = 1\nTP = 1: {one!r}\nTP = 2: {two!r}")
