@@ -110,7 +110,10 @@ int run(const std::vector<std::string>& args) {
   try {
     relaunch_under_mpi_if_needed(config, args);
     group = TensorParallelGroup::join(config, registry);
-    if (group) set_log_process_label(fmt::format("rank {}", group->rank()));
+    if (group) {
+      set_log_process_label(fmt::format("rank {}", group->rank()));
+      config.device = group->device();  // on CUDA, each rank's own (parallel.devices)
+    }
   } catch (const ConfigError& e) {
     fmt::print(stderr, "pagedllm-host: config error: {}\n", e.what());
     return kExitUsageError;
