@@ -26,7 +26,11 @@ speculation: EAGLE over TP = 2 (the embedded model's trained head, split like th
 rank 0 failing alone: a config error only rank 0 can see, while rank 1 waits for it: the job ends at
   once with rank 0's status.
 
-usage: engine_test.py --host BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
+With --cuda, only the greedy check, every rank on cuda:0 in f32 (parallel.devices: [cuda:0, cuda:0];
+backend mpi, which stages the device buffers through host memory): TP = 2 against TP = 1 on cuda:0, on the
+embedded model and on a random 8-kv-head model with heads of 32 (attention_cuda's smallest).
+
+usage: engine_test.py [--cuda] --host BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
 """
 
 import argparse
@@ -51,14 +55,18 @@ def fail(what, output=""):
     sys.exit(f"FAILED: {what}" + (f"\n--- output ---\n{output}" if output else ""))
 
 
-def write_config(path, model, tp, kv_blocks_bytes, extra=""):
+def write_config(path, model, tp, kv_blocks_bytes, extra="", cuda=False):
+    """On CUDA (cuda=True): the model in f32 on cuda:0, every rank there too (parallel.devices)."""
+    if cuda and tp > 1:
+        extra += ", devices: [" + ", ".join(["cuda:0"] * tp) + "]"
     parallel = f"parallel: {{tensor_parallel_size: {tp}, backend: mpi{extra}}}\n" if tp > 1 else ""
     path.write_text(f"""model:
   plugin: models_llama
   path: {model}
   options: {{num_threads: 1}}
-device: cpu
-attention: {{plugin: attention_cpu}}
+  dtype: {"f32" if cuda else "auto"}
+device: {"cuda:0" if cuda else "cpu"}
+attention: {{plugin: {"attention_cuda" if cuda else "attention_cpu"}}}
 sampler: {{plugin: sampler}}
 cache: {{block_size: 16, kv_cache_bytes: {kv_blocks_bytes}, swap_space: {kv_blocks_bytes}, enable_prefix_caching: true}}
 scheduler: {{max_num_seqs: 16, max_num_batched_tokens: 512, max_model_len: 256, preemption_mode: swap}}
@@ -215,9 +223,10 @@ def read_rest(stream):
 LOGPROB_TOLERANCE = 1e-4
 
 
-def greedy_completion(runner, tmp, name, model, prompt, tp):
+def greedy_completion(runner, tmp, name, model, prompt, tp, cuda=False):
     """Text, tokens and logprobs of one greedy completion from a server over `tp` ranks, then a clean stop."""
-    server = runner.start_server(tp, write_config(tmp / f"{name}-tp{tp}.yaml", model, tp, "8MiB"))
+    config = write_config(tmp / f"{name.replace(' ', '-')}-tp{tp}.yaml", model, tp, "8MiB", cuda=cuda)
+    server = runner.start_server(tp, config)
     choice = server.completions({"prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": True,
                                  "logprobs": 1})["choices"][0]
     output = server.stop(tp, name)
@@ -227,12 +236,12 @@ def greedy_completion(runner, tmp, name, model, prompt, tp):
     return choice["text"], choice["logprobs"]["tokens"], choice["logprobs"]["token_logprobs"]
 
 
-def check_greedy(runner, tmp, models):
+def check_greedy(runner, tmp, models, cuda=False):
     for name, model, prompt, sizes in models:
-        text, tokens, logprobs = greedy_completion(runner, tmp, name, model, prompt, 1)
+        text, tokens, logprobs = greedy_completion(runner, tmp, name, model, prompt, 1, cuda)
         for tp in sizes:
             start = time.monotonic()
-            tp_text, tp_tokens, tp_logprobs = greedy_completion(runner, tmp, name, model, prompt, tp)
+            tp_text, tp_tokens, tp_logprobs = greedy_completion(runner, tmp, name, model, prompt, tp, cuda)
             if tp_text != text or tp_tokens != tokens:
                 fail(f"{name}: TP = {tp} output differs from TP = 1\nTP = 1: {tokens!r}\nTP = {tp}: {tp_tokens!r}")
             difference = max(abs(a - b) for a, b in zip(logprobs, tp_logprobs))
@@ -471,6 +480,7 @@ def main():
     parser.add_argument("--host", required=True)
     parser.add_argument("--python", required=True)
     parser.add_argument("--source-dir", required=True)
+    parser.add_argument("--cuda", action="store_true", help="only the greedy checks, the ranks on cuda:0")
     parser.add_argument("mpiexec", nargs="+")
     args = parser.parse_args()
     source = Path(args.source_dir)
@@ -483,13 +493,21 @@ def main():
                            check=True, capture_output=True)
             return out
 
+        tiny = source / "models/pagedllm-tiny"
+        runner = Runner(args.host, args.mpiexec, tmp)
+        if args.cuda:
+            # attention_cuda's smallest head_dim is 32; the 2-kv-head model's vocabulary does not divide by 2.
+            kv8 = random_model("kv8-cuda", "--num-heads", "8", "--num-kv-heads", "8", "--head-dim", "32",
+                               "--hidden-size", "64", "--intermediate-size", "96", "--num-layers", "2",
+                               "--vocab-size", "1001", "--seed", "3")
+            check_greedy(runner, tmp, [("pagedllm-tiny on cuda:0", tiny, "def fibonacci(n):", (2,)),
+                                       ("random kv8 on cuda:0", kv8, "The quick brown fox", (2,))], cuda=True)
+            return
         kv8 = random_model("kv8", "--num-heads", "8", "--num-kv-heads", "8", "--head-dim", "8", "--hidden-size", "64",
                            "--intermediate-size", "96", "--num-layers", "2", "--vocab-size", "1001", "--seed", "3")
         kv2 = random_model("kv2", "--num-heads", "8", "--num-kv-heads", "2", "--head-dim", "8", "--hidden-size", "64",
                            "--intermediate-size", "96", "--num-layers", "2", "--vocab-size", "998", "--dtype", "bf16",
                            "--tie-word-embeddings", "--seed", "4")
-        tiny = source / "models/pagedllm-tiny"
-        runner = Runner(args.host, args.mpiexec, tmp)
         check_greedy(runner, tmp, [("pagedllm-tiny", tiny, "def fibonacci(n):", (2,)),
                                    ("random kv8", kv8, "The quick brown fox", (2,)),
                                    ("random kv2", kv2, "import numpy as np", (2, 4))])
