@@ -4,8 +4,10 @@
 // collective itself — a plain loop over the ranks' inputs — and compares.
 //
 //   collectives_check <plugin> correctness <world size>   results equal the references; bad calls refused
-//   collectives_check <plugin> correctness-cuda <world size>  the same with every buffer on cuda:0 (all ranks
-//                                                          share it: the emulated device, or one GPU) and a stream
+//   collectives_check_cuda <plugin> correctness-cuda <world size>  the same with every buffer on cuda:0 (all
+//                                                          ranks share it: one GPU; emulated, each its own) and a
+//                                                          stream (collectives_check_cuda: this file linked with
+//                                                          the CUDA runtime)
 //   collectives_check <plugin> stuck-peer                  rank 1 never joins: rank 0's all_reduce times out
 //   collectives_check <plugin> dead-peer                   rank 1 exits: the job must end, never hang
 //   collectives_check <plugin> cuda-alone                  alone on cuda:0: works, or fails as a device error
@@ -28,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-#ifdef PAGEDLLM_HAVE_CUDA
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
@@ -71,9 +73,11 @@ float input_value(int rank, std::int64_t i) {
   return float(x >> 40) / float(1 << 24) * 8.0f - 4.0f;
 }
 
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
 void require_cuda(bool ok, const char* what) {
   if (!ok) throw std::runtime_error(std::string("CUDA: ") + what);
 }
+#endif
 
 class Communicator {
  public:
@@ -90,7 +94,7 @@ class Communicator {
     pagedllm::check_plugin_call(api().get_info(get(), &info, &error), error, instance_.library(), "get_info");
     rank = info.rank;
     world_size = info.world_size;
-#ifdef PAGEDLLM_HAVE_CUDA
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
     on_cuda = device.type == PLLM_DEVICE_CUDA;
     if (on_cuda) {
       cudaStream_t created = nullptr;
@@ -101,7 +105,7 @@ class Communicator {
 #endif
   }
   ~Communicator() {
-#ifdef PAGEDLLM_HAVE_CUDA
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
     if (stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
 #endif
   }
@@ -124,7 +128,7 @@ class Communicator {
 class CallBuffer {
  public:
   CallBuffer(const Communicator& c, void* host, std::size_t bytes) : host_(host), bytes_(bytes), data_(host) {
-#ifdef PAGEDLLM_HAVE_CUDA
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
     if (!c.on_cuda) return;
     require_cuda(cudaMalloc(&data_, std::max<std::size_t>(bytes, 1)) == cudaSuccess, "cudaMalloc");
     on_device_ = true;
@@ -134,7 +138,7 @@ class CallBuffer {
 #endif
   }
   ~CallBuffer() {
-#ifdef PAGEDLLM_HAVE_CUDA
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
     if (on_device_) cudaFree(data_);
 #endif
   }
@@ -143,7 +147,7 @@ class CallBuffer {
   template <class T = void>
   T* get() const { return static_cast<T*>(data_); }
   void download() {
-#ifdef PAGEDLLM_HAVE_CUDA
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
     if (on_device_ && bytes_ > 0) {
       require_cuda(cudaMemcpy(host_, data_, bytes_, cudaMemcpyDeviceToHost) == cudaSuccess, "download");
     }
@@ -302,8 +306,8 @@ void correctness(const std::shared_ptr<const pagedllm::PluginLibrary>& library, 
   check_all_reduce_f32(c, 5);
 
   if (device.type == PLLM_DEVICE_CUDA) return;
-  // A device this build cannot serve is refused by name at create: with CUDA, one that does not exist.
-#ifdef PAGEDLLM_HAVE_CUDA
+  // A device the plugin cannot serve is refused by name at create: built with CUDA, one that does not exist.
+#ifdef PAGEDLLM_PLUGINS_HAVE_CUDA
   const pllm_device refused = {PLLM_DEVICE_CUDA, 64};
   const std::string named = "cuda:64";
 #else
@@ -395,8 +399,10 @@ int main(int argc, char** argv) {
         registry.load(plugin, PLLM_PLUGIN_KIND_COLLECTIVES, "collectives.plugin");
     if (scenario == "correctness" && argc == 4) {
       correctness(library, std::atoi(argv[3]), {PLLM_DEVICE_CPU, 0});
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
     } else if (scenario == "correctness-cuda" && argc == 4) {
       correctness(library, std::atoi(argv[3]), {PLLM_DEVICE_CUDA, 0});
+#endif
     } else if (scenario == "stuck-peer") {
       stuck_peer(library);
     } else if (scenario == "cuda-alone") {
