@@ -412,6 +412,12 @@ GroupMessage GroupMessageReceiver::receive() {
 
 // ---- startup agreement ----
 
+int smallest_across_ranks(TensorParallelGroup& group, int num_device_blocks) {
+  const std::int64_t mine[] = {num_device_blocks};
+  const std::vector<std::int64_t> all = group.all_gather(mine);
+  return static_cast<int>(*std::min_element(all.begin(), all.end()));
+}
+
 void require_same_kv_pool(TensorParallelGroup& group, int num_device_blocks, int num_host_blocks) {
   const std::int64_t mine[] = {num_device_blocks, num_host_blocks};
   const std::vector<std::int64_t> all = group.all_gather(mine);

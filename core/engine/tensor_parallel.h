@@ -152,6 +152,9 @@ class GroupMessageReceiver {
   std::uint64_t sequence_ = 0;
 };
 
+// For KvCacheSizingInputs::smallest_across_ranks: every rank's count gathered, the smallest returned.
+int smallest_across_ranks(TensorParallelGroup& group, int num_device_blocks);
+
 // Every rank must have allocated the same KV pool (rank 0's scheduler hands out its block ids
 // to every rank): throws ConfigError naming each rank's counts when they differ.
 void require_same_kv_pool(TensorParallelGroup& group, int num_device_blocks, int num_host_blocks);

@@ -116,6 +116,8 @@ int run(const std::vector<std::string>& args) {
     }
   } catch (const ConfigError& e) {
     fmt::print(stderr, "pagedllm-host: config error: {}\n", e.what());
+    // A rank whose device failed after the others joined: they wait for it, and MPI_Finalize would too.
+    if (config.parallel && config.parallel->tensor_parallel_size > 1) end_parallel_job(kExitUsageError);
     return kExitUsageError;
   }
   const int exit_code = run_engine(config, registry, options, group.get(), started);
