@@ -15,7 +15,7 @@
 // cuda:0 in f32 — all ranks share the one device (the emulated one in CI, or one GPU),
 // the model's collectives are collectives_mpi's staged through host memory — against
 // TP = 1 on cuda:0 (rank 0) as above, and against the same split on the CPU in f32
-// (every rank; kCrossDeviceTolerance).
+// (every rank; kCrossDeviceAbsolute/Relative), the greedy token of every row equal on all three.
 //
 //   tensor_parallel_check <model dir> <decode steps> <model options json> [cuda]
 // Exit 0 when every check passed, else 1 with "FAILED: ..." on stderr.
@@ -205,11 +205,12 @@ int main(int argc, char** argv) {
       const auto chunks = step < 2 ? schedule[std::size_t(step)]
                                    : std::vector<llama_test::PagedRunner::Chunk>{{0, 1}, {1, 1}, {2, 1}};
       const auto tp_step = tp.step(chunks);
+      std::vector<std::vector<float>> cpu_logits;  // the CPU split's, with "cuda"
       if (cpu_split) {
-        const auto cpu_step = cpu_split->step(chunks);
+        cpu_logits = cpu_split->step(chunks).logits;
         worst_cross_device = std::max(
             worst_cross_device,
-            worst_ratio(tp_step.logits, cpu_step.logits,
+            worst_ratio(tp_step.logits, cpu_logits,
                         [](double, double ref) { return kCrossDeviceAbsolute + kCrossDeviceRelative * ref; },
                         "step " + std::to_string(step) + ": the CUDA split against the CPU split"));
       }
@@ -252,6 +253,11 @@ int main(int argc, char** argv) {
                "step " + std::to_string(step) + " sequence " + std::to_string(seq) + ": rank " +
                    std::to_string(group.rank) + "'s greedy token " +
                    std::to_string(argmax(tp_step.logits[std::size_t(row)])) + ", TP = 1's " + std::to_string(next[i]));
+        if (cpu_split) {
+          expect(argmax(cpu_logits[std::size_t(row)]) == next[i],
+                 "step " + std::to_string(step) + " sequence " + std::to_string(seq) + ": the CPU split's greedy "
+                 "token on rank " + std::to_string(group.rank) + " differs from TP = 1's on cuda:0");
+        }
         tp.append_token(seq, next[i]);
         if (whole) whole->append_token(seq, next[i]);
         if (cpu_split) cpu_split->append_token(seq, next[i]);
