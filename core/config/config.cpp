@@ -4,6 +4,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -47,8 +48,7 @@ PluginSlot read_plugin_slot(YamlMapReader& section, const std::string& key_path)
   return slot;
 }
 
-DeviceConfig read_device(YamlMapReader& root) {
-  const std::string text = root.get_string("device", "cpu");
+std::optional<DeviceConfig> parse_device(const std::string& text) {
   DeviceConfig device;
   if (text == "cpu") return device;
   if (text == "cuda") {
@@ -63,7 +63,36 @@ DeviceConfig read_device(YamlMapReader& root) {
       return device;
     }
   }
+  return std::nullopt;
+}
+
+DeviceConfig read_device(YamlMapReader& root) {
+  const std::string text = root.get_string("device", "cpu");
+  if (const std::optional<DeviceConfig> device = parse_device(text)) return *device;
   root.fail("device", fmt::format("must be cpu, cuda or cuda:N, got \"{}\"", text));
+}
+
+// parallel.devices: one CUDA device per rank, several ranks on one device allowed.
+std::vector<DeviceConfig> read_rank_devices(YamlMapReader& parallel, const DeviceConfig& device, int ranks) {
+  std::vector<DeviceConfig> devices;
+  if (!parallel.is_set("devices")) return devices;
+  const std::vector<std::string> texts = parallel.get_string_list("devices");
+  if (device.type != DeviceType::kCuda) {
+    parallel.fail("devices", "a device per rank is for CUDA ranks; device is cpu (every CPU rank computes on its "
+                             "own process's cores)");
+  }
+  if (std::ssize(texts) != ranks) {
+    parallel.fail("devices", fmt::format("names {} devices for tensor_parallel_size {}: give one per rank",
+                                         texts.size(), ranks));
+  }
+  for (const std::string& text : texts) {
+    const std::optional<DeviceConfig> rank_device = parse_device(text);
+    if (!rank_device || rank_device->type != DeviceType::kCuda) {
+      parallel.fail("devices", fmt::format("each must be cuda or cuda:N, got \"{}\"", text));
+    }
+    devices.push_back(*rank_device);
+  }
+  return devices;
 }
 
 CacheConfig read_cache(YamlMapReader section) {
@@ -182,9 +211,7 @@ HostConfig read_root(const YAML::Node& root_node, SourceMap sources) {
     if (p.backend == "nccl" && !on_cuda) {
       parallel.fail("backend", "nccl moves CUDA memory; device is cpu: use backend: mpi");
     }
-    if (p.backend == "mpi" && on_cuda) {
-      parallel.fail("backend", "mpi moves host memory; device is CUDA: use backend: nccl");
-    }
+    p.devices = read_rank_devices(parallel, config.device, p.tensor_parallel_size);
     p.collectives.key_path = "parallel";
     p.collectives.plugin = "collectives_" + p.backend;
     p.collectives.options = parallel.get_json_object("options");

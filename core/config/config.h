@@ -63,8 +63,12 @@ struct SpeculativeConfig {
 // ("parallel", its options from parallel.options). Set only when the section is.
 struct ParallelConfig {
   int tensor_parallel_size = 1;
+  // mpi: collectives_mpi (the CPU; CUDA memory staged through the host); nccl: collectives_nccl (CUDA).
   std::string backend = "mpi";
   PluginSlot collectives;
+  // CUDA: rank r's device, devices[r] (several ranks may share one); empty: cuda:(B + local rank)
+  // for `device: cuda:B`.
+  std::vector<DeviceConfig> devices;
 };
 
 struct ServerConfig {

@@ -173,8 +173,21 @@ class Sizer {
           gib(sizing_.in_use_before_bytes), gib(sizing_.activation_peak_bytes), gib(before.total_bytes), gib(needed),
           static_cast<double>(needed) / static_cast<double>(before.total_bytes)));
     }
+    // Every rank must hold the same pool (rank 0's scheduler hands out its block ids): each measured
+    // its own device, and all take the smallest — before allocating, and again after the trim.
+    agree_across_ranks();
     allocate_final_on_device(utilization_key);
     trim_to_limit(limit, utilization_key);
+    if (agree_across_ranks()) allocate_final_on_device(utilization_key);
+  }
+
+  // Lowers this rank's device block count to the group's smallest; true when it changed.
+  bool agree_across_ranks() {
+    if (!in_.smallest_across_ranks) return false;
+    const int smallest = in_.smallest_across_ranks(sizing_.num_device_blocks);
+    if (smallest >= sizing_.num_device_blocks) return false;
+    sizing_.num_device_blocks = smallest;
+    return true;
   }
 
   // The budget counts the pool's bytes, but the device may hold more for it: CUDA rounds a

@@ -10,6 +10,7 @@
 // engine, concretely".
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,10 @@ struct KvCacheSizingInputs {
   pllm_kv_cache_spec spec;
   int max_model_len = 0;
   int num_speculative_tokens = 0;  // 0: no speculator
+  // Under tensor parallelism: the smallest of every rank's device block count, given this rank's
+  // (collective: every rank calls it the same number of times). A pool measured on the device
+  // (gpu_memory_utilization) is then the smallest rank's on every rank. Null: one process.
+  std::function<int(int)> smallest_across_ranks = nullptr;
 };
 
 // Sizes the pool by the method the backend allows and allocates the cache.

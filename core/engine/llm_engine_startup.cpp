@@ -140,7 +140,8 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorP
       {config, attention_, model_instance_,
        pllm_kv_cache_spec{sizeof(pllm_kv_cache_spec), num_kv_layers, model_info_.num_kv_heads, model_info_.head_dim,
                           config.cache.block_size, model_info_.dtype},
-       max_model_len, num_speculative_tokens});
+       max_model_len, num_speculative_tokens,
+       group ? [group](int blocks) { return smallest_across_ranks(*group, blocks); } : std::function<int(int)>()});
   const int num_device_blocks = sizing.num_device_blocks;
   num_host_blocks_ = sizing.num_host_blocks;
   if (group) {

@@ -138,49 +138,90 @@ void require_non_negative(std::int64_t value, const char* what) {
 
 // ---- the group ----
 
-TensorParallelGroup::TensorParallelGroup(CollectivesInstance instance, int rank, int size)
-    : instance_(std::move(instance)), rank_(rank), size_(size) {
-  ref_.struct_size = sizeof ref_;
-  ref_.api = &instance_.api();
-  ref_.comm = instance_.get();
+namespace {
+
+pllm_collectives_ref make_ref(const CollectivesInstance& instance) {
+  pllm_collectives_ref ref{};
+  ref.struct_size = sizeof ref;
+  ref.api = &instance.api();
+  ref.comm = instance.get();
+  return ref;
+}
+
+pllm_communicator_info group_info(const CollectivesInstance& instance) {
+  pllm_communicator_info info{};
+  info.struct_size = sizeof info;
+  pllm_error error{};
+  check_plugin_call(instance.api().get_info(instance.get(), &info, &error), error, instance.library(), "get_info");
+  return info;
+}
+
+// Open MPI's rank among the ranks on this machine; the world rank where the launcher does not say.
+int local_rank(int rank) {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  return local && *local ? std::atoi(local) : rank;
+}
+
+}  // namespace
+
+TensorParallelGroup::TensorParallelGroup(CollectivesInstance control, std::optional<CollectivesInstance> model,
+                                         DeviceConfig device, int rank, int size)
+    : control_(std::move(control)), model_(std::move(model)), device_(device), rank_(rank), size_(size) {
+  control_ref_ = make_ref(control_);
+  model_ref_ = model_ ? make_ref(*model_) : control_ref_;
 }
 
 std::unique_ptr<TensorParallelGroup> TensorParallelGroup::join(const HostConfig& config, PluginRegistry& registry) {
   if (!config.parallel || config.parallel->tensor_parallel_size <= 1) return nullptr;
   const ParallelConfig& parallel = *config.parallel;
   const std::string where = config.sources.locate("parallel.tensor_parallel_size");
-  const std::shared_ptr<const PluginLibrary> library =
-      registry.load(parallel.collectives.plugin, PLLM_PLUGIN_KIND_COLLECTIVES, "parallel.backend");
   const std::string options = parallel.collectives.options.dump();
-  const pllm_collectives_create_args args{sizeof(pllm_collectives_create_args), options.c_str(),
-                                          to_plugin_device(config.device)};
-  CollectivesInstance instance = create_plugin_instance<pllm_collectives_api, pllm_communicator>(library, args);
-  pllm_communicator_info info{};
-  info.struct_size = sizeof info;
-  pllm_error error{};
-  check_plugin_call(instance.api().get_info(instance.get(), &info, &error), error, instance.library(), "get_info");
+  const auto create = [&](const std::string& plugin, const DeviceConfig& device) {
+    const std::shared_ptr<const PluginLibrary> library =
+        registry.load(plugin, PLLM_PLUGIN_KIND_COLLECTIVES, "parallel.backend");
+    const pllm_collectives_create_args args{sizeof(pllm_collectives_create_args), options.c_str(),
+                                            to_plugin_device(device)};
+    return create_plugin_instance<pllm_collectives_api, pllm_communicator>(library, args);
+  };
+  const bool on_cpu = config.device.type == DeviceType::kCpu;
+  CollectivesInstance control = create(on_cpu ? parallel.collectives.plugin : "collectives_mpi", DeviceConfig{});
+  const pllm_communicator_info info = group_info(control);
   if (info.world_size != parallel.tensor_parallel_size) {
     throw ConfigError(fmt::format(
         "{}: parallel.tensor_parallel_size is {} but this process runs in a group of {} (rank {}): start one process "
         "per rank, `mpirun -np {} pagedllm-host --config ...` (docs/tensor-parallel.md)",
         where, parallel.tensor_parallel_size, info.world_size, info.rank, parallel.tensor_parallel_size));
   }
-  return std::unique_ptr<TensorParallelGroup>(new TensorParallelGroup(std::move(instance), info.rank,
-                                                                      info.world_size));
+  DeviceConfig device = config.device;
+  std::optional<CollectivesInstance> model;
+  if (!on_cpu) {
+    device = parallel.devices.empty()
+                 ? DeviceConfig{DeviceType::kCuda, config.device.index + local_rank(info.rank)}
+                 : parallel.devices[static_cast<std::size_t>(info.rank)];
+    try {
+      model.emplace(create(parallel.collectives.plugin, device));
+    } catch (const std::exception& e) {
+      throw ConfigError(fmt::format("{}: rank {} of {} on {} (parallel.devices, or device: plus the local rank): {}",
+                                    where, info.rank, info.world_size, device.str(), e.what()));
+    }
+  }
+  return std::unique_ptr<TensorParallelGroup>(
+      new TensorParallelGroup(std::move(control), std::move(model), device, info.rank, info.world_size));
 }
 
 void TensorParallelGroup::broadcast(void* data, std::int64_t bytes) {
   pllm_error error{};
-  check_plugin_call(ref_.api->broadcast(ref_.comm, data, bytes, 0, nullptr, &error), error, instance_.library(),
-                    "broadcast");
+  check_plugin_call(control_ref_.api->broadcast(control_ref_.comm, data, bytes, 0, nullptr, &error), error,
+                    control_.library(), "broadcast");
 }
 
 std::vector<std::int64_t> TensorParallelGroup::all_gather(std::span<const std::int64_t> values) {
   std::vector<std::int64_t> all(values.size() * static_cast<std::size_t>(size_));
   pllm_error error{};
-  check_plugin_call(ref_.api->all_gather(ref_.comm, values.data(), all.data(), static_cast<std::int64_t>(values.size()),
-                                         PLLM_DTYPE_I64, nullptr, &error),
-                    error, instance_.library(), "all_gather");
+  check_plugin_call(control_ref_.api->all_gather(control_ref_.comm, values.data(), all.data(),
+                                                 static_cast<std::int64_t>(values.size()), PLLM_DTYPE_I64, nullptr,
+                                                 &error),
+                    error, control_.library(), "all_gather");
   return all;
 }
 
@@ -370,6 +411,12 @@ GroupMessage GroupMessageReceiver::receive() {
 }
 
 // ---- startup agreement ----
+
+int smallest_across_ranks(TensorParallelGroup& group, int num_device_blocks) {
+  const std::int64_t mine[] = {num_device_blocks};
+  const std::vector<std::int64_t> all = group.all_gather(mine);
+  return static_cast<int>(*std::min_element(all.begin(), all.end()));
+}
 
 void require_same_kv_pool(TensorParallelGroup& group, int num_device_blocks, int num_host_blocks) {
   const std::int64_t mine[] = {num_device_blocks, num_host_blocks};

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -26,27 +27,37 @@
 namespace pagedllm {
 
 // This process's rank in the group mpirun started, through the configured collectives plugin.
+// The engine's own messages (step plans, pool sizes: host memory) go over collectives_mpi on the
+// CPU; the model's collectives over the configured backend on the rank's device. On the CPU with
+// backend mpi, one communicator serves both.
 class TensorParallelGroup {
  public:
   // Joins the group when the config has parallel.tensor_parallel_size > 1 (every rank must call
   // it); nullptr otherwise. Throws ConfigError when the group's size differs from the configured
-  // one, the same on every rank.
+  // one, the same on every rank, or when the rank's device cannot be used, naming the rank.
   static std::unique_ptr<TensorParallelGroup> join(const HostConfig& config, PluginRegistry& registry);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  // For the model's create args: its shard meets the other ranks' through this.
-  const pllm_collectives_ref* ref() const { return &ref_; }
-  // `bytes` of `data` from rank 0 into every rank's `data`.
+  // The device this rank computes on: `device:` on the CPU; on CUDA, parallel.devices[rank], or
+  // cuda:(B + the rank's local rank on its machine) for `device: cuda:B`.
+  const DeviceConfig& device() const { return device_; }
+  // For the model's create args: its shard meets the other ranks' through this (on device()).
+  const pllm_collectives_ref* ref() const { return &model_ref_; }
+  // `bytes` of host memory `data` from rank 0 into every rank's `data`.
   void broadcast(void* data, std::int64_t bytes);
   // Every rank's `values` side by side (rank r's at r * values.size()).
   std::vector<std::int64_t> all_gather(std::span<const std::int64_t> values);
 
  private:
-  TensorParallelGroup(CollectivesInstance instance, int rank, int size);
+  TensorParallelGroup(CollectivesInstance control, std::optional<CollectivesInstance> model, DeviceConfig device,
+                      int rank, int size);
 
-  CollectivesInstance instance_;
-  pllm_collectives_ref ref_{};
+  CollectivesInstance control_;                // host memory: the engine's messages
+  std::optional<CollectivesInstance> model_;  // the model's, when it is not control_ (declared after: freed first)
+  pllm_collectives_ref control_ref_{};
+  pllm_collectives_ref model_ref_{};
+  DeviceConfig device_;
   int rank_ = 0;
   int size_ = 1;
 };
@@ -140,6 +151,9 @@ class GroupMessageReceiver {
   TensorParallelGroup& group_;
   std::uint64_t sequence_ = 0;
 };
+
+// For KvCacheSizingInputs::smallest_across_ranks: every rank's count gathered, the smallest returned.
+int smallest_across_ranks(TensorParallelGroup& group, int num_device_blocks);
 
 // Every rank must have allocated the same KV pool (rank 0's scheduler hands out its block ids
 // to every rank): throws ConfigError naming each rank's counts when they differ.

@@ -67,13 +67,14 @@ class Worker {
       num_speculative_tokens = spec.num_speculative_tokens;
     }
 
-    // Sized exactly as rank 0 sizes its pool (the draft's layers after the model's), then checked
-    // against every rank's.
+    // Sized exactly as rank 0 sizes its pool (the draft's layers after the model's; a pool measured
+    // on the device: the smallest rank's), then checked against every rank's.
     const KvCacheSizing sizing = size_and_allocate_kv_cache(
         {config, attention_, model_,
          pllm_kv_cache_spec{sizeof(pllm_kv_cache_spec), info.num_layers + num_draft_layers, info.num_kv_heads,
                             info.head_dim, config.cache.block_size, info.dtype},
-         resolve_max_model_len(config, info), num_speculative_tokens});
+         resolve_max_model_len(config, info), num_speculative_tokens,
+         [&group](int blocks) { return smallest_across_ranks(group, blocks); }});
     require_same_kv_pool(group, sizing.num_device_blocks, sizing.num_host_blocks);
     char host[256] = {};
     gethostname(host, sizeof host - 1);

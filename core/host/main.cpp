@@ -110,9 +110,14 @@ int run(const std::vector<std::string>& args) {
   try {
     relaunch_under_mpi_if_needed(config, args);
     group = TensorParallelGroup::join(config, registry);
-    if (group) set_log_process_label(fmt::format("rank {}", group->rank()));
+    if (group) {
+      set_log_process_label(fmt::format("rank {}", group->rank()));
+      config.device = group->device();  // on CUDA, each rank's own (parallel.devices)
+    }
   } catch (const ConfigError& e) {
     fmt::print(stderr, "pagedllm-host: config error: {}\n", e.what());
+    // A rank whose device failed after the others joined: they wait for it, and MPI_Finalize would too.
+    if (config.parallel && config.parallel->tensor_parallel_size > 1) end_parallel_job(kExitUsageError);
     return kExitUsageError;
   }
   const int exit_code = run_engine(config, registry, options, group.get(), started);

@@ -1,6 +1,7 @@
 // collectives_mpi: the collectives kind (pagedllm/sdk/collectives.h) over MPI,
-// for ranks that compute on the CPU. What MPI can and cannot detect, and how a
-// failure ends the job: README.md.
+// for ranks that compute on the CPU, and for CUDA ranks through pinned host
+// memory (device_staging.h). What MPI can and cannot detect, and how a failure
+// ends the job: README.md.
 
 #include <mpi.h>
 
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,12 +19,18 @@
 #include "common/float16_rounding.h"
 #include "mpi_runtime/mpi_runtime.h"
 #include "pagedllm/sdk.hpp"
+#ifdef PAGEDLLM_HAVE_CUDA
+#include "device_staging.h"
+#endif
 
 namespace {
 
 using pagedllm::mpi_runtime::cat;
 using pagedllm::mpi_runtime::Clock;
 using pagedllm::plugins::dtype_name;
+#ifdef PAGEDLLM_HAVE_CUDA
+using pagedllm::collectives_mpi::DeviceStaging;
+#endif
 
 std::string one_decimal(double value) {
   char text[32];
@@ -37,10 +45,17 @@ class MpiCollectives : public pllm::CollectivesPlugin {
   MpiCollectives(const Options& options, const pllm_collectives_create_args& args)
       : timeout_(options.timeout()),
         timeout_seconds_(options.timeout_seconds) {
-    if (args.device.type != PLLM_DEVICE_CPU) {
+    if (args.device.type == PLLM_DEVICE_CUDA) {
+#ifdef PAGEDLLM_HAVE_CUDA
+      staging_.emplace(args.device.index);
+#else
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "collectives_mpi: cuda:" + std::to_string(args.device.index) +
+                                                    " asked for, but this build has no CUDA: it serves device 'cpu'");
+#endif
+    } else if (args.device.type != PLLM_DEVICE_CPU) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
-                        "collectives_mpi moves host memory: it serves device 'cpu' only (collectives_nccl serves "
-                        "CUDA devices)");
+                        cat("collectives_mpi serves device 'cpu' and CUDA devices (device type ", int(args.device.type),
+                            ")"));
     }
     pagedllm::mpi_runtime::ensure_initialised("collectives_mpi");
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
@@ -88,31 +103,29 @@ class MpiCollectives : public pllm::CollectivesPlugin {
     return out;
   }
 
-  void all_reduce(void* buffer, int64_t count, pllm_dtype dtype, pllm_reduce_op op, void* /*stream: none on the CPU*/) {
+  void all_reduce(void* buffer, int64_t count, pllm_dtype dtype, pllm_reduce_op op, void* stream) {
     const std::string what = describe("all_reduce", count, dtype);
     require_usable(what);
     if (op != PLLM_REDUCE_SUM) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, cat(what, ": unsupported reduce op ", int(op)));
     }
-    if (dtype == PLLM_DTYPE_F32) {
-      all_reduce_f32(static_cast<float*>(buffer), count, what);
-      return;
-    }
-    if (dtype != PLLM_DTYPE_F16 && dtype != PLLM_DTYPE_BF16) {
+    if (dtype != PLLM_DTYPE_F32 && dtype != PLLM_DTYPE_F16 && dtype != PLLM_DTYPE_BF16) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, what + ": all_reduce sums f32, f16 or bf16");
     }
-    // MPI has no 16-bit float type: sum in f32 and round once, the same on every rank.
-    auto* bits = static_cast<std::uint16_t*>(buffer);
-    scratch_.resize(static_cast<std::size_t>(count));
-    pllm::to_f32(buffer, dtype, scratch_.data(), count);
-    all_reduce_f32(scratch_.data(), count, what);
-    for (int64_t i = 0; i < count; ++i) {
-      bits[i] = dtype == PLLM_DTYPE_F16 ? pagedllm::plugins::f32_to_f16(scratch_[i])
-                                        : pagedllm::plugins::f32_to_bf16(scratch_[i]);
+#ifdef PAGEDLLM_HAVE_CUDA
+    if (staging_) {
+      const std::size_t bytes = std::size_t(count * pllm_dtype_size(dtype));
+      void* host = staging_->to_host(buffer, bytes, stream, what);
+      all_reduce_host(host, count, dtype, what);
+      staging_->to_device(buffer, host, bytes, stream, what);
+      return;
     }
+#endif
+    (void)stream;  // none on the CPU
+    all_reduce_host(buffer, count, dtype, what);
   }
 
-  void all_gather(const void* send, void* recv, int64_t count, pllm_dtype dtype, void* /*stream*/) {
+  void all_gather(const void* send, void* recv, int64_t count, pllm_dtype dtype, void* stream) {
     const std::string what = describe("all_gather", count, dtype);
     require_usable(what);
     const int64_t element = pllm_dtype_size(dtype);
@@ -120,34 +133,39 @@ class MpiCollectives : public pllm::CollectivesPlugin {
     if (count > INT_MAX) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, cat(what, ": more than ", INT_MAX, " elements per rank"));
     }
-    MPI_Datatype type = MPI_DATATYPE_NULL;
-    check(MPI_Type_contiguous(static_cast<int>(element), MPI_BYTE, &type), what);
-    MPI_Type_commit(&type);
-    const auto* in_place = static_cast<const char*>(recv) + rank_ * count * element;
-    const void* source = send == in_place ? MPI_IN_PLACE : send;
-    MPI_Request request = MPI_REQUEST_NULL;
-    const int rc = MPI_Iallgather(source, static_cast<int>(count), type, recv, static_cast<int>(count), type, comm_,
-                                  &request);
-    MPI_Type_free(&type);
-    check(rc, what);
-    wait(request, what);
+#ifdef PAGEDLLM_HAVE_CUDA
+    if (staging_) {
+      // This rank's part staged into its slot of the host copy of recv, gathered in place there.
+      const std::size_t part = std::size_t(count * element);
+      auto* host = static_cast<char*>(staging_->host(part * std::size_t(world_size_), what));
+      staging_->copy_to_host(host + std::size_t(rank_) * part, send, part, stream, what);
+      all_gather_host(host + std::size_t(rank_) * part, host, count, element, what);
+      staging_->to_device(recv, host, part * std::size_t(world_size_), stream, what);
+      return;
+    }
+#endif
+    (void)stream;
+    all_gather_host(send, recv, count, element, what);
   }
 
-  void broadcast(void* buffer, int64_t bytes, int32_t root, void* /*stream*/) {
+  void broadcast(void* buffer, int64_t bytes, int32_t root, void* stream) {
     const std::string what = cat("broadcast #", ++sequence_, " (", bytes, " bytes from rank ", root, ")");
     require_usable(what);
     if (root < 0 || root >= world_size_) {
       throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT,
                         cat(what, ": root ", root, " is not a rank of this group of ", world_size_));
     }
-    for (int64_t done = 0; done < bytes || (bytes == 0 && done == 0);) {
-      const int chunk = static_cast<int>(std::min<int64_t>(bytes - done, kMaxChunk));
-      MPI_Request request = MPI_REQUEST_NULL;
-      check(MPI_Ibcast(static_cast<char*>(buffer) + done, chunk, MPI_BYTE, root, comm_, &request), what);
-      wait(request, what);
-      if (bytes == 0) break;
-      done += chunk;
+#ifdef PAGEDLLM_HAVE_CUDA
+    if (staging_) {
+      const auto size = std::size_t(bytes);
+      void* host = rank_ == root ? staging_->to_host(buffer, size, stream, what) : staging_->host(size, what);
+      broadcast_host(host, bytes, root, what);
+      if (rank_ != root) staging_->to_device(buffer, host, size, stream, what);
+      return;
     }
+#endif
+    (void)stream;
+    broadcast_host(buffer, bytes, root, what);
   }
 
   void barrier() {
@@ -165,6 +183,50 @@ class MpiCollectives : public pllm::CollectivesPlugin {
 
   std::string describe(const char* operation, int64_t count, pllm_dtype dtype) {
     return cat(operation, " #", ++sequence_, " (", count, " ", dtype_name(dtype), ")");
+  }
+
+  // ---- the collectives on host memory ----
+
+  void all_reduce_host(void* buffer, int64_t count, pllm_dtype dtype, const std::string& what) {
+    if (dtype == PLLM_DTYPE_F32) {
+      all_reduce_f32(static_cast<float*>(buffer), count, what);
+      return;
+    }
+    // MPI has no 16-bit float type: sum in f32 and round once, the same on every rank.
+    auto* bits = static_cast<std::uint16_t*>(buffer);
+    scratch_.resize(static_cast<std::size_t>(count));
+    pllm::to_f32(buffer, dtype, scratch_.data(), count);
+    all_reduce_f32(scratch_.data(), count, what);
+    for (int64_t i = 0; i < count; ++i) {
+      bits[i] = dtype == PLLM_DTYPE_F16 ? pagedllm::plugins::f32_to_f16(scratch_[i])
+                                        : pagedllm::plugins::f32_to_bf16(scratch_[i]);
+    }
+  }
+
+  // `send` may be recv's slot of this rank (in place).
+  void all_gather_host(const void* send, void* recv, int64_t count, int64_t element, const std::string& what) {
+    MPI_Datatype type = MPI_DATATYPE_NULL;
+    check(MPI_Type_contiguous(static_cast<int>(element), MPI_BYTE, &type), what);
+    MPI_Type_commit(&type);
+    const auto* in_place = static_cast<const char*>(recv) + rank_ * count * element;
+    const void* source = send == in_place ? MPI_IN_PLACE : send;
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc = MPI_Iallgather(source, static_cast<int>(count), type, recv, static_cast<int>(count), type, comm_,
+                                  &request);
+    MPI_Type_free(&type);
+    check(rc, what);
+    wait(request, what);
+  }
+
+  void broadcast_host(void* buffer, int64_t bytes, int32_t root, const std::string& what) {
+    for (int64_t done = 0; done < bytes || (bytes == 0 && done == 0);) {
+      const int chunk = static_cast<int>(std::min<int64_t>(bytes - done, kMaxChunk));
+      MPI_Request request = MPI_REQUEST_NULL;
+      check(MPI_Ibcast(static_cast<char*>(buffer) + done, chunk, MPI_BYTE, root, comm_, &request), what);
+      wait(request, what);
+      if (bytes == 0) break;
+      done += chunk;
+    }
   }
 
   void all_reduce_f32(float* data, int64_t count, const std::string& what) {
@@ -315,6 +377,9 @@ class MpiCollectives : public pllm::CollectivesPlugin {
   uint64_t sequence_ = 0;
   std::string failure_;
   std::vector<float> scratch_;
+#ifdef PAGEDLLM_HAVE_CUDA
+  std::optional<DeviceStaging> staging_;  // on a CUDA device: where its buffers pass through host memory
+#endif
 };
 
 }  // namespace

@@ -84,10 +84,6 @@ class LlamaPlugin : public pllm::ModelPlugin {
     const int num_threads = plugins::resolve_num_threads(options.num_threads);
     const pllm_collectives_ref* collectives =
         PLLM_HAS_FIELD(pllm_model_create_args, &args, collectives) ? args.collectives : nullptr;
-    if (collectives && args.device.type != PLLM_DEVICE_CPU) {
-      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: tensor parallelism runs on the CPU only so far "
-                                                "(docs/tensor-parallel.md)");
-    }
     if (options.int8_compute() && args.device.type != PLLM_DEVICE_CPU) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: quantization " + options.quantization +
                                                     " runs on the CPU only (device type " +
@@ -95,7 +91,7 @@ class LlamaPlugin : public pllm::ModelPlugin {
     }
     if (args.device.type == PLLM_DEVICE_CUDA) {
 #ifdef PAGEDLLM_HAVE_CUDA
-      return llama_cuda::load_cuda_llama(args.model_path, args.device.index, args.dtype, num_threads);
+      return llama_cuda::load_cuda_llama(args.model_path, args.device.index, args.dtype, num_threads, collectives);
 #else
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: cuda:" + std::to_string(args.device.index) +
                                                     " asked for, but this build has no CUDA (built without CUDA)");

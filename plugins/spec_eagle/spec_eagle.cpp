@@ -84,7 +84,7 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
         return std::make_unique<EagleHead>(args.draft_path, target, std::move(draft_vocab), threads, collectives);
       case PLLM_DEVICE_CUDA:
         if (collectives) {
-          // As models_llama: a tensor-parallel target on CUDA does not exist yet (docs/tensor-parallel.md).
+          // models_llama splits over CUDA ranks, but this head does not yet (docs/tensor-parallel.md, step 7).
           throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "spec_eagle: a tensor-parallel group on " +
                                                         device_label(args.device) +
                                                         ": the CUDA head is not split over ranks yet");

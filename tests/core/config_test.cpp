@@ -310,6 +310,22 @@ TEST_CASE("parallel: tensor_parallel_size and the collectives backend, checked s
   CHECK_THAT(config_error(kMinimal + "parallel: {backend: gloo}\n"), Contains("parallel.backend: must be one of"));
   CHECK_THAT(config_error(kMinimal + "parallel: {backend: nccl}\n"),
              Contains("parallel.backend: nccl moves CUDA memory; device is cpu: use backend: mpi"));
-  CHECK_THAT(config_error(kMinimal + "device: cuda\nparallel: {backend: mpi}\n"),
-             Contains("parallel.backend: mpi moves host memory; device is CUDA: use backend: nccl"));
+  // mpi on CUDA: collectives_mpi stages the device buffers through host memory.
+  const HostConfig staged = parse_config(kMinimal + "device: cuda\nparallel: {backend: mpi}\n", "/etc/x.yaml");
+  CHECK(staged.parallel->collectives.plugin == "collectives_mpi");
+  CHECK(staged.parallel->devices.empty());
+
+  // A device per rank (several ranks may share one), CUDA only, one per rank.
+  const HostConfig shared = parse_config(
+      kMinimal + "device: cuda:0\nparallel: {tensor_parallel_size: 3, devices: [cuda:0, cuda:0, cuda:2]}\n",
+      "/etc/x.yaml");
+  REQUIRE(shared.parallel->devices.size() == 3);
+  CHECK(shared.parallel->devices[1].str() == "cuda:0");
+  CHECK(shared.parallel->devices[2].str() == "cuda:2");
+  CHECK_THAT(config_error(kMinimal + "device: cuda\nparallel: {tensor_parallel_size: 2, devices: [cuda:0]}\n"),
+             Contains("parallel.devices: names 1 devices for tensor_parallel_size 2: give one per rank"));
+  CHECK_THAT(config_error(kMinimal + "device: cuda\nparallel: {tensor_parallel_size: 2, devices: [cuda:0, cpu]}\n"),
+             Contains("parallel.devices: each must be cuda or cuda:N, got \"cpu\""));
+  CHECK_THAT(config_error(kMinimal + "parallel: {tensor_parallel_size: 2, devices: [cuda:0, cuda:1]}\n"),
+             Contains("parallel.devices: a device per rank is for CUDA ranks; device is cpu"));
 }

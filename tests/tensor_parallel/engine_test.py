@@ -26,7 +26,13 @@ speculation: EAGLE over TP = 2 (the embedded model's trained head, split like th
 rank 0 failing alone: a config error only rank 0 can see, while rank 1 waits for it: the job ends at
   once with rank 0's status.
 
-usage: engine_test.py --host BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
+With --cuda, only the greedy check, every rank on cuda:0 in f32 (parallel.devices: [cuda:0, cuda:0];
+backend mpi, which stages the device buffers through host memory): TP = 2 against TP = 1 on cuda:0, on the
+embedded model and on a random 8-kv-head model with heads of 32 (attention_cuda's smallest); and ranks
+on emulated devices of different sizes (rank r on cuda:r, its local rank) sizing their pools from
+gpu_memory_utilization: every rank holds the smallest rank's block count.
+
+usage: engine_test.py [--cuda] --host BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
 """
 
 import argparse
@@ -51,14 +57,18 @@ def fail(what, output=""):
     sys.exit(f"FAILED: {what}" + (f"\n--- output ---\n{output}" if output else ""))
 
 
-def write_config(path, model, tp, kv_blocks_bytes, extra=""):
+def write_config(path, model, tp, kv_blocks_bytes, extra="", cuda=False):
+    """On CUDA (cuda=True): the model in f32 on cuda:0, every rank there too (parallel.devices)."""
+    if cuda and tp > 1:
+        extra += ", devices: [" + ", ".join(["cuda:0"] * tp) + "]"
     parallel = f"parallel: {{tensor_parallel_size: {tp}, backend: mpi{extra}}}\n" if tp > 1 else ""
     path.write_text(f"""model:
   plugin: models_llama
   path: {model}
   options: {{num_threads: 1}}
-device: cpu
-attention: {{plugin: attention_cpu}}
+  dtype: {"f32" if cuda else "auto"}
+device: {"cuda:0" if cuda else "cpu"}
+attention: {{plugin: {"attention_cuda" if cuda else "attention_cpu"}}}
 sampler: {{plugin: sampler}}
 cache: {{block_size: 16, kv_cache_bytes: {kv_blocks_bytes}, swap_space: {kv_blocks_bytes}, enable_prefix_caching: true}}
 scheduler: {{max_num_seqs: 16, max_num_batched_tokens: 512, max_model_len: 256, preemption_mode: swap}}
@@ -215,9 +225,10 @@ def read_rest(stream):
 LOGPROB_TOLERANCE = 1e-4
 
 
-def greedy_completion(runner, tmp, name, model, prompt, tp):
+def greedy_completion(runner, tmp, name, model, prompt, tp, cuda=False):
     """Text, tokens and logprobs of one greedy completion from a server over `tp` ranks, then a clean stop."""
-    server = runner.start_server(tp, write_config(tmp / f"{name}-tp{tp}.yaml", model, tp, "8MiB"))
+    config = write_config(tmp / f"{name.replace(' ', '-')}-tp{tp}.yaml", model, tp, "8MiB", cuda=cuda)
+    server = runner.start_server(tp, config)
     choice = server.completions({"prompt": prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": True,
                                  "logprobs": 1})["choices"][0]
     output = server.stop(tp, name)
@@ -227,12 +238,12 @@ def greedy_completion(runner, tmp, name, model, prompt, tp):
     return choice["text"], choice["logprobs"]["tokens"], choice["logprobs"]["token_logprobs"]
 
 
-def check_greedy(runner, tmp, models):
+def check_greedy(runner, tmp, models, cuda=False):
     for name, model, prompt, sizes in models:
-        text, tokens, logprobs = greedy_completion(runner, tmp, name, model, prompt, 1)
+        text, tokens, logprobs = greedy_completion(runner, tmp, name, model, prompt, 1, cuda)
         for tp in sizes:
             start = time.monotonic()
-            tp_text, tp_tokens, tp_logprobs = greedy_completion(runner, tmp, name, model, prompt, tp)
+            tp_text, tp_tokens, tp_logprobs = greedy_completion(runner, tmp, name, model, prompt, tp, cuda)
             if tp_text != text or tp_tokens != tokens:
                 fail(f"{name}: TP = {tp} output differs from TP = 1\nTP = 1: {tokens!r}\nTP = {tp}: {tp_tokens!r}")
             difference = max(abs(a - b) for a, b in zip(logprobs, tp_logprobs))
@@ -241,6 +252,47 @@ def check_greedy(runner, tmp, models):
                      f"(tolerance {LOGPROB_TOLERANCE})\nTP = 1: {logprobs}\nTP = {tp}: {tp_logprobs}")
             print(f"greedy {name} TP = {tp} ({time.monotonic() - start:.1f} s): the same 24 tokens as TP = 1, "
                   f"logprobs within {difference:.1e}: {text.strip()[:40]!r}")
+
+
+def check_device_pools(runner, tmp, tiny):
+    """Ranks on devices of different sizes, each sizing its pool from gpu_memory_utilization, all take the
+    smallest rank's block count. Two emulated devices per process (PAGEDLLM_CUDA_EMULATION_DEVICES), no
+    parallel.devices: rank r on cuda:r (its local rank); rank 0's device 512 MiB, rank 1's 384 MiB."""
+    def config(tp):
+        parallel = "parallel: {tensor_parallel_size: 2, backend: mpi}\n" if tp > 1 else ""
+        path = tmp / f"pools-tp{tp}.yaml"
+        path.write_text(f"""model: {{plugin: models_llama, path: {tiny}, options: {{num_threads: 1}}, dtype: f32}}
+device: cuda:0
+attention: {{plugin: attention_cuda}}
+sampler: {{plugin: sampler}}
+cache: {{block_size: 16, gpu_memory_utilization: 0.5, swap_space: 8MiB}}
+scheduler: {{max_num_seqs: 4, max_num_batched_tokens: 256, max_model_len: 256}}
+{parallel}""")
+        return path
+    prompt = ["--prompt", "def fibonacci(n):", "--temperature", "0", "--max-tokens", "8", "--ignore-eos"]
+    whole, _ = runner.one_shot(1, config(1), "def fibonacci(n):", 8)
+    rank = [runner.host, "--config", str(config(2)), *prompt]
+    devices = ["-x", "PAGEDLLM_CUDA_EMULATION_DEVICES"]
+    command = [runner.mpiexec[0], *runner.mpiexec[1:],
+               "-np", "1", *devices, "-x", "PAGEDLLM_CUDA_EMULATION_MEMORY=512M", *rank, ":",
+               "-np", "1", *devices, "-x", "PAGEDLLM_CUDA_EMULATION_MEMORY=384M", *rank]
+    start = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
+                          env={**os.environ, "PAGEDLLM_CUDA_EMULATION_DEVICES": "2"})
+    output = done.stdout + done.stderr
+    if done.returncode != 0:
+        fail(f"ranks on devices of different sizes: exit {done.returncode}", output)
+    pools = {int(r): (int(blocks), device, float(memory)) for r, blocks, device, memory in re.findall(
+        r"\[rank (\d)\].*?KV cache [0-9.]+ GiB: (\d+) blocks of 16 tokens .*? on (cuda:\d), .*?"
+        r"device memory ([0-9.]+) GiB", output)}
+    if sorted(pools) != [0, 1] or pools[0][1:] != ("cuda:0", 0.5) or pools[1][1:] != ("cuda:1", 0.38):
+        fail(f"expected rank 0 on a 0.50 GiB cuda:0 and rank 1 on a 0.38 GiB cuda:1, got {pools}", output)
+    if pools[0][0] != pools[1][0]:
+        fail(f"the ranks' pools differ: {pools}", output)
+    if done.stdout != whole:
+        fail(f"devices of different sizes: TP = 2 differs from TP = 1\nTP = 1: {whole!r}\nTP = 2: {done.stdout!r}")
+    print(f"pools ({time.monotonic() - start:.1f} s): rank 0 on a 512 MiB cuda:0 and rank 1 on a 384 MiB cuda:1 "
+          f"both hold {pools[0][0]} blocks, the smaller device's; greedy output equal to TP = 1")
 
 
 def check_single_command(runner, tmp, tiny):
@@ -471,6 +523,7 @@ def main():
     parser.add_argument("--host", required=True)
     parser.add_argument("--python", required=True)
     parser.add_argument("--source-dir", required=True)
+    parser.add_argument("--cuda", action="store_true", help="only the greedy checks, the ranks on cuda:0")
     parser.add_argument("mpiexec", nargs="+")
     args = parser.parse_args()
     source = Path(args.source_dir)
@@ -483,13 +536,22 @@ def main():
                            check=True, capture_output=True)
             return out
 
+        tiny = source / "models/pagedllm-tiny"
+        runner = Runner(args.host, args.mpiexec, tmp)
+        if args.cuda:
+            # attention_cuda's smallest head_dim is 32; the 2-kv-head model's vocabulary does not divide by 2.
+            kv8 = random_model("kv8-cuda", "--num-heads", "8", "--num-kv-heads", "8", "--head-dim", "32",
+                               "--hidden-size", "64", "--intermediate-size", "96", "--num-layers", "2",
+                               "--vocab-size", "1001", "--seed", "3")
+            check_greedy(runner, tmp, [("pagedllm-tiny on cuda:0", tiny, "def fibonacci(n):", (2,)),
+                                       ("random kv8 on cuda:0", kv8, "The quick brown fox", (2,))], cuda=True)
+            check_device_pools(runner, tmp, tiny)
+            return
         kv8 = random_model("kv8", "--num-heads", "8", "--num-kv-heads", "8", "--head-dim", "8", "--hidden-size", "64",
                            "--intermediate-size", "96", "--num-layers", "2", "--vocab-size", "1001", "--seed", "3")
         kv2 = random_model("kv2", "--num-heads", "8", "--num-kv-heads", "2", "--head-dim", "8", "--hidden-size", "64",
                            "--intermediate-size", "96", "--num-layers", "2", "--vocab-size", "998", "--dtype", "bf16",
                            "--tie-word-embeddings", "--seed", "4")
-        tiny = source / "models/pagedllm-tiny"
-        runner = Runner(args.host, args.mpiexec, tmp)
         check_greedy(runner, tmp, [("pagedllm-tiny", tiny, "def fibonacci(n):", (2,)),
                                    ("random kv8", kv8, "The quick brown fox", (2,)),
                                    ("random kv2", kv2, "import numpy as np", (2, 4))])

@@ -6,26 +6,27 @@
 # 10 minutes a call); docs/gpu-validation.md says how a session calls it and
 # where its numbers are recorded.
 #
-#   tools/gpu/validate.sh [STAGE...]      # default: env deps configure build test attn e2e eagle
-#   stages: unpack env deps configure build test attn e2e eagle sanitize
+#   tools/gpu/validate.sh [STAGE...]      # default: env deps configure build test attn e2e eagle tp
+#   stages: unpack env deps configure build test attn e2e eagle tp sanitize
 #
 # Two ways to get the build. `deps configure build` make it on the GPU machine (minutes of
 # device time). `unpack` takes the one tools/gpu/pack_build.sh built on the dev machine and the
 # call carried in .gpu-build/ (seconds): with 15 minutes of device time a session, that is
 # the way to call it:
-#   run(command="tools/gpu/validate.sh unpack env test e2e eagle attn sanitize", carry=[".gpu-build"])
+#   run(command="tools/gpu/validate.sh unpack env test e2e eagle tp attn sanitize", carry=[".gpu-build"])
 #
 # Results go to $OUT (the device tool's folder; default build-gpu/out), as at most
 # 8 files: summary.md (one line per stage and the numbers), build.log, test.log,
 # attn_bench.log, attn_bench_quick.json, attn_bench_decode.json, e2e.log (the
-# e2e and eagle stages both write there), sanitize.log.
+# e2e, eagle and tp stages write there), sanitize.log.
 # A failing stage is marked FAIL in the summary and the run goes on to the next
 # one; the exit status is 1 when any stage failed.
 #
 # Contracts with code written elsewhere, by name:
 #   - GPU tests are ctest tests whose names contain "cuda" or "CUDA" (test_attention_cuda,
 #     models_llama's CUDA cases, test_sampler's CUDA cases); a GPU test that prints "SKIPPED: no CUDA device"
-#     here counts as a failure, since this machine has one.
+#     here counts as a failure, since this machine has one. The tensor-parallel ones among them
+#     (TP_TESTS: they start ranks with mpiexec) run in the tp stage instead.
 #   - pagedllm-attn-bench runs side B on a GPU with `--device-b cuda:0`. The stage
 #     reads `pagedllm-attn-bench --help` first; without that flag it is marked FAIL
 #     ("no --device-b") and nothing is run.
@@ -199,11 +200,12 @@ test_stage() {
   mkdir -p "$cores"
   ulimit -c unlimited
   echo "$cores/core.%e.%p" 2>/dev/null >/proc/sys/kernel/core_pattern || echo "cannot set core_pattern: no backtraces"
-  local exclude=()
-  [[ -n ${TEST_EXCLUDE:-} ]] && exclude=(-E "$TEST_EXCLUDE")
+  # The tensor-parallel tests run in the tp stage.
+  local exclude=$TP_TESTS
+  [[ -n ${TEST_EXCLUDE:-} ]] && exclude="$TP_TESTS|$TEST_EXCLUDE"
   # 100 s a test: the slowest GPU case that passed on an H100 took 120 s (split-K, TEST_EXCLUDE
   # leaves it out); a hang costs no more than that.
-  timeout "$left" ctest --test-dir "$BUILD" -R 'cuda|CUDA' "${exclude[@]}" --output-on-failure --timeout 100 \
+  timeout "$left" ctest --test-dir "$BUILD" -R 'cuda|CUDA' -E "$exclude" --output-on-failure --timeout 100 \
     >"$OUT/test.log" 2>&1
   local status=$?
   # A test that timed out is run once more alone and stopped with SIGSEGV after 40 s, so that
@@ -320,6 +322,23 @@ eagle_stage() {
   ((equal == ${#PROMPTS[@]}))
 }
 
+# Tensor parallelism on CUDA ranks (docs/tensor-parallel.md): two ranks on the one GPU with backend
+# mpi (collectives_mpi staging each collective through pinned host memory; NCCL refuses two ranks on
+# one device) — the collectives on device buffers, the split model against TP = 1 on the GPU and the
+# CPU split, and the engine's greedy output over TP = 2 against TP = 1, all on cuda:0.
+TP_TESTS='collectives_mpi:correctness_cuda|models_llama:tensor_parallel_cuda|tensor_parallel:engine_cuda'
+tp_stage() {
+  command -v mpiexec >/dev/null || { echo "no mpiexec on this machine (Open MPI): the ranks cannot start"; return 1; }
+  local left=$(($(seconds_left) - 30))
+  echo "== tp: $TP_TESTS" >>"$OUT/e2e.log"
+  timeout "$left" ctest --test-dir "$BUILD" -R "$TP_TESTS" --output-on-failure --timeout 120 -V \
+    >>"$OUT/e2e.log" 2>&1
+  local status=$?
+  grep -E 'TP = 2 on |greedy .* on cuda:0|collectives_check .*passed' "$OUT/e2e.log" | tail -n 6
+  grep -E 'tests passed|tests failed' "$OUT/e2e.log" | tail -n 1
+  return "$status"
+}
+
 # compute-sanitizer over the GPU test binaries: memcheck (out-of-bounds and misaligned
 # accesses, leaks of device memory) on each, racecheck (shared-memory hazards) on the
 # attention kernels, the ones that share memory between a block's threads. Each run is
@@ -357,7 +376,7 @@ sanitize_stage() {
 
 # ---- run ----
 stages=("$@")
-((${#stages[@]})) || stages=(env deps configure build test attn e2e eagle)
+((${#stages[@]})) || stages=(env deps configure build test attn e2e eagle tp)
 : >"$SUMMARY.env"
 {
   echo "# GPU validation"
@@ -368,12 +387,12 @@ note "| --- | --- | --- | --- |"
 use_deps
 for s in "${stages[@]}"; do
   case $s in
-    unpack | env | deps | configure | build | test | attn | e2e | eagle | sanitize)
+    unpack | env | deps | configure | build | test | attn | e2e | eagle | tp | sanitize)
       stage "$s" "${s}_stage"
       [[ $s == deps ]] && use_deps
       ;;
     *)
-      note "| $s | **FAIL** | 0 s | unknown stage (unpack env deps configure build test attn e2e eagle sanitize) |"
+      note "| $s | **FAIL** | 0 s | unknown stage (unpack env deps configure build test attn e2e eagle tp sanitize) |"
       FAILED=1
       ;;
   esac

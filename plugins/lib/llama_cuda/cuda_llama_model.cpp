@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "cuda_common/cuda_check.h"
 #include "pagedllm/sdk/cpp/model_batch_check.hpp"
 #include "llama_common/rope_freq.h"
+#include "llama_common/tensor_parallel_split.h"
 #include "llama_common/tensor_view.h"
 #include "llama_common/weight_layout.h"
 #include "llama_cuda/cuda_context.h"
@@ -32,7 +34,8 @@ constexpr std::string_view kWho = "models_llama";
 
 class CudaLlama final : public llama::LlamaForward {
  public:
-  CudaLlama(const std::filesystem::path& model_dir, int device, pllm_dtype dtype, int num_threads);
+  CudaLlama(const std::filesystem::path& model_dir, int device, pllm_dtype dtype, int num_threads,
+            const pllm_collectives_ref* collectives);
 
   const LlamaConfig& config() const override { return config_; }
   pllm_dtype dtype() const override { return dtype_; }
@@ -54,11 +57,13 @@ class CudaLlama final : public llama::LlamaForward {
   };
   // Device scratch of a step (activations in dtype_, rope tables and outputs
   // in f32) and the int32 inputs, which come in one copy:
-  // ids | positions | logits_index | hidden_index.
+  // ids | positions | logits_index | hidden_index. Under tensor parallelism
+  // also the rank's [logits, vocab_shard] columns and every rank's, gathered.
   struct Workspace {
     DecoderActivations layer;
     void* rows;
     float *logits, *hidden;
+    float *shard_logits, *gathered_logits;
     int32_t* inputs;
   };
 
@@ -71,8 +76,16 @@ class CudaLlama final : public llama::LlamaForward {
   // forward() without the clean-up after a failure.
   void run_step(const pllm_batch& batch, pllm_attention_ref attention, pllm_forward_output& out);
   int device() const { return context_.device_index(); }
+  // Under tensor parallelism: `count` elements of dtype at `data` summed over the ranks, in place.
+  void all_reduce(void* data, int64_t count, pllm_dtype dtype, std::string_view what) const;
+  // Under tensor parallelism: the logits of `rows` rows from every rank's vocabulary columns.
+  void gather_logits(int64_t rows);
 
-  LlamaConfig config_;
+  LlamaConfig full_config_;
+  std::optional<llama::TensorParallelSplit> split_;
+  pllm_collectives_ref collectives_{};
+  DeltaAllReduce delta_all_reduce_;
+  LlamaConfig config_;  // the rank's view under tensor parallelism, else full_config_
   CudaContext context_;
   pllm_dtype dtype_ = PLLM_DTYPE_INVALID;
 
@@ -87,10 +100,26 @@ class CudaLlama final : public llama::LlamaForward {
   Workspace ws_{};
 };
 
-CudaLlama::CudaLlama(const std::filesystem::path& model_dir, int device, pllm_dtype dtype, int num_threads)
-    : config_(LlamaConfig::load(model_dir, kWho)), context_(device, kWho) {
-  const std::unique_ptr<llama::WeightSource> checkpoint = llama::open_weight_source(model_dir, config_);
-  const std::vector<llama::WeightSlot> slots = llama::model_slots(config_);
+CudaLlama::CudaLlama(const std::filesystem::path& model_dir, int device, pllm_dtype dtype, int num_threads,
+                     const pllm_collectives_ref* collectives)
+    : full_config_(LlamaConfig::load(model_dir, kWho)),
+      split_(llama::TensorParallelSplit::join(full_config_, collectives, std::string(kWho))),
+      config_(split_ ? split_->config() : full_config_),
+      context_(device, kWho) {
+  if (split_) {
+    if (llama::is_gguf_path(model_dir)) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: tensor_parallel_size " + std::to_string(split_->size()) +
+                                                    ": shards are read from HF safetensors checkpoints; " +
+                                                    model_dir.string() + " is a GGUF file");
+    }
+    collectives_ = *collectives;
+    delta_all_reduce_ = [this](void* delta, int64_t count, std::string_view what) {
+      all_reduce(delta, count, dtype_, what);
+    };
+    pllm::log_info("models_llama: ", split_->describe(), " on ", device_name(device));
+  }
+  const std::unique_ptr<llama::WeightSource> checkpoint = llama::open_weight_source(model_dir, full_config_);
+  const std::vector<llama::WeightSlot> slots = llama::model_slots(full_config_);
   const llama::CheckedTensors checked = llama::check_checkpoint(*checkpoint, slots);
   // "auto": the dtype the checkpoint stores its embedding in (f16 for a quantized one).
   dtype_ = dtype == PLLM_DTYPE_INVALID ? llama::auto_weight_dtype(*checked.views.front()) : dtype;
@@ -111,15 +140,34 @@ CudaLlama::CudaLlama(const std::filesystem::path& model_dir, int device, pllm_dt
 void CudaLlama::load_weights(const std::vector<llama::WeightSlot>& slots, const llama::CheckedTensors& checked,
                              int num_threads) {
   const int64_t element = pllm_dtype_size(dtype_);
+  // The rank's slots (its block of each tensor in its fused layout) and their checkpoint blocks;
+  // the whole model without tensor parallelism.
+  std::vector<llama::WeightSlot> placed;
+  std::vector<llama::ShardBlock> blocks;
+  for (const llama::WeightSlot& slot : slots) {
+    blocks.push_back(split_ ? split_->block(slot) : llama::ShardBlock{slot.shape, slot.first_row, 0, 0, true});
+    placed.push_back({slot.name, blocks.back().shape, slot.matrix, slot.layer, blocks.back().first_row});
+  }
+  // Under tensor parallelism the vocabulary matrices span vocab_shard rows, those past the rank's
+  // zero (the last rank's lm_head columns pad its logits to the shard), and the embedding one more
+  // zero row, which the tokens of other ranks' rows read (run_step).
+  std::vector<llama::WeightSlot> carved = placed;
+  if (split_) {
+    for (llama::WeightSlot& slot : carved) {
+      if (slot.matrix == Matrix::kEmbed) slot.shape[0] = split_->vocab_shard() + 1;
+      if (slot.matrix == Matrix::kLmHead) slot.shape[0] = split_->vocab_shard();
+    }
+  }
   std::map<FusedMatrixKey, std::byte*> bases;
   const auto carve = [&](std::byte* base) {
     Carver carver(base);
-    bases = carve_fused_matrices(carver, slots, element);
+    bases = carve_fused_matrices(carver, carved, element);
     return carver.bytes();
   };
   weights_.allocate(carve(nullptr), device(), kWho,
                     "the weights (" + std::string(plugins::dtype_name(dtype_)) + ")");
   carve(weights_.data());
+  if (split_) PAGEDLLM_CUDA_CHECK(cudaMemset(weights_.data(), 0, weights_.bytes()));
 
   layers_.assign(std::size_t(config_.num_layers), DecoderLayerWeights{});
   for (const auto& [key, base] : bases) {
@@ -141,14 +189,25 @@ void CudaLlama::load_weights(const std::vector<llama::WeightSlot>& slots, const 
   if (config_.tie_word_embeddings) lm_head_ = embed_;
 
   std::vector<TensorUpload> uploads;
+  uint64_t stored_bytes = 0;
   for (std::size_t i = 0; i < slots.size(); ++i) {
-    std::byte* destination = slot_address(bases, slots[i], element);
-    uploads.push_back({checked.views[i], destination});
-    slots_.emplace(slots[i].name, Slot{destination, slots[i].shape});
+    std::byte* destination = slot_address(bases, placed[i], element);
+    const llama::ShardBlock& block = blocks[i];
+    TensorUpload upload{checked.views[i], destination};
+    if (!block.whole) {
+      upload.first_row = block.source_first_row;
+      upload.first_col = block.source_first_col;
+      upload.rows = block.shape[0];
+      upload.cols = placed[i].width();
+    }
+    const llama::SourceTensor& view = *checked.views[i];
+    stored_bytes += view.numel() > 0 ? view.nbytes / uint64_t(view.numel()) * uint64_t(upload.numel()) : 0;
+    uploads.push_back(upload);
+    slots_.emplace(slots[i].name, Slot{destination, placed[i].shape});
   }
-  upload_tensors(uploads, dtype_, context_, num_threads, kWho, checked.stored_bytes);
+  upload_tensors(uploads, dtype_, context_, num_threads, kWho, stored_bytes);
   if (config_.tie_word_embeddings) {
-    slots_.emplace("lm_head.weight", Slot{embed_, {config_.vocab_size, config_.hidden_size}});
+    slots_.emplace("lm_head.weight", Slot{embed_, slots_.at("model.embed_tokens.weight").shape});
   }
 }
 
@@ -161,6 +220,9 @@ CudaLlama::Workspace CudaLlama::carve_workspace(std::byte* base, const StepSize&
   w.rows = carver.take(size.logits * h, e);
   w.logits = carver.take<float>(size.logits * c.vocab_size);
   w.hidden = carver.take<float>(size.hidden * h);
+  const int64_t shard = split_ ? split_->vocab_shard() : 0, ranks = split_ ? split_->size() : 0;
+  w.shard_logits = carver.take<float>(size.logits * shard);
+  w.gathered_logits = carver.take<float>(ranks * size.logits * shard);
   w.inputs = carver.take<int32_t>(2 * t + size.logits + size.hidden);
   bytes = carver.bytes();
   return w;
@@ -216,6 +278,16 @@ void CudaLlama::run_step(const pllm_batch& b, pllm_attention_ref attention, pllm
     if (count > 0) std::memcpy(staged + offset, src, std::size_t(count) * sizeof(int32_t));
   };
   stage(0, b.token_ids, tokens);
+  if (split_) {
+    // The rank's embedding rows hold its vocabulary; every other token reads the zero row past them,
+    // so that the all-reduce below sums one rank's row with zeros (exact).
+    const int64_t first = split_->vocab_first(), held = split_->vocab_rows();
+    const auto zero_row = static_cast<int32_t>(split_->vocab_shard());
+    for (int64_t i = 0; i < tokens; ++i) {
+      const int64_t id = b.token_ids[i];
+      staged[i] = id >= first && id < first + held ? static_cast<int32_t>(id - first) : zero_row;
+    }
+  }
   stage(tokens, b.positions, tokens);
   stage(2 * tokens, b.logits_indices, num_logits);
   stage(2 * tokens + num_logits, b.hidden_indices, num_hidden);
@@ -233,16 +305,24 @@ void CudaLlama::run_step(const pllm_batch& b, pllm_attention_ref attention, pllm
     DecoderActivations activations = ws_.layer;
     activations.tokens = tokens;
     gather_rows(dtype_, embed_, h, ids, tokens, h, activations.x, h, stream);
+    if (split_) all_reduce(activations.x, tokens * h, dtype_, "the embedding");
     rope_tables(positions, reinterpret_cast<const double*>(inv_freq_.data()), tokens, d / 2, activations.cos,
                 activations.sin, stream);
     for (int32_t l = 0; l < c.num_layers; ++l) {
-      decoder_layer_forward(context_, c, dtype_, layers_[std::size_t(l)], activations, l > 0, attention, l, kWho);
+      decoder_layer_forward(context_, c, dtype_, layers_[std::size_t(l)], activations, l > 0, attention, l, kWho,
+                            split_ ? &delta_all_reduce_ : nullptr);
     }
     // The last MLP output added and the final norm applied only on the rows
     // asked for; lm_head only on the logits rows, straight into f32.
     add_rms_norm(dtype_, activations.x, activations.delta, logits_index, norm_, eps, num_logits, h, dtype_, ws_.rows,
                  stream);
-    context_.linear(dtype_, ws_.rows, num_logits, h, lm_head_, vocab, ws_.logits, PLLM_DTYPE_F32);
+    if (split_) {
+      context_.linear(dtype_, ws_.rows, num_logits, h, lm_head_, split_->vocab_shard(), ws_.shard_logits,
+                      PLLM_DTYPE_F32);
+      gather_logits(num_logits);
+    } else {
+      context_.linear(dtype_, ws_.rows, num_logits, h, lm_head_, vocab, ws_.logits, PLLM_DTYPE_F32);
+    }
     add_rms_norm(dtype_, activations.x, activations.delta, hidden_index, norm_, eps, num_hidden, h, PLLM_DTYPE_F32,
                  ws_.hidden, stream);
   }
@@ -258,6 +338,38 @@ void CudaLlama::run_step(const pllm_batch& b, pllm_attention_ref attention, pllm
   }
 }
 
+void CudaLlama::all_reduce(void* data, int64_t count, pllm_dtype dtype, std::string_view what) const {
+  pllm_error error{};
+  const pllm_status status = collectives_.api->all_reduce(collectives_.comm, data, count, dtype, PLLM_REDUCE_SUM,
+                                                          context_.stream(), &error);
+  if (status != PLLM_OK) {
+    throw pllm::Error(status, "models_llama: tensor-parallel all_reduce of " + std::string(what) + ": " +
+                                  error.message);
+  }
+}
+
+void CudaLlama::gather_logits(int64_t rows) {
+  if (rows <= 0) return;
+  const int64_t shard = split_->vocab_shard(), vocab = config_.vocab_size;
+  cudaStream_t stream = context_.stream();
+  pllm_error error{};
+  const pllm_status status = collectives_.api->all_gather(collectives_.comm, ws_.shard_logits, ws_.gathered_logits,
+                                                          rows * shard, PLLM_DTYPE_F32, stream, &error);
+  if (status != PLLM_OK) {
+    throw pllm::Error(status, std::string("models_llama: tensor-parallel all_gather of the logits: ") + error.message);
+  }
+  // Rank r's [rows, shard] block holds columns [r * shard, r * shard + shard) of each row (the last
+  // rank's fewer): laid side by side into [rows, vocab].
+  for (int64_t rank = 0; rank < split_->size(); ++rank) {
+    const int64_t first = rank * shard, columns = std::min(shard, vocab - first);
+    for (int64_t row = 0; row < rows && columns > 0; ++row) {
+      PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(ws_.logits + row * vocab + first,
+                                          ws_.gathered_logits + (rank * rows + row) * shard,
+                                          std::size_t(columns) * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+}
+
 pllm_tensor CudaLlama::tensor(std::string_view name) const {
   auto it = slots_.find(name);
   if (it == slots_.end()) {
@@ -269,13 +381,14 @@ pllm_tensor CudaLlama::tensor(std::string_view name) const {
 }  // namespace
 
 std::unique_ptr<llama::LlamaForward> load_cuda_llama(const std::filesystem::path& model_dir, int device_index,
-                                                     pllm_dtype dtype, int num_threads) {
+                                                     pllm_dtype dtype, int num_threads,
+                                                     const pllm_collectives_ref* collectives) {
   if (dtype != PLLM_DTYPE_INVALID && dtype != PLLM_DTYPE_F32 && dtype != PLLM_DTYPE_F16 && dtype != PLLM_DTYPE_BF16) {
     throw pllm::Error(PLLM_ERROR_UNSUPPORTED, std::string("models_llama on CUDA computes in f32, f16 or bf16; model "
                                                           "dtype ") +
                                                   plugins::dtype_name(dtype) + " is not supported");
   }
-  return std::make_unique<CudaLlama>(model_dir, device_index, dtype, num_threads);
+  return std::make_unique<CudaLlama>(model_dir, device_index, dtype, num_threads, collectives);
 }
 
 }  // namespace pagedllm::llama_cuda

@@ -29,7 +29,8 @@ DecoderActivations carve_decoder_activations(Carver& carver, const llama::LlamaC
 
 void decoder_layer_forward(const CudaContext& context, const llama::LlamaConfig& c, pllm_dtype dtype,
                            const DecoderLayerWeights& layer, const DecoderActivations& a, bool delta_pending,
-                           const pllm_attention_ref& attention, int32_t kv_layer, std::string_view who) {
+                           const pllm_attention_ref& attention, int32_t kv_layer, std::string_view who,
+                           const DeltaAllReduce* all_reduce) {
   const int64_t tokens = a.tokens, h = c.hidden_size, d = c.head_dim, q = c.q_size(), kv = c.kv_size();
   const int64_t qkv_width = q + 2 * kv, inter = c.intermediate_size;
   if (tokens <= 0) return;
@@ -49,10 +50,12 @@ void decoder_layer_forward(const CudaContext& context, const llama::LlamaConfig&
 
   llama::run_attention_layer(attention, kv_layer, c, a.qkv, a.attn, tokens, dtype, context.device(), stream, who);
   context.linear(dtype, a.attn, tokens, q, layer.o, h, a.delta, dtype);
+  if (all_reduce) (*all_reduce)(a.delta, tokens * h, "o_proj's output");
   add_rms_norm(dtype, a.x, a.delta, nullptr, layer.post_norm, eps, tokens, h, dtype, a.normed, stream);
   context.linear(dtype, a.normed, tokens, h, layer.gate_up, 2 * inter, a.gate_up, dtype);
   silu_mul(dtype, a.gate_up, tokens, inter, a.act, stream);
   context.linear(dtype, a.act, tokens, inter, layer.down, h, a.delta, dtype);
+  if (all_reduce) (*all_reduce)(a.delta, tokens * h, "down_proj's output");
 }
 
 }  // namespace pagedllm::llama_cuda

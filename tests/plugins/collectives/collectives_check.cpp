@@ -4,6 +4,10 @@
 // collective itself — a plain loop over the ranks' inputs — and compares.
 //
 //   collectives_check <plugin> correctness <world size>   results equal the references; bad calls refused
+//   collectives_check_cuda <plugin> correctness-cuda <world size>  the same with every buffer on cuda:0 (all
+//                                                          ranks share it: one GPU; emulated, each its own) and a
+//                                                          stream (collectives_check_cuda: this file linked with
+//                                                          the CUDA runtime)
 //   collectives_check <plugin> stuck-peer                  rank 1 never joins: rank 0's all_reduce times out
 //   collectives_check <plugin> dead-peer                   rank 1 exits: the job must end, never hang
 //   collectives_check <plugin> cuda-alone                  alone on cuda:0: works, or fails as a device error
@@ -21,9 +25,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "common/float16_rounding.h"
 #include "core/plugin/plugin_instance.h"
@@ -64,6 +73,12 @@ float input_value(int rank, std::int64_t i) {
   return float(x >> 40) / float(1 << 24) * 8.0f - 4.0f;
 }
 
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
+void require_cuda(bool ok, const char* what) {
+  if (!ok) throw std::runtime_error(std::string("CUDA: ") + what);
+}
+#endif
+
 class Communicator {
  public:
   Communicator(std::shared_ptr<const pagedllm::PluginLibrary> library, const std::string& options,
@@ -79,15 +94,71 @@ class Communicator {
     pagedllm::check_plugin_call(api().get_info(get(), &info, &error), error, instance_.library(), "get_info");
     rank = info.rank;
     world_size = info.world_size;
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
+    on_cuda = device.type == PLLM_DEVICE_CUDA;
+    if (on_cuda) {
+      cudaStream_t created = nullptr;
+      require_cuda(cudaSetDevice(device.index) == cudaSuccess && cudaStreamCreate(&created) == cudaSuccess,
+                   "a stream");
+      stream = created;
+    }
+#endif
   }
+  ~Communicator() {
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
+    if (stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+#endif
+  }
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
   const pllm_collectives_api& api() const { return instance_.api(); }
   pllm_communicator* get() const { return instance_.get(); }
 
   int rank = -1;
   int world_size = 0;
+  bool on_cuda = false;
+  void* stream = nullptr;  // on CUDA: a stream of the test's own, not the default one
 
  private:
   pagedllm::CollectivesInstance instance_;
+};
+
+// The buffer a call is given: on a CUDA communicator, a device copy of a host array (uploaded at
+// construction, downloaded by download()); on the CPU, the host array itself.
+class CallBuffer {
+ public:
+  CallBuffer(const Communicator& c, void* host, std::size_t bytes) : host_(host), bytes_(bytes), data_(host) {
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
+    if (!c.on_cuda) return;
+    require_cuda(cudaMalloc(&data_, std::max<std::size_t>(bytes, 1)) == cudaSuccess, "cudaMalloc");
+    on_device_ = true;
+    if (bytes > 0) require_cuda(cudaMemcpy(data_, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess, "upload");
+#else
+    (void)c;
+#endif
+  }
+  ~CallBuffer() {
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
+    if (on_device_) cudaFree(data_);
+#endif
+  }
+  CallBuffer(const CallBuffer&) = delete;
+  CallBuffer& operator=(const CallBuffer&) = delete;
+  template <class T = void>
+  T* get() const { return static_cast<T*>(data_); }
+  void download() {
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
+    if (on_device_ && bytes_ > 0) {
+      require_cuda(cudaMemcpy(host_, data_, bytes_, cudaMemcpyDeviceToHost) == cudaSuccess, "download");
+    }
+#endif
+  }
+
+ private:
+  void* host_;
+  std::size_t bytes_;
+  void* data_;
+  bool on_device_ = false;
 };
 
 // Runs one call; returns its status and leaves its message in `message`.
@@ -102,10 +173,12 @@ pllm_status attempt(Call&& call, std::string* message = nullptr) {
 void check_all_reduce_f32(Communicator& c, std::int64_t count) {
   std::vector<float> buffer(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) buffer[i] = input_value(c.rank, i);
+  CallBuffer call(c, buffer.data(), buffer.size() * sizeof(float));
   std::string message;
   const pllm_status status = attempt([&](pllm_error* e) {
-    return c.api().all_reduce(c.get(), buffer.data(), count, PLLM_DTYPE_F32, PLLM_REDUCE_SUM, nullptr, e);
+    return c.api().all_reduce(c.get(), call.get(), count, PLLM_DTYPE_F32, PLLM_REDUCE_SUM, c.stream, e);
   }, &message);
+  call.download();
   expect(status == PLLM_OK, "all_reduce f32 count " + std::to_string(count) + ": " + message);
   // With two ranks a + b is one correctly rounded f32 addition: exact. More
   // ranks may add in another order than this loop: within a few ulps.
@@ -126,10 +199,12 @@ void check_all_reduce_16(Communicator& c, pllm_dtype dtype, std::int64_t count) 
   auto value = [&](std::uint16_t b) { return bf16 ? bf16_value(b) : f16_value(b); };
   std::vector<std::uint16_t> buffer(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) buffer[i] = round(input_value(c.rank, i));
+  CallBuffer call(c, buffer.data(), buffer.size() * sizeof(std::uint16_t));
   std::string message;
   const pllm_status status = attempt([&](pllm_error* e) {
-    return c.api().all_reduce(c.get(), buffer.data(), count, dtype, PLLM_REDUCE_SUM, nullptr, e);
+    return c.api().all_reduce(c.get(), call.get(), count, dtype, PLLM_REDUCE_SUM, c.stream, e);
   }, &message);
+  call.download();
   const std::string name = bf16 ? "bf16" : "f16";
   expect(status == PLLM_OK, "all_reduce " + name + ": " + message);
   // The documented accumulation: the 16-bit inputs summed in f32, rounded once.
@@ -148,15 +223,16 @@ void check_all_gather(Communicator& c, std::int64_t count, bool in_place) {
   std::vector<std::int32_t> recv(static_cast<std::size_t>(count * c.world_size), -1);
   std::vector<std::int32_t> send(static_cast<std::size_t>(count));
   for (std::int64_t i = 0; i < count; ++i) send[i] = c.rank * 1000003 + std::int32_t(i);
-  const std::int32_t* source = send.data();
-  if (in_place) {
-    std::copy(send.begin(), send.end(), recv.begin() + c.rank * count);
-    source = recv.data() + c.rank * count;
-  }
+  if (in_place) std::copy(send.begin(), send.end(), recv.begin() + c.rank * count);
+  CallBuffer send_call(c, send.data(), send.size() * sizeof(std::int32_t));
+  CallBuffer recv_call(c, recv.data(), recv.size() * sizeof(std::int32_t));
+  const std::int32_t* source =
+      in_place ? recv_call.get<std::int32_t>() + c.rank * count : send_call.get<std::int32_t>();
   std::string message;
   const pllm_status status = attempt([&](pllm_error* e) {
-    return c.api().all_gather(c.get(), source, recv.data(), count, PLLM_DTYPE_I32, nullptr, e);
+    return c.api().all_gather(c.get(), source, recv_call.get(), count, PLLM_DTYPE_I32, c.stream, e);
   }, &message);
+  recv_call.download();
   const std::string what = "all_gather count " + std::to_string(count) + (in_place ? " in place" : "");
   expect(status == PLLM_OK, what + ": " + message);
   std::int64_t mismatches = 0;
@@ -169,10 +245,12 @@ void check_all_gather(Communicator& c, std::int64_t count, bool in_place) {
 void check_broadcast(Communicator& c, std::int64_t bytes, int root) {
   std::vector<unsigned char> buffer(static_cast<std::size_t>(bytes));
   for (std::int64_t i = 0; i < bytes; ++i) buffer[i] = static_cast<unsigned char>((c.rank * 31 + i * 7) & 0xff);
+  CallBuffer call(c, buffer.data(), buffer.size());
   std::string message;
   const pllm_status status = attempt([&](pllm_error* e) {
-    return c.api().broadcast(c.get(), buffer.data(), bytes, root, nullptr, e);
+    return c.api().broadcast(c.get(), call.get(), bytes, root, c.stream, e);
   }, &message);
+  call.download();
   const std::string what = "broadcast " + std::to_string(bytes) + " bytes from rank " + std::to_string(root);
   expect(status == PLLM_OK, what + ": " + message);
   std::int64_t mismatches = 0;
@@ -180,16 +258,21 @@ void check_broadcast(Communicator& c, std::int64_t bytes, int root) {
   expect(mismatches == 0, what + ": " + std::to_string(mismatches) + " bytes differ");
 }
 
-void correctness(const std::shared_ptr<const pagedllm::PluginLibrary>& library, int expected_world_size) {
-  Communicator c(library, "{\"timeout_seconds\": 120}");
+void correctness(const std::shared_ptr<const pagedllm::PluginLibrary>& library, int expected_world_size,
+                 pllm_device device) {
+  Communicator c(library, "{\"timeout_seconds\": 120}", device);
   expect(c.world_size == expected_world_size,
          "world size " + std::to_string(c.world_size) + ", launched with " + std::to_string(expected_world_size));
   // Every rank distinct and in range: gather the ranks.
   std::vector<std::int32_t> ranks(static_cast<std::size_t>(c.world_size), -1);
   std::int32_t mine = c.rank;
-  expect(attempt([&](pllm_error* e) {
-           return c.api().all_gather(c.get(), &mine, ranks.data(), 1, PLLM_DTYPE_I32, nullptr, e);
-         }) == PLLM_OK, "all_gather of ranks");
+  {
+    CallBuffer send(c, &mine, sizeof mine), recv(c, ranks.data(), ranks.size() * sizeof(std::int32_t));
+    expect(attempt([&](pllm_error* e) {
+             return c.api().all_gather(c.get(), send.get(), recv.get(), 1, PLLM_DTYPE_I32, c.stream, e);
+           }) == PLLM_OK, "all_gather of ranks");
+    recv.download();
+  }
   for (int r = 0; r < c.world_size; ++r) expect(ranks[r] == r, "rank " + std::to_string(r) + " reported " +
                                                                std::to_string(ranks[r]));
 
@@ -208,25 +291,34 @@ void correctness(const std::shared_ptr<const pagedllm::PluginLibrary>& library, 
   std::string message;
   float value = 1.0f;
   std::int32_t integer = 1;
+  CallBuffer value_call(c, &value, sizeof value), integer_call(c, &integer, sizeof integer);
   expect(attempt([&](pllm_error* e) {
-           return c.api().broadcast(c.get(), &value, 4, c.world_size, nullptr, e);
+           return c.api().broadcast(c.get(), value_call.get(), 4, c.world_size, c.stream, e);
          }, &message) == PLLM_ERROR_INVALID_ARGUMENT && message.find("root") != std::string::npos,
          "broadcast from a root outside the group is refused, naming the root: " + message);
   expect(attempt([&](pllm_error* e) {
-           return c.api().all_reduce(c.get(), &integer, 1, PLLM_DTYPE_I32, PLLM_REDUCE_SUM, nullptr, e);
+           return c.api().all_reduce(c.get(), integer_call.get(), 1, PLLM_DTYPE_I32, PLLM_REDUCE_SUM, c.stream, e);
          }, &message) == PLLM_ERROR_UNSUPPORTED, "all_reduce of i32 is refused as unsupported: " + message);
   expect(attempt([&](pllm_error* e) {
-           return c.api().all_reduce(c.get(), nullptr, 4, PLLM_DTYPE_F32, PLLM_REDUCE_SUM, nullptr, e);
+           return c.api().all_reduce(c.get(), nullptr, 4, PLLM_DTYPE_F32, PLLM_REDUCE_SUM, c.stream, e);
          }, &message) == PLLM_ERROR_INVALID_ARGUMENT, "all_reduce of a null buffer is refused: " + message);
   // The communicator still works after refused calls.
   check_all_reduce_f32(c, 5);
 
-  // A CUDA device is refused by name at create.
+  if (device.type == PLLM_DEVICE_CUDA) return;
+  // A device the plugin cannot serve is refused by name at create: built with CUDA, one that does not exist.
+#ifdef PAGEDLLM_PLUGINS_HAVE_CUDA
+  const pllm_device refused = {PLLM_DEVICE_CUDA, 64};
+  const std::string named = "cuda:64";
+#else
+  const pllm_device refused = {PLLM_DEVICE_CUDA, 0};
+  const std::string named = "cpu";
+#endif
   try {
-    Communicator cuda(library, "{}", {PLLM_DEVICE_CUDA, 0});
-    expect(false, "a cuda:0 communicator was created");
+    Communicator cuda(library, "{}", refused);
+    expect(false, "a communicator on a device this build cannot serve was created");
   } catch (const std::exception& e) {
-    expect(std::string(e.what()).find("cpu") != std::string::npos, std::string("cuda:0 refusal: ") + e.what());
+    expect(std::string(e.what()).find(named) != std::string::npos, std::string("device refusal: ") + e.what());
   }
 }
 
@@ -295,7 +387,8 @@ void cuda_alone(const std::shared_ptr<const pagedllm::PluginLibrary>& library) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: %s <plugin> correctness <world size> | stuck-peer | dead-peer | cuda-alone\n", argv[0]);
+    std::fprintf(stderr, "usage: %s <plugin> correctness[-cuda] <world size> | stuck-peer | dead-peer | cuda-alone\n",
+                 argv[0]);
     return 2;
   }
   const std::string plugin = argv[1];
@@ -305,7 +398,11 @@ int main(int argc, char** argv) {
     const std::shared_ptr<const pagedllm::PluginLibrary> library =
         registry.load(plugin, PLLM_PLUGIN_KIND_COLLECTIVES, "collectives.plugin");
     if (scenario == "correctness" && argc == 4) {
-      correctness(library, std::atoi(argv[3]));
+      correctness(library, std::atoi(argv[3]), {PLLM_DEVICE_CPU, 0});
+#ifdef PAGEDLLM_CHECK_LINKS_CUDA
+    } else if (scenario == "correctness-cuda" && argc == 4) {
+      correctness(library, std::atoi(argv[3]), {PLLM_DEVICE_CUDA, 0});
+#endif
     } else if (scenario == "stuck-peer") {
       stuck_peer(library);
     } else if (scenario == "cuda-alone") {

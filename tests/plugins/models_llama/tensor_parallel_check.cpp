@@ -10,7 +10,14 @@
 //   - the greedy token of every row equal: rank 0 broadcasts TP = 1's choice,
 //     and every rank's TP argmax must equal it.
 //
-//   tensor_parallel_check <model dir> <decode steps> <model options json>
+//
+// With "cuda" (a build with CUDA): every rank's sharded model and attention run on
+// cuda:0 in f32 — all ranks share the one device (the emulated one in CI, or one GPU),
+// the model's collectives are collectives_mpi's staged through host memory — against
+// TP = 1 on cuda:0 (rank 0) as above, and against the same split on the CPU in f32
+// (every rank; kCrossDeviceAbsolute/Relative), the greedy token of every row equal on all three.
+//
+//   tensor_parallel_check <model dir> <decode steps> <model options json> [cuda]
 // Exit 0 when every check passed, else 1 with "FAILED: ..." on stderr.
 
 #include <algorithm>
@@ -19,6 +26,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <stdexcept>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,6 +36,9 @@
 #include "core/plugin/plugin_registry.h"
 #include "pagedllm/sdk.h"
 #include "tests/plugins/models_llama/paged_runner.h"
+#ifdef PAGEDLLM_HAVE_CUDA
+#include "tests/plugins/models_llama/cuda_placement.h"
+#endif
 
 namespace {
 
@@ -38,7 +50,14 @@ namespace {
 // of tensor_parallel_test.py (docs/tensor-parallel.md). 2e-5 of the largest
 // |logit| (at least 1) leaves a 30x margin for other CPUs' kernels and still
 // catches a wrong shard (a misplaced head or column moves logits by O(1)).
+// On CUDA, cuBLAS's f32 GEMMs (f32 accumulation) also sum in an order of their own,
+// which may change with the shape (the rank's narrower matrices): the same kind of
+// reordering, the same bound.
 constexpr double kTolerance = 2e-5;
+// The CUDA split against the CPU split, both f32: two devices' kernels, compared as
+// test_models_llama_cuda compares the CUDA model with the CPU's (and fidelity_test.cpp
+// the CPU's with HF transformers) — 1e-4 + 1e-5 |ref| per logit.
+constexpr double kCrossDeviceAbsolute = 1e-4, kCrossDeviceRelative = 1e-5;
 
 int failures = 0;
 void expect(bool ok, const std::string& what) {
@@ -48,15 +67,16 @@ void expect(bool ok, const std::string& what) {
   }
 }
 
+// collectives_mpi on `device` (the CPU: the test's own messages and the CPU split's collectives).
 class Group {
  public:
-  Group() {
+  explicit Group(pllm_device device = {PLLM_DEVICE_CPU, 0}) {
     static pagedllm::PluginRegistry registry({PAGEDLLM_BINARY_DIR "/plugins"});
     auto library = registry.load("collectives_mpi", PLLM_PLUGIN_KIND_COLLECTIVES, "parallel.backend");
     pllm_collectives_create_args args{};
     args.struct_size = sizeof args;
     args.options_json = "{\"timeout_seconds\": 120}";
-    args.device = {PLLM_DEVICE_CPU, 0};
+    args.device = device;
     instance_ = pagedllm::create_plugin_instance<pllm_collectives_api, pllm_communicator>(library, args);
     ref_.struct_size = sizeof ref_;
     ref_.api = &instance_.api();
@@ -107,11 +127,31 @@ int32_t argmax(const std::vector<float>& row) {
   return int32_t(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
+// The largest |a - b| over `bound(|b|)` of a step's rows (failing when above 1).
+double worst_ratio(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
+                   const std::function<double(double scale, double ref)>& bound, const std::string& what) {
+  double worst = 0.0;
+  for (std::size_t row = 0; row < a.size(); ++row) {
+    double scale = 1.0;
+    for (float v : b[row]) scale = std::max(scale, std::fabs(double(v)));
+    double row_worst = 0.0;
+    for (std::size_t v = 0; v < a[row].size(); ++v) {
+      const double diff = std::fabs(double(a[row][v]) - double(b[row][v]));
+      row_worst = std::max(row_worst, diff / bound(scale, std::fabs(double(b[row][v]))));
+    }
+    expect(row_worst <= 1.0, what + " row " + std::to_string(row) + ": logits differ by " +
+                                 std::to_string(row_worst) + " times the tolerance");
+    worst = std::max(worst, row_worst);
+  }
+  return worst;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::fprintf(stderr, "usage: %s <model dir> <decode steps> <model options json>\n", argv[0]);
+  const bool on_cuda = argc == 5 && std::string(argv[4]) == "cuda";
+  if (argc != 4 && !on_cuda) {
+    std::fprintf(stderr, "usage: %s <model dir> <decode steps> <model options json> [cuda]\n", argv[0]);
     return 2;
   }
   const std::string model_dir = argv[1];
@@ -119,11 +159,28 @@ int main(int argc, char** argv) {
   const std::string options = argv[3];
   try {
     Group group;
-    llama_test::Placement sharded;
+    llama_test::Placement sharded, single;
     sharded.collectives = &group.ref();
+    std::optional<Group> device_group;
+    std::optional<llama_test::PagedRunner> cpu_split;
+#ifdef PAGEDLLM_HAVE_CUDA
+    llama_test::DeviceTensors tensors(0);
+    if (on_cuda) {
+      device_group.emplace(pllm_device{PLLM_DEVICE_CUDA, 0});
+      single = llama_test::cuda_placement(tensors, PLLM_DTYPE_F32);
+      sharded = single;
+      sharded.collectives = &device_group->ref();
+      llama_test::Placement cpu;
+      cpu.dtype = PLLM_DTYPE_F32;
+      cpu.collectives = &group.ref();
+      cpu_split.emplace(model_dir, options, "{}", 4, 96, 7, cpu);
+    }
+#else
+    if (on_cuda) throw std::runtime_error("cuda asked for, but this build has no CUDA");
+#endif
     llama_test::PagedRunner tp(model_dir, options, "{}", 4, 96, 7, sharded);
     std::optional<llama_test::PagedRunner> whole;
-    if (group.rank == 0) whole.emplace(model_dir, options, "{}", 4, 96, 7);
+    if (group.rank == 0) whole.emplace(model_dir, options, "{}", 4, 96, 7, single);
 
     const int32_t vocab = tp.info().vocab_size;
     std::vector<std::vector<int32_t>> prompts = {{1, 5, 9, 200, 31, 7, 77, 1000 % vocab, 3},
@@ -135,6 +192,7 @@ int main(int argc, char** argv) {
     for (const auto& prompt : prompts) {
       tp.add_sequence(prompt);
       if (whole) whole->add_sequence(prompt);
+      if (cpu_split) cpu_split->add_sequence(prompt);
     }
     // Step 1: sequence 0 whole, sequence 2's first 6 tokens; step 2: sequence 1
     // and the rest of sequence 2 (a chunked prefill over paged context); then decodes.
@@ -142,11 +200,20 @@ int main(int argc, char** argv) {
         {{0, int32_t(prompts[0].size())}, {2, 6}},
         {{1, int32_t(prompts[1].size())}, {2, int32_t(prompts[2].size()) - 6}},
     };
-    double worst = 0.0;
+    double worst = 0.0, worst_cross_device = 0.0;
     for (int step = 0; step < 2 + decode_steps; ++step) {
       const auto chunks = step < 2 ? schedule[std::size_t(step)]
                                    : std::vector<llama_test::PagedRunner::Chunk>{{0, 1}, {1, 1}, {2, 1}};
       const auto tp_step = tp.step(chunks);
+      std::vector<std::vector<float>> cpu_logits;  // the CPU split's, with "cuda"
+      if (cpu_split) {
+        cpu_logits = cpu_split->step(chunks).logits;
+        worst_cross_device = std::max(
+            worst_cross_device,
+            worst_ratio(tp_step.logits, cpu_logits,
+                        [](double, double ref) { return kCrossDeviceAbsolute + kCrossDeviceRelative * ref; },
+                        "step " + std::to_string(step) + ": the CUDA split against the CPU split"));
+      }
       const std::vector<int64_t> hashes = group.all_gather(hash_rows(tp_step.logits));
       for (int r = 1; r < group.size; ++r) {
         expect(hashes[std::size_t(r)] == hashes[0], "step " + std::to_string(step) + ": rank " + std::to_string(r) +
@@ -186,14 +253,22 @@ int main(int argc, char** argv) {
                "step " + std::to_string(step) + " sequence " + std::to_string(seq) + ": rank " +
                    std::to_string(group.rank) + "'s greedy token " +
                    std::to_string(argmax(tp_step.logits[std::size_t(row)])) + ", TP = 1's " + std::to_string(next[i]));
+        if (cpu_split) {
+          expect(argmax(cpu_logits[std::size_t(row)]) == next[i],
+                 "step " + std::to_string(step) + " sequence " + std::to_string(seq) + ": the CPU split's greedy "
+                 "token on rank " + std::to_string(group.rank) + " differs from TP = 1's on cuda:0");
+        }
         tp.append_token(seq, next[i]);
         if (whole) whole->append_token(seq, next[i]);
+        if (cpu_split) cpu_split->append_token(seq, next[i]);
       }
     }
     if (group.rank == 0) {
-      std::printf("tensor_parallel_check %s: %d ranks, %d decode steps, largest logit difference %.3g of the "
-                  "largest |logit| (tolerance %.g)\n",
-                  model_dir.c_str(), group.size, decode_steps, worst, kTolerance);
+      std::printf("tensor_parallel_check %s%s: %d ranks, %d decode steps, largest logit difference %.3g of the "
+                  "largest |logit| (tolerance %.g)",
+                  model_dir.c_str(), on_cuda ? " on cuda:0" : "", group.size, decode_steps, worst, kTolerance);
+      if (on_cuda) std::printf("; against the CPU split: %.3g of the tolerance", worst_cross_device);
+      std::printf("\n");
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "FAILED: %s\n", e.what());

@@ -6,7 +6,11 @@ each rank copying its block of the stored int8 rows and scales. That one runs we
 rank's slice of the o_proj / down_proj input with a scale of its own (as vLLM's row-parallel layers do), which
 TP = 1's whole-row scale does not reproduce (logits 0.07-0.13 apart, against 6e-7 weight-only).
 
-usage: tensor_parallel_test.py --check BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
+With --cuda: the CUDA split instead (tensor_parallel_check's "cuda": both ranks on cuda:0 in f32, collectives_mpi
+staging through host memory, against TP = 1 on cuda:0 and the CPU split) on the random models with 8 kv heads and
+with 2 (bf16 checkpoint, tied embedding), at TP = 2.
+
+usage: tensor_parallel_test.py [--cuda] --check BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
 """
 
 import argparse
@@ -22,6 +26,7 @@ def main():
     parser.add_argument("--check", required=True)
     parser.add_argument("--python", required=True)
     parser.add_argument("--source-dir", required=True)
+    parser.add_argument("--cuda", action="store_true")
     parser.add_argument("mpiexec", nargs="+")
     args = parser.parse_args()
     source = Path(args.source_dir)
@@ -34,6 +39,16 @@ def main():
                            check=True, capture_output=True)
             return out
 
+        if args.cuda:
+            # The same models with heads of 32 (attention_cuda's smallest head_dim).
+            kv8 = random_model("kv8-cuda", "--num-heads", "8", "--num-kv-heads", "8", "--head-dim", "32",
+                               "--hidden-size", "64", "--intermediate-size", "96", "--num-layers", "2",
+                               "--vocab-size", "1001", "--seed", "3")
+            kv2 = random_model("kv2-cuda", "--num-heads", "8", "--num-kv-heads", "2", "--head-dim", "32",
+                               "--hidden-size", "64", "--intermediate-size", "96", "--num-layers", "2",
+                               "--vocab-size", "998", "--dtype", "bf16", "--tie-word-embeddings", "--seed", "4")
+            run_cases(args, [(2, kv8, 4, one_thread, "cuda"), (2, kv2, 4, one_thread, "cuda")])
+            return
         # Vocabularies that do not divide by the ranks: the last rank's shard is shorter (padded in the gather).
         kv8 = random_model("kv8", "--num-heads", "8", "--num-kv-heads", "8", "--head-dim", "8",
                            "--hidden-size", "64", "--intermediate-size", "96", "--num-layers", "2",
@@ -46,23 +61,26 @@ def main():
                         str(source / "models/pagedllm-tiny"), str(w8a8), "--scheme", "W8A8"],
                        check=True, capture_output=True)
         weight_only = '{"num_threads": 1, "quantization": "int8_weight_only"}'
-        cases = [
+        run_cases(args, [
             (2, source / "models/pagedllm-tiny", 6, one_thread),
             (2, kv8, 8, one_thread),
             (2, kv2, 8, one_thread),
             (4, kv2, 4, one_thread),  # 4 ranks, 2 kv heads: each replicated on two ranks
             (2, w8a8, 6, weight_only),
-        ]
-        for ranks, model, steps, options in cases:
-            start = time.monotonic()
-            command = [args.mpiexec[0], "-np", str(ranks), *args.mpiexec[1:], args.check, str(model), str(steps),
-                       options]
-            done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-            output = done.stdout + done.stderr
-            if done.returncode != 0:
-                sys.exit(f"FAILED: TP = {ranks} on {model.name}: exit {done.returncode}\n{output}")
-            print(f"TP = {ranks} on {model.name} ({time.monotonic() - start:.1f} s): "
-                  f"{done.stdout.strip().splitlines()[-1]}")
+        ])
+
+
+def run_cases(args, cases):
+    for ranks, model, steps, options, *device in cases:
+        start = time.monotonic()
+        command = [args.mpiexec[0], "-np", str(ranks), *args.mpiexec[1:], args.check, str(model), str(steps),
+                   options, *device]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        output = done.stdout + done.stderr
+        if done.returncode != 0:
+            sys.exit(f"FAILED: TP = {ranks} on {model.name}: exit {done.returncode}\n{output}")
+        print(f"TP = {ranks} on {model.name} ({time.monotonic() - start:.1f} s): "
+              f"{done.stdout.strip().splitlines()[-1]}")
 
 
 if __name__ == "__main__":

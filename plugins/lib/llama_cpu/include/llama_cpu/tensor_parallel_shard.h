@@ -1,8 +1,9 @@
 #pragma once
 // One rank's part of a Llama model under tensor parallelism (docs/tensor-parallel.md, "What each
 // rank holds"), shared by models_llama (the target) and spec_eagle (the EAGLE head, split the same
-// way so that its KV layer holds the same kv heads as the target's): the rank's view of the config,
-// the checkpoint block each weight loads from, and the collectives calls that join the ranks.
+// way so that its KV layer holds the same kv heads as the target's): the split (llama_common's
+// TensorParallelSplit, which the CUDA forward shares), the checkpoint block each weight loads from as
+// the CPU loader's WeightPart, and the collectives calls that join the ranks.
 
 #include <cstdint>
 #include <optional>
@@ -11,6 +12,7 @@
 
 #include "pagedllm/sdk.h"
 #include "llama_common/llama_config.h"
+#include "llama_common/tensor_parallel_split.h"
 #include "llama_common/weight_layout.h"
 #include "llama_cpu/decoder_layer.h"
 #include "llama_cpu/weight_loader.h"
@@ -25,17 +27,15 @@ class TensorParallelShard {
   static std::optional<TensorParallelShard> join(const LlamaConfig& full, const pllm_collectives_ref* collectives,
                                                  const std::string& who);
 
-  int32_t rank() const { return layer_rank_.rank; }
-  int32_t size() const { return layer_rank_.size; }
-  // The rank's view of the model: its heads, kv heads and intermediate columns.
-  const LlamaConfig& config() const { return config_; }
-  // ceil(vocab / N): rank r holds vocabulary rows [vocab_first(), vocab_first() + vocab_rows()) of the
-  // embedding and lm_head, r * vocab_shard() onwards (the last rank's fewer when N does not divide).
-  int64_t vocab_shard() const { return vocab_shard_; }
-  int64_t vocab_first() const { return vocab_first_; }
-  int64_t vocab_rows() const { return vocab_rows_; }
-  // The first of the rank's kv heads (the same on N / kv_heads ranks when they are replicated).
-  int32_t kv_head_first() const { return kv_head_first_; }
+  int32_t rank() const { return split_.rank(); }
+  int32_t size() const { return split_.size(); }
+  // The rank's view of the model, its vocabulary rows and kv heads: llama::TensorParallelSplit's.
+  const llama::TensorParallelSplit& split() const { return split_; }
+  const LlamaConfig& config() const { return split_.config(); }
+  int64_t vocab_shard() const { return split_.vocab_shard(); }
+  int64_t vocab_first() const { return split_.vocab_first(); }
+  int64_t vocab_rows() const { return split_.vocab_rows(); }
+  int32_t kv_head_first() const { return split_.kv_head_first(); }
   // For decoder_layer_forward: the all-reduces after o_proj and down_proj.
   const TensorParallelRank& layer_rank() const { return layer_rank_; }
 
@@ -50,16 +50,13 @@ class TensorParallelShard {
                             std::string_view what) const;
 
  private:
-  TensorParallelShard(const LlamaConfig& full, const pllm_collectives_ref& collectives,
-                      const pllm_communicator_info& group, const std::string& who);
+  TensorParallelShard(llama::TensorParallelSplit split, const pllm_collectives_ref& collectives,
+                      const std::string& who);
 
-  LlamaConfig full_;
-  LlamaConfig config_;
+  llama::TensorParallelSplit split_;
   pllm_collectives_ref collectives_{};
   std::string who_;
   TensorParallelRank layer_rank_;
-  int32_t kv_head_first_ = 0;
-  int64_t vocab_shard_ = 0, vocab_first_ = 0, vocab_rows_ = 0;
 };
 
 }  // namespace pagedllm::llama_cpu

@@ -21,7 +21,11 @@ namespace pagedllm::llama_cuda {
 // PLLM_ERROR_DEVICE when the device cannot be used (no driver, no such
 // ordinal), PLLM_ERROR_OUT_OF_MEMORY when the weights do not fit, and the
 // config / checkpoint errors of plugins/lib/llama_common.
+// With `collectives` of more than one rank (buffers on this device), loads the
+// rank's shard (llama_common/tensor_parallel_split.h) and meets the other ranks
+// through it in every forward (docs/tensor-parallel.md).
 std::unique_ptr<llama::LlamaForward> load_cuda_llama(const std::filesystem::path& model_dir, int device_index,
-                                                     pllm_dtype dtype, int num_threads);
+                                                     pllm_dtype dtype, int num_threads,
+                                                     const pllm_collectives_ref* collectives = nullptr);
 
 }  // namespace pagedllm::llama_cuda

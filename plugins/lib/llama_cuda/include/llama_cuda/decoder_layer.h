@@ -15,6 +15,7 @@
 // passed in, as KV layer `kv_layer`, on that stream.
 
 #include <cstdint>
+#include <functional>
 #include <string_view>
 
 #include "pagedllm/sdk.h"
@@ -48,11 +49,20 @@ struct DecoderActivations {
 DecoderActivations carve_decoder_activations(Carver& carver, const llama::LlamaConfig& c, pllm_dtype dtype,
                                              int64_t tokens);
 
+// Under tensor parallelism (docs/tensor-parallel.md): sums `count` elements of the layer's dtype at
+// `delta` over the ranks, in place, ordered on the context's stream; throws naming `what` on failure.
+using DeltaAllReduce = std::function<void(void* delta, int64_t count, std::string_view what)>;
+
 // Runs the layer over a.x. `delta_pending`: the stream is a.x + a.delta on
 // entry (every layer after the first); a layer without input norm needs it
 // false. `who` prefixes errors (the attention backend's failure, with the layer).
+// With `all_reduce` (a rank's shard of the layer: c is the rank's config), o_proj
+// and down_proj each write the rank's partial product into a.delta, which is summed
+// over the ranks before the residual add that follows, so that every rank's stream
+// is the whole layer's.
 void decoder_layer_forward(const CudaContext& context, const llama::LlamaConfig& c, pllm_dtype dtype,
                            const DecoderLayerWeights& layer, const DecoderActivations& a, bool delta_pending,
-                           const pllm_attention_ref& attention, int32_t kv_layer, std::string_view who);
+                           const pllm_attention_ref& attention, int32_t kv_layer, std::string_view who,
+                           const DeltaAllReduce* all_reduce = nullptr);
 
 }  // namespace pagedllm::llama_cuda
