@@ -317,16 +317,12 @@ int rows_bench() {
   const Isa best = pagedllm::llama_cpu::detected_isa();
   using pagedllm::llama_cpu::Bf16Compute;
   const double dp_peak = best >= Isa::kAvx512Bf16 ? peak_dpbf16_gflops() : 0.0;
-  std::printf("bf16 weights, 1 to 16 rows, one thread, %s level; best of 5 to 40 calls, the two modes alternated
-",
+  std::printf("bf16 weights, 1 to 16 rows, one thread, %s level; best of 5 to 40 calls, the two modes alternated\n",
               pagedllm::llama_cpu::isa_name(best));
-  std::printf("peak of vdpbf16ps on one core, measured: %.1f GFLOP/s; GB/s: weight bytes / time; x exact: the exact
-"
-              "path's time / this time; x 1 row: this time / the same mode's 1-row time
-",
+  std::printf("peak of vdpbf16ps on one core, measured: %.1f GFLOP/s; GB/s: weight bytes / time; x exact: the exact\n"
+              "path's time / this time; x 1 row: this time / the same mode's 1-row time\n",
               dp_peak);
-  std::printf("%-14s %4s %-9s %10s %7s %8s %7s %7s %8s
-", "shape [n x k]", "rows", "mode", "us", "GB/s", "GFLOP/s",
+  std::printf("%-14s %4s %-9s %10s %7s %8s %7s %7s %8s\n", "shape [n x k]", "rows", "mode", "us", "GB/s", "GFLOP/s",
               "% peak", "x exact", "x 1 row");
   struct Shape {
     const char* name;
@@ -361,8 +357,7 @@ int rows_bench() {
       for (int mode = 0; mode < 2; ++mode) {
         if (m == 1) one_row_us[mode] = us[mode];
         const double gflops = flops / us[mode] / 1e3;
-        std::printf("%-14s %4lld %-9s %10.1f %7.2f %8.2f %6.1f%% %6.2fx %7.2fx
-", s.name, static_cast<long long>(m),
+        std::printf("%-14s %4lld %-9s %10.1f %7.2f %8.2f %6.1f%% %6.2fx %7.2fx\n", s.name, static_cast<long long>(m),
                     mode == 0 ? "exact" : "vdpbf16ps", us[mode], double(count) * 2.0 / us[mode] / 1e3, gflops,
                     dp_peak > 0.0 ? 100.0 * gflops / dp_peak : 0.0, us[0] / us[mode], us[mode] / one_row_us[mode]);
       }

@@ -183,7 +183,7 @@ TEST_CASE("models_llama: the cpu_bf16_compute option", "[models_llama]") {
   CHECK_THAT(bad, Contains("fast"));
   CHECK_THAT(load_error(dir.path(), R"({"cpu_bf16_compute": true})"), Contains("cpu_bf16_compute"));
   for (const char* mode : {"vdpbf16ps", "exact"}) {
-    Model model(dir.path(), std::string(R"({"cpu_bf16_compute": ")") + mode + ""}");
+    Model model(dir.path(), std::string(R"({"cpu_bf16_compute": ")") + mode + "\"}");
     CHECK(model.tensor("model.layers.0.mlp.down_proj.weight").dtype == PLLM_DTYPE_BF16);
   }
 }
