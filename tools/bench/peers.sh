@@ -65,7 +65,8 @@
 # $PEERS_VLLM_CPUS (default 0-<threads-1>; VLLM_CPU_OMP_THREADS_BIND) and a 2 GiB KV cache
 # (VLLM_CPU_KVCACHE_SPACE), pagedllm's size; its other settings are its defaults (prefix caching on, chunked
 # prefill of 2048 tokens a step). Each start warms up torch.compile: it answers after about 60-90 s.
-# Its port: $PEERS_VLLM_PORT (default 8732), refused when something already answers there.
+# Its port: $PEERS_VLLM_PORT (default 8732), refused when something already answers there; pagedllm's:
+# $PEERS_PAGEDLLM_PORT (default 8731), the same.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -223,7 +224,7 @@ wait_ready() {
 }
 
 run_pagedllm() {
-  local variant name level quantization dtype bf16_compute model port=8731 pid
+  local variant name level quantization dtype bf16_compute model port=${PEERS_PAGEDLLM_PORT:-8731} pid
   for variant in "${PAGEDLLM_VARIANTS[@]}"; do
     name=${variant%@*}
     level=${variant#"$name"}
