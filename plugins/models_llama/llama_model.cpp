@@ -32,12 +32,14 @@ const char* compute_name(llama_cpu::Int8Compute compute) {
 }  // namespace
 
 LlamaModel::LlamaModel(const std::filesystem::path& model_dir, int num_threads, pllm_dtype weight_dtype,
-                       std::optional<llama_cpu::Int8Compute> quantization, const pllm_collectives_ref* collectives)
+                       std::optional<llama_cpu::Int8Compute> quantization, const pllm_collectives_ref* collectives,
+                       llama_cpu::Bf16Compute bf16_compute)
     : full_config_(LlamaConfig::load(model_dir, "models_llama")),
       config_(full_config_),
       pool_(num_threads),
       inv_freq_(llama::rope_inv_freq(config_)),
-      quantization_(quantization) {
+      quantization_(quantization),
+      bf16_compute_(bf16_compute) {
   llama_cpu::use_single_threaded_blas();
   vocab_rows_ = full_config_.vocab_size;
   shard_ = llama_cpu::TensorParallelShard::join(full_config_, collectives, "models_llama");
@@ -94,9 +96,12 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype
   }
   embed_.set_dtype(weight_dtype);
   lm_head_.set_dtype(weight_dtype);
+  embed_.set_bf16_compute(bf16_compute_);  // (a tied lm_head multiplies it)
+  lm_head_.set_bf16_compute(bf16_compute_);
   layers_.resize(std::size_t(c.num_layers));
   for (llama_cpu::DecoderLayerWeights& layer : layers_) {
     layer.set_matrix_dtype(weight_dtype);
+    layer.set_matrix_bf16_compute(bf16_compute_);
     if (quantization_) layer.set_matrix_int8(*quantization_);
   }
   if (quantization_) lm_head_.set_int8(*quantization_);
@@ -171,11 +176,12 @@ std::string LlamaModel::describe() const {
       : int8_matrices_.empty() ? std::string(plugins::dtype_name(weight_dtype_)) + " weights"
                          : std::string(plugins::dtype_name(weight_dtype_)) + " weights with int8 matrices (" +
                                int8_matrices_ + ")";
-  // linear() rounds the activations of bf16 products past kDotRowsMaxRows rows on avx512bf16 (cpu_kernels.h).
-  const bool bf16_gemm =
-      !quantization_ && weight_dtype_ == PLLM_DTYPE_BF16 && llama_cpu::active_isa() == llama_cpu::Isa::kAvx512Bf16;
-  return "the CPU, " + weights + (bf16_gemm ? ", f32 activations (bf16 in products of more than 16 rows), " :
-                                              ", f32 activations, ") +
+  // linear() rounds the activations of bf16 products to bf16 on avx512bf16 unless told not to (weights.h).
+  const bool bf16_activations = !quantization_ && weight_dtype_ == PLLM_DTYPE_BF16 &&
+                                bf16_compute_ == llama_cpu::Bf16Compute::kVdpbf16ps &&
+                                llama_cpu::active_isa() == llama_cpu::Isa::kAvx512Bf16;
+  return "the CPU, " + weights +
+         (bf16_activations ? ", activations rounded to bf16 for vdpbf16ps, " : ", f32 activations, ") +
          llama_cpu::isa_name(llama_cpu::active_isa()) + " kernels, " + std::to_string(pool_.size()) + " threads";
 }
 

@@ -59,9 +59,11 @@ class LlamaModel final : public llama::LlamaForward {
   // Loads and validates config and weights; reports progress through the
   // host. `weight_dtype`: F32, BF16, F16, or INVALID for the embedding's
   // stored dtype. `quantization`: int8 matrices multiplied that way, or none.
+  // `bf16_compute`: how bf16 matrices are multiplied (llama_cpu/weights.h).
   LlamaModel(const std::filesystem::path& model_dir, int num_threads, pllm_dtype weight_dtype,
              std::optional<llama_cpu::Int8Compute> quantization = std::nullopt,
-             const pllm_collectives_ref* collectives = nullptr);
+             const pllm_collectives_ref* collectives = nullptr,
+             llama_cpu::Bf16Compute bf16_compute = llama_cpu::Bf16Compute::kVdpbf16ps);
 
   const LlamaConfig& config() const override { return config_; }
   pllm_dtype dtype() const override { return PLLM_DTYPE_F32; }
@@ -108,6 +110,7 @@ class LlamaModel final : public llama::LlamaForward {
   pllm_dtype weight_dtype_ = PLLM_DTYPE_F32;
   std::optional<llama_cpu::Int8Compute> quantization_;  // quantized at load (never on a pre-quantized checkpoint)
   llama_cpu::Int8Compute int8_compute_ = llama_cpu::Int8Compute::kW8A8;  // how int8 matrices are multiplied
+  llama_cpu::Bf16Compute bf16_compute_;                                   // how bf16 matrices are multiplied
   std::string int8_matrices_;  // what the int8 matrices are, for log lines; "" when there are none
   llama_cpu::WeightStorage embed_, norm_, lm_head_;
   std::vector<llama_cpu::DecoderLayerWeights> layers_;

@@ -26,11 +26,17 @@ class LlamaPlugin : public pllm::ModelPlugin {
   struct Options {
     int32_t num_threads = 0;  // 0 = one per hardware thread
     std::string quantization = "none";
+    // How bf16 weights are multiplied on the CPU (llama_cpu/weights.h): vdpbf16ps (activations rounded to bf16;
+    // the exact path on CPUs without AVX512-BF16) or exact (f32 activations). No effect on CUDA.
+    llama_cpu::Bf16Compute bf16_compute = llama_cpu::Bf16Compute::kVdpbf16ps;
     static Options parse(pllm::OptionReader& reader) {
       Options o;
       o.num_threads = reader.get_in_range<int32_t>("num_threads", 0, 0, 1024);
       o.quantization =
           reader.get_choice("quantization", "none", {"none", "int8", "int8_w8a8", "int8_weight_only"});
+      o.bf16_compute = reader.get_choice("cpu_bf16_compute", "vdpbf16ps", {"vdpbf16ps", "exact"}) == "exact"
+                           ? llama_cpu::Bf16Compute::kExact
+                           : llama_cpu::Bf16Compute::kVdpbf16ps;
       return o;
     }
     // int8: W8A8 where the CPU has VNNI (2.1-3.8x bf16 at decode, 3.7-4.5x
@@ -108,7 +114,8 @@ class LlamaPlugin : public pllm::ModelPlugin {
                                                             "f16 (activations in f32); model dtype ") +
                                                     dtype_name(args.dtype) + " is not supported");
     }
-    return std::make_unique<LlamaModel>(args.model_path, num_threads, args.dtype, options.int8_compute(), collectives);
+    return std::make_unique<LlamaModel>(args.model_path, num_threads, args.dtype, options.int8_compute(), collectives,
+                                        options.bf16_compute);
   }
 
   std::unique_ptr<llama::LlamaForward> model_;

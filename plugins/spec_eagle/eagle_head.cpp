@@ -31,12 +31,14 @@ int32_t group_size(const pllm_collectives_ref* collectives) {
 }  // namespace
 
 EagleHead::EagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target,
-                     std::vector<int32_t> draft_vocab, int num_threads, const pllm_collectives_ref* collectives)
+                     std::vector<int32_t> draft_vocab, int num_threads, const pllm_collectives_ref* collectives,
+                     llama_cpu::Bf16Compute bf16_compute)
     : full_config_(load_eagle_config(draft_dir, target, group_size(collectives))),
       shard_(llama_cpu::TensorParallelShard::join(full_config_, collectives, "spec_eagle")),
       config_(shard_ ? shard_->config() : full_config_),
       pool_(num_threads),
       inv_freq_(llama::rope_inv_freq(config_)),
+      bf16_compute_(bf16_compute),
       draft_vocab_(std::move(draft_vocab)) {
   llama_cpu::use_single_threaded_blas();
   target_layers_ = target.info->num_layers;
@@ -58,6 +60,7 @@ void EagleHead::bind_target(const pllm_speculator_target& target) {
                                                   " elements apart; a dense [vocab, hidden] matrix is needed");
   }
   lm_head_ = {shared.lm_head.data, shared.lm_head.dtype};
+  lm_head_.bf16_compute = bf16_compute_;
   if (draft_vocab_.empty()) return;
   // A dense copy of the draft vocabulary's rows (this rank's of them), so a
   // draft step streams N x hidden elements instead of vocab x hidden.
@@ -69,6 +72,7 @@ void EagleHead::bind_target(const pllm_speculator_target& target) {
   const auto rows = static_cast<int64_t>(held.size());
   const std::size_t row_bytes = std::size_t(h) * llama_cpu::weight_dtype_size(lm_head_.dtype);
   draft_lm_head_.set_dtype(lm_head_.dtype);
+  draft_lm_head_.set_bf16_compute(bf16_compute_);
   draft_lm_head_.resize(static_cast<std::size_t>(rows * h));
   for (int64_t r = 0; r < rows; ++r) {
     std::memcpy(static_cast<std::byte*>(draft_lm_head_.data()) + std::size_t(r) * row_bytes,
@@ -89,6 +93,8 @@ void EagleHead::load_weights(const std::filesystem::path& draft_dir) {
   std::vector<llama_cpu::WeightPart> parts;
   parts.push_back({"fc.weight", {h, 2 * h}, &fc_, 0});
   if (checkpoint.find("fc.bias")) parts.push_back({"fc.bias", {h}, &fc_bias_, 0});
+  fc_.set_bf16_compute(bf16_compute_);
+  layer_.set_matrix_bf16_compute(bf16_compute_);
   llama_cpu::add_decoder_layer_parts(parts, full_config_, "layers.0.", layer_, false, shard_ ? &*shard_ : nullptr);
   const llama_cpu::LoadedWeights loaded = llama_cpu::load_weight_parts(checkpoint, parts, pool_);
   if (!loaded.unused.empty()) {

@@ -41,8 +41,10 @@ class EagleHead final : public DraftHead {
   // do not match the target's. `draft_vocab` (ascending token ids, from
   // load_draft_vocab; empty: the whole vocabulary) are the tokens it may draft.
   // `collectives` (may be null): the target's tensor-parallel group.
+  // `bf16_compute`: how bf16 matrices (the target's lm_head) are multiplied (llama_cpu/weights.h).
   EagleHead(const std::filesystem::path& draft_dir, const pllm_speculator_target& target,
-            std::vector<int32_t> draft_vocab, int num_threads, const pllm_collectives_ref* collectives);
+            std::vector<int32_t> draft_vocab, int num_threads, const pllm_collectives_ref* collectives,
+            llama_cpu::Bf16Compute bf16_compute = llama_cpu::Bf16Compute::kVdpbf16ps);
 
   const llama_cpu::LlamaConfig& config() const override { return config_; }
   int num_threads() const { return pool_.size(); }
@@ -63,6 +65,7 @@ class EagleHead final : public DraftHead {
   int32_t target_layers_ = 0;
   plugins::ThreadPool pool_;
   std::vector<double> inv_freq_;
+  llama_cpu::Bf16Compute bf16_compute_;
 
   // Target-owned [vocab, hidden] (valid as long as the target model); rows
   // embed_stride_ elements apart.

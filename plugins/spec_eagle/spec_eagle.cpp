@@ -31,10 +31,15 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
   struct Options {
     int32_t num_threads = 0;       // 0 = one per hardware thread
     int64_t draft_vocab_size = 0;  // 0 = the whole vocabulary (draft_vocab.h)
+    // As models_llama's option: how the CPU head multiplies bf16 matrices (the target's lm_head).
+    llama_cpu::Bf16Compute bf16_compute = llama_cpu::Bf16Compute::kVdpbf16ps;
     static Options parse(pllm::OptionReader& reader) {
       Options o;
       o.num_threads = reader.get_in_range<int32_t>("num_threads", 0, 0, 1024);
       o.draft_vocab_size = reader.get_in_range<int64_t>("draft_vocab_size", 0, 0, int64_t(1) << 31);
+      o.bf16_compute = reader.get_choice("cpu_bf16_compute", "vdpbf16ps", {"vdpbf16ps", "exact"}) == "exact"
+                           ? llama_cpu::Bf16Compute::kExact
+                           : llama_cpu::Bf16Compute::kVdpbf16ps;
       return o;
     }
   };
@@ -55,7 +60,8 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
     const pllm_speculator_target& target = pllm::require(args.target, "spec_eagle: create args: target");
     if (!target.info) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "spec_eagle: no target model");
     head_ = load_head(args, target, threads,
-                      load_draft_vocab(args.draft_path, options.draft_vocab_size, target.info->vocab_size));
+                      load_draft_vocab(args.draft_path, options.draft_vocab_size, target.info->vocab_size),
+                      options.bf16_compute);
 #ifdef PAGEDLLM_HAVE_CUDA
     if (args.device.type == PLLM_DEVICE_CUDA) {
       verifier_ = std::make_unique<CudaVerifier>(args.device.index);
@@ -76,12 +82,13 @@ class EaglePlugin : public pllm::SpeculatorPlugin {
   // The head for args.device: the CPU's, or (in a CUDA build) the CUDA one.
   static std::unique_ptr<DraftHead> load_head(const pllm_speculator_create_args& args,
                                               const pllm_speculator_target& target, int threads,
-                                              std::vector<int32_t> draft_vocab) {
+                                              std::vector<int32_t> draft_vocab, llama_cpu::Bf16Compute bf16_compute) {
     const pllm_collectives_ref* collectives =
         PLLM_HAS_FIELD(pllm_speculator_create_args, &args, collectives) ? args.collectives : nullptr;
     switch (args.device.type) {
       case PLLM_DEVICE_CPU:
-        return std::make_unique<EagleHead>(args.draft_path, target, std::move(draft_vocab), threads, collectives);
+        return std::make_unique<EagleHead>(args.draft_path, target, std::move(draft_vocab), threads, collectives,
+                                           bf16_compute);
       case PLLM_DEVICE_CUDA:
         if (collectives) {
           // models_llama splits over CUDA ranks, but this head does not yet (docs/tensor-parallel.md, step 7).

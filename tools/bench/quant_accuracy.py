@@ -14,9 +14,12 @@ the last), with decode tok/s measured in the same run. --speed-model adds prefil
 windows) and decode tok/s on a larger model (no accuracy: random weights), e.g. one made by
 tools/testing/make_tiny_llama.py.
 
-A variant NAME@LEVEL runs NAME with PAGEDLLM_CPU_ISA=LEVEL (llama_cpu/cpu_isa.h):
-bf16@avx512vnni is bf16 on the exact path (f32 activations in every product), where plain bf16 on
-a CPU with AVX512-BF16 prefills through vdpbf16ps on bf16-rounded activations. A variant
+bf16_exact is bf16 with model.options.cpu_bf16_compute: exact (f32 activations in every product),
+where plain bf16 on a CPU with AVX512-BF16 multiplies bf16-rounded activations on vdpbf16ps. --chunk N
+prefills each window N tokens a step: with N <= 16 every product runs on the few-row kernels (those
+of batched decode), where the default whole window runs the GEMMs (prefill).
+A variant NAME@LEVEL runs NAME with PAGEDLLM_CPU_ISA=LEVEL (llama_cpu/cpu_isa.h): bf16@avx512vnni
+is the exact path too, by capping the instruction set. A variant
 ct-SCHEME/NAME runs NAME on a compressed-tensors int8 checkpoint of the model (and of the speed
 model), made once per run by tools/testing/make_compressed_int8_checkpoint.py --scheme SCHEME
 (W8A8 or W8A16, lm_head left unquantized as llm-compressor's examples do): ct-W8A8/auto is that
@@ -37,7 +40,7 @@ sys.path.insert(0, os.path.join(ROOT, "tools", "train"))
 import bpe  # noqa: E402
 import corpus  # noqa: E402
 
-VARIANTS = ["f32", "bf16", "bf16@avx512vnni", "int8_w8a8", "int8_weight_only"]
+VARIANTS = ["f32", "bf16", "bf16_exact", "int8_w8a8", "int8_weight_only"]
 
 
 def heldout_windows(model_dir, windows, length):
@@ -68,7 +71,8 @@ def compressed_model(model_dir, scheme, tmp, made):
     return made[key]
 
 
-def run_variant(build, model_dir, variant, tokens_file, logits_file, decode_steps, threads, tmp=None, made=None):
+def run_variant(build, model_dir, variant, tokens_file, logits_file, decode_steps, threads, tmp=None, made=None,
+                chunk=0):
     if variant.startswith("ct-"):
         scheme, _, variant = variant[len("ct-"):].partition("/")
         model_dir = compressed_model(model_dir, scheme, tmp, made)
@@ -77,7 +81,7 @@ def run_variant(build, model_dir, variant, tokens_file, logits_file, decode_step
     if level:
         env["PAGEDLLM_CPU_ISA"] = level
     cmd = [os.path.join(build, "bin", "llama_quant_eval"), model_dir, name, tokens_file, logits_file,
-           str(decode_steps), str(threads)]
+           str(decode_steps), str(threads), str(chunk)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -96,6 +100,8 @@ def main():
     ap.add_argument("--length", type=int, default=256)
     ap.add_argument("--decode-steps", type=int, default=256)
     ap.add_argument("--threads", type=int, default=0, help="model and attention threads (0: one per core)")
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="prefill each window this many tokens a step (0: the whole window in one step)")
     ap.add_argument("--variants", nargs="+", default=VARIANTS)
     ap.add_argument("--speed-model", help="a larger model directory for decode tok/s only")
     ap.add_argument("--output", help="write the results as JSON here")
@@ -104,7 +110,7 @@ def main():
         raise SystemExit("the first variant must be f32 (the reference)")
 
     tokens = heldout_windows(args.model, args.windows, args.length)
-    results = {"model": args.model, "windows": args.windows, "length": args.length,
+    results = {"model": args.model, "windows": args.windows, "length": args.length, "chunk": args.chunk,
                "load_average_start": os.getloadavg(), "variants": {}}
     with tempfile.TemporaryDirectory() as tmp:
         tokens_file = os.path.join(tmp, "tokens.bin")
@@ -117,7 +123,8 @@ def main():
         made = {}
         for variant in args.variants:
             logits_file = os.path.join(tmp, "logits.f32")
-            run = run_variant(args.build, args.model, variant, tokens_file, logits_file, 0, args.threads, tmp, made)
+            run = run_variant(args.build, args.model, variant, tokens_file, logits_file, 0, args.threads, tmp, made,
+                              args.chunk)
             # Decode alone in a process of its own (after the windows, its cache and the machine differ).
             decode = run_variant(args.build, args.model, variant, empty_file, os.devnull, args.decode_steps,
                                  args.threads, tmp, made)

@@ -57,6 +57,9 @@ struct Kernels {
   // activations rounded to bf16 once per call, then the packed GEMM.
   void (*round_rows_bf16)(const float*, int64_t, int64_t, int64_t, uint16_t*, int64_t);
   void (*gemm_dp_bf16)(const uint16_t*, int64_t, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool);
+  // Up to kDotRowsMaxRows rows of bf16 weights on vdpbf16ps, the activations
+  // rounded by round_rows_bf16 (null below avx512bf16).
+  void (*dot_rows_dp_bf16)(const uint16_t*, int64_t, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool);
 };
 
 namespace isa_scalar {
@@ -151,8 +154,9 @@ struct QuantizedRows {
   const float* scales;
 };
 
-// The activations of a vdpbf16ps GEMM, rounded to bf16 once per linear() call
-// (data null when the product does not use it).
+// The activations of a product on vdpbf16ps (Bf16Compute::kVdpbf16ps, any
+// row count), rounded to bf16 once per linear() call (data null when the
+// product does not use it).
 struct Bf16Rows {
   const uint16_t* data;
   int64_t ldr;
@@ -176,7 +180,9 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, c
       }
       return;
     case PLLM_DTYPE_BF16:
-      if (few) {
+      if (few && ra.data) {
+        kern.dot_rows_dp_bf16(ra.data, ra.ldr, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
+      } else if (few) {
         kern.dot_rows_bf16(a, lda, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
       } else if (ra.data) {
         kern.gemm_dp_bf16(ra.data, ra.ldr, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
@@ -250,7 +256,7 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
     qa = {q.data(), ldq, scales.data()};
   }
   Bf16Rows ra{nullptr, 0};
-  if (w.dtype == PLLM_DTYPE_BF16 && m > kDotRowsMaxRows && kern.round_rows_bf16) {
+  if (w.dtype == PLLM_DTYPE_BF16 && w.bf16_compute == Bf16Compute::kVdpbf16ps && kern.round_rows_bf16) {
     thread_local std::vector<uint16_t> rounded;
     const int64_t ldr = (k + 1) / 2 * 2;
     rounded.resize(std::size_t(m * ldr));

@@ -20,14 +20,23 @@
 // kernel adds 2 products per lane per 32 k, the tree, then at most 31 tail
 // products: d <= k / 16 + 35 (54 at k = 300).
 //
-// The vdpbf16ps GEMM multiplies bf16 activations by the bf16 weights: the
-// reference for it is the float64 product of the activations rounded to bf16
+// bf16 weights with Bf16Compute::kVdpbf16ps (the default) on avx512bf16
+// multiply bf16 activations by the bf16 weights at every row count: the
+// reference for them is the float64 product of the activations rounded to bf16
 // (common/float16_rounding.h's rounding, not the kernel's conversion
 // instruction) and the weights. The products of two bf16 numbers are exact in
-// f32, and each output lane adds them in order of k, one rounding per product
-// plus one for `accumulate`: d <= k + 1 (301 at k = 300), inside the same
-// 2e-5 bound. The rounding itself is the accuracy cost (up to 2^-9 of each
-// activation): measured on a model in docs/benchmarks.md.
+// f32. The GEMM (past kDotRowsMaxRows rows) adds them in order of k, one
+// rounding per product plus one for `accumulate`: d <= k + 1 (301 at k =
+// 300); the few-row kernel adds one pair per lane per 32 k (two roundings),
+// then the 4-level tree: d <= k / 16 + 6 (24 at k = 300). Both are inside the
+// same 2e-5 bound, which a path that did not round would miss (the rounding
+// moves a product by up to 2^-8 of it: at k = 1 two hundred times the bound).
+// The rounding itself is the accuracy cost, also checked here against the
+// unrounded float64 product: bf16 keeps 8 significant bits, so rounding to
+// nearest moves each a_i by at most half a unit in the last place, 2^-8 |a_i|
+// (and 2^-8 of the rounded value), and the sum by at most 2^-8 sum |a_i w_i|
+// (plus the 2e-5 of the f32 sums); measured on a model in docs/benchmarks.md. Below avx512bf16 kVdpbf16ps is the exact path: the same
+// bits as kExact.
 //
 // int8 weights (quantization: int8_*): the quantization itself against a
 // naive float64 one (exact equality: both round w / s in double), the W8A8
@@ -51,6 +60,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/dtype_name.h"
@@ -60,6 +70,7 @@
 #include "llama_cpu/cpu_kernels.h"
 #include "llama_cpu/weight_loader.h"
 
+using pagedllm::llama_cpu::Bf16Compute;
 using pagedllm::llama_cpu::Int8Compute;
 using pagedllm::llama_cpu::Isa;
 using pagedllm::llama_cpu::kDotRowsMaxRows;
@@ -88,17 +99,23 @@ std::vector<float> random_floats(std::size_t count, uint32_t seed) {
   return v;
 }
 
-// Random weights in `dtype` (f32, or rounded to bf16/f16 bits) and their exact f32 widening.
+// Random weights in `dtype` (f32, or rounded to bf16/f16 bits) and their exact f32 widening; bf16 multiplied
+// as `bf16_compute` says.
 struct Weights {
   pllm_dtype dtype;
   std::vector<float> wide;
   std::vector<uint16_t> bits;  // bf16/f16 only
+  Bf16Compute bf16_compute = Bf16Compute::kVdpbf16ps;
   WeightsRef ref() const {
-    return dtype == PLLM_DTYPE_F32 ? WeightsRef{wide.data(), dtype} : WeightsRef{bits.data(), dtype};
+    if (dtype == PLLM_DTYPE_F32) return WeightsRef{wide.data(), dtype};
+    WeightsRef r{bits.data(), dtype};
+    r.bf16_compute = bf16_compute;
+    return r;
   }
 };
-Weights random_weights(pllm_dtype dtype, std::size_t count, uint32_t seed) {
-  Weights w{dtype, random_floats(count, seed), {}};
+Weights random_weights(pllm_dtype dtype, std::size_t count, uint32_t seed,
+                       Bf16Compute bf16_compute = Bf16Compute::kVdpbf16ps) {
+  Weights w{dtype, random_floats(count, seed), {}, bf16_compute};
   if (dtype == PLLM_DTYPE_F32) return w;
   w.bits.resize(count);
   for (std::size_t i = 0; i < count; ++i) {
@@ -128,6 +145,12 @@ Int8Weights random_int8_weights(int64_t n, int64_t k, Int8Compute compute, uint3
   return q;
 }
 
+// Every weight dtype, bf16 both ways.
+const std::pair<pllm_dtype, Bf16Compute> kWeightPaths[] = {{PLLM_DTYPE_F32, Bf16Compute::kExact},
+                                                           {PLLM_DTYPE_BF16, Bf16Compute::kVdpbf16ps},
+                                                           {PLLM_DTYPE_BF16, Bf16Compute::kExact},
+                                                           {PLLM_DTYPE_F16, Bf16Compute::kExact}};
+
 // The levels this CPU has, each to be forced in turn.
 std::vector<Isa> available_isas() {
   std::vector<Isa> isas;
@@ -142,43 +165,59 @@ struct IsaCapGuard {  // (restores the default cap)
   ~IsaCapGuard() { pagedllm::llama_cpu::set_isa_cap(std::nullopt); }
 };
 
-void check_against_float64(ThreadPool& pool, const Case& c, pllm_dtype dtype, uint32_t seed) {
+void check_against_float64(ThreadPool& pool, const Case& c, pllm_dtype dtype, uint32_t seed,
+                           Bf16Compute bf16_compute = Bf16Compute::kVdpbf16ps) {
+  const bool vdpbf16ps = bf16_compute == Bf16Compute::kVdpbf16ps;
   INFO("m " << c.m << " n " << c.n << " k " << c.k << " lda " << c.lda << " ldc " << c.ldc << " accumulate "
             << c.accumulate << " threads " << pool.size() << " dtype " << pagedllm::plugins::dtype_name(dtype)
-            << " isa " << pagedllm::llama_cpu::isa_name(pagedllm::llama_cpu::active_isa()));
+            << (dtype == PLLM_DTYPE_BF16 ? (vdpbf16ps ? " (vdpbf16ps)" : " (exact)") : "") << " isa "
+            << pagedllm::llama_cpu::isa_name(pagedllm::llama_cpu::active_isa()));
   const std::vector<float> a = random_floats(std::size_t(c.m * c.lda), seed);
-  const Weights w = random_weights(dtype, std::size_t(c.n * c.k), seed + 1);
+  const Weights w = random_weights(dtype, std::size_t(c.n * c.k), seed + 1, bf16_compute);
   std::vector<float> out = random_floats(std::size_t(c.m * c.ldc), seed + 2);
   const std::vector<float> before = out;
   linear(pool, a.data(), c.lda, c.m, w.ref(), c.n, c.k, out.data(), c.ldc, c.accumulate);
-  // The vdpbf16ps GEMM's activations: rounded to bf16.
-  const bool dp = dtype == PLLM_DTYPE_BF16 && pagedllm::llama_cpu::active_isa() == Isa::kAvx512Bf16 &&
-                  c.m > kDotRowsMaxRows;
+  // vdpbf16ps' activations: rounded to bf16.
+  const bool avx512bf16 = pagedllm::llama_cpu::active_isa() == Isa::kAvx512Bf16;
+  const bool dp = dtype == PLLM_DTYPE_BF16 && vdpbf16ps && avx512bf16;
   std::vector<float> a_ref = a;
   if (dp) {
     for (float& x : a_ref) x = pllm::bf16_to_f32(pagedllm::plugins::f32_to_bf16(x));
   }
-  double worst = 0.0;
+  double worst = 0.0, worst_unrounded = 0.0;
   for (int64_t r = 0; r < c.m; ++r) {
     for (int64_t j = 0; j < c.n; ++j) {
-      double exact = 0.0, magnitude = 0.0;
+      double exact = 0.0, magnitude = 0.0, unrounded = 0.0;
       for (int64_t i = 0; i < c.k; ++i) {
-        const double product = double(a_ref[std::size_t(r * c.lda + i)]) * double(w.wide[std::size_t(j * c.k + i)]);
+        const double wi = w.wide[std::size_t(j * c.k + i)];
+        const double product = double(a_ref[std::size_t(r * c.lda + i)]) * wi;
         exact += product;
         magnitude += std::abs(product);
+        unrounded += double(a[std::size_t(r * c.lda + i)]) * wi;
       }
       if (c.accumulate) {
         exact += before[std::size_t(r * c.ldc + j)];
+        unrounded += before[std::size_t(r * c.ldc + j)];
         magnitude += std::abs(before[std::size_t(r * c.ldc + j)]);
       }
-      const double err = std::abs(double(out[std::size_t(r * c.ldc + j)]) - exact);
-      worst = std::max(worst, err / (2e-5 * magnitude + 1e-30));
+      const double got = out[std::size_t(r * c.ldc + j)];
+      worst = std::max(worst, std::abs(got - exact) / (2e-5 * magnitude + 1e-30));
+      // (|a_i - round(a_i)| <= 2^-8 |round(a_i)|: magnitude, of the rounded activations, bounds it.)
+      worst_unrounded = std::max(worst_unrounded, std::abs(got - unrounded) / ((0x1p-8 + 2e-5) * magnitude + 1e-30));
     }
     for (int64_t j = c.n; j < c.ldc; ++j) {  // the padding is left alone
       REQUIRE(std::memcmp(&out[std::size_t(r * c.ldc + j)], &before[std::size_t(r * c.ldc + j)], sizeof(float)) == 0);
     }
   }
   CHECK(worst <= 1.0);
+  CHECK(worst_unrounded <= 1.0);
+  if (dtype == PLLM_DTYPE_BF16 && vdpbf16ps && !avx512bf16) {
+    // Below avx512bf16, kVdpbf16ps is the exact path.
+    std::vector<float> exact_out = before;
+    const Weights exact_w = random_weights(dtype, std::size_t(c.n * c.k), seed + 1, Bf16Compute::kExact);
+    linear(pool, a.data(), c.lda, c.m, exact_w.ref(), c.n, c.k, exact_out.data(), c.ldc, c.accumulate);
+    CHECK(std::memcmp(out.data(), exact_out.data(), out.size() * sizeof(float)) == 0);
+  }
   const bool bf16_kernel =
       dtype == PLLM_DTYPE_BF16 && pagedllm::llama_cpu::active_isa() >= Isa::kAvx512 && c.m <= kDotRowsMaxRows;
   if (dtype == PLLM_DTYPE_F32 || dp || bf16_kernel) return;
@@ -338,14 +377,14 @@ TEST_CASE("llama_cpu: linear() matches a float64 dot product on every path, dtyp
   for (const Isa isa : available_isas()) {
     pagedllm::llama_cpu::set_isa_cap(isa);
     REQUIRE(pagedllm::llama_cpu::active_isa() == isa);
-    for (const pllm_dtype dtype : {PLLM_DTYPE_F32, PLLM_DTYPE_BF16, PLLM_DTYPE_F16}) {
+    for (const auto& [dtype, bf16_compute] : kWeightPaths) {
       for (ThreadPool* pool : {&one, &three}) {
         for (const int64_t m : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(5), int64_t(7), int64_t(8),
                                 int64_t(13), kDotRowsMaxRows, kDotRowsMaxRows + 1, int64_t(33)}) {
           for (const int64_t k : {1, 15, 16, 17, 32, 47, 256, 300}) {
             for (const int64_t n : {1, 5, 64, 1000}) {
-              check_against_float64(*pool, {m, n, k, k, n, false}, dtype, seed++);
-              check_against_float64(*pool, {m, n, k, k + 3, n + 5, true}, dtype, seed++);
+              check_against_float64(*pool, {m, n, k, k, n, false}, dtype, seed++, bf16_compute);
+              check_against_float64(*pool, {m, n, k, k + 3, n + 5, true}, dtype, seed++, bf16_compute);
             }
           }
         }
@@ -368,8 +407,8 @@ TEST_CASE("llama_cpu: a row's linear() result is the same bits alone or in a bat
   ThreadPool one(1), two(2);
   for (const Isa isa : available_isas()) {
     pagedllm::llama_cpu::set_isa_cap(isa);
-    for (const pllm_dtype dtype : {PLLM_DTYPE_F32, PLLM_DTYPE_BF16, PLLM_DTYPE_F16}) {
-      const Weights w = random_weights(dtype, std::size_t(n * k), 8);
+    for (const auto& [dtype, bf16_compute] : kWeightPaths) {
+      const Weights w = random_weights(dtype, std::size_t(n * k), 8, bf16_compute);
       std::vector<float> alone(std::size_t(kDotRowsMaxRows * n));
       for (int64_t r = 0; r < kDotRowsMaxRows; ++r) {
         linear(one, a.data() + r * k, k, 1, w.ref(), n, k, alone.data() + r * n, n, false);
@@ -377,7 +416,9 @@ TEST_CASE("llama_cpu: a row's linear() result is the same bits alone or in a bat
       for (int64_t m = 2; m <= kDotRowsMaxRows; ++m) {
         for (ThreadPool* pool : {&one, &two}) {
           INFO("batch of " << m << " rows, " << pool->size() << " threads, "
-                           << pagedllm::plugins::dtype_name(dtype) << ", " << pagedllm::llama_cpu::isa_name(isa));
+                           << pagedllm::plugins::dtype_name(dtype)
+                           << (bf16_compute == Bf16Compute::kVdpbf16ps ? " (vdpbf16ps), " : ", ")
+                           << pagedllm::llama_cpu::isa_name(isa));
           std::vector<float> batch(std::size_t(m * n));
           linear(*pool, a.data(), k, m, w.ref(), n, k, batch.data(), n, false);
           CHECK(std::memcmp(batch.data(), alone.data(), batch.size() * sizeof(float)) == 0);

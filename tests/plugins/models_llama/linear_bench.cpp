@@ -13,6 +13,13 @@
 //       to f32) and f32 weights' SGEMM, GFLOP/s and the fraction of the
 //       peak of vdpbf16ps and of the f32 FMA measured on this core (a loop of
 //       independent instructions, no memory)
+//   build/bin/llama_cpu_linear_bench rows       few rows (1 to 16: batched decode)
+//       of bf16 weights on the peers model's shapes, both Bf16Compute modes
+//       at the best level: vdpbf16ps (activations rounded to bf16) against
+//       the exact path (widened to f32, f32 FMA), alternated call by call;
+//       GB/s, GFLOP/s, the fraction of vdpbf16ps's measured peak and the time
+//       against the same mode's one-row time (1.0: the rows cost no more than
+//       streaming the weights once)
 //   build/bin/llama_cpu_linear_bench blas       linear() against the OpenBLAS call
 //       it made before it had its own kernel for few rows (sgemv for one row,
 //       sgemm otherwise), embedded model and 1B shapes, 1 to 32 rows
@@ -304,6 +311,61 @@ int gemm_bench() {
   return 0;
 }
 
+int rows_bench() {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  pagedllm::plugins::ThreadPool pool(1);
+  const Isa best = pagedllm::llama_cpu::detected_isa();
+  using pagedllm::llama_cpu::Bf16Compute;
+  const double dp_peak = best >= Isa::kAvx512Bf16 ? peak_dpbf16_gflops() : 0.0;
+  std::printf("bf16 weights, 1 to 16 rows, one thread, %s level; best of 5 to 40 calls, the two modes alternated\n",
+              pagedllm::llama_cpu::isa_name(best));
+  std::printf("peak of vdpbf16ps on one core, measured: %.1f GFLOP/s; GB/s: weight bytes / time; x exact: the exact\n"
+              "path's time / this time; x 1 row: this time / the same mode's 1-row time\n",
+              dp_peak);
+  std::printf("%-14s %4s %-9s %10s %7s %8s %7s %7s %8s\n", "shape [n x k]", "rows", "mode", "us", "GB/s", "GFLOP/s",
+              "% peak", "x exact", "x 1 row");
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  // The peers model's (Llama-3.2-1B's) products: o_proj, down_proj, and one of gate/up.
+  const Shape shapes[] = {{"2048 x 2048", 2048, 2048}, {"2048 x 8192", 2048, 8192}, {"8192 x 2048", 8192, 2048}};
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  for (const Shape& s : shapes) {
+    const auto count = std::size_t(s.n * s.k);
+    std::vector<float> a(std::size_t(16 * s.k)), out(std::size_t(16 * s.n));
+    std::vector<uint16_t> wbf16(count);
+    for (uint16_t& w : wbf16) w = pagedllm::plugins::f32_to_bf16(normal(rng) * 0.02f);
+    for (float& x : a) x = normal(rng);
+    WeightsRef modes[2] = {{wbf16.data(), PLLM_DTYPE_BF16}, {wbf16.data(), PLLM_DTYPE_BF16}};
+    modes[0].bf16_compute = Bf16Compute::kExact;
+    modes[1].bf16_compute = Bf16Compute::kVdpbf16ps;
+    double one_row_us[2] = {0.0, 0.0};
+    for (const int64_t m : {1, 2, 4, 8, 16}) {
+      const double flops = 2.0 * double(m) * double(s.n) * double(s.k);
+      const int calls = int(std::clamp(5e9 / flops, 5.0, 40.0));
+      double us[2] = {1e30, 1e30};
+      for (int call = 0; call <= calls; ++call) {
+        for (int mode = 0; mode < 2; ++mode) {
+          const auto start = std::chrono::steady_clock::now();
+          pagedllm::llama_cpu::linear(pool, a.data(), s.k, m, modes[mode], s.n, s.k, out.data(), s.n, false);
+          const double t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+          if (call > 0) us[mode] = std::min(us[mode], t);  // (call 0 warms up)
+        }
+      }
+      for (int mode = 0; mode < 2; ++mode) {
+        if (m == 1) one_row_us[mode] = us[mode];
+        const double gflops = flops / us[mode] / 1e3;
+        std::printf("%-14s %4lld %-9s %10.1f %7.2f %8.2f %6.1f%% %6.2fx %7.2fx\n", s.name, static_cast<long long>(m),
+                    mode == 0 ? "exact" : "vdpbf16ps", us[mode], double(count) * 2.0 / us[mode] / 1e3, gflops,
+                    dp_peak > 0.0 ? 100.0 * gflops / dp_peak : 0.0, us[0] / us[mode], us[mode] / one_row_us[mode]);
+      }
+    }
+  }
+  return 0;
+}
+
 int blas_bench() {
   pagedllm::llama_cpu::use_single_threaded_blas();
   pagedllm::plugins::ThreadPool pool(1);
@@ -348,6 +410,7 @@ int main(int argc, char** argv) {
   if (mode == "blas") return blas_bench();
   if (mode == "int8") return int8_bench();
   if (mode == "gemm") return gemm_bench();
-  std::fprintf(stderr, "usage: llama_cpu_linear_bench [dtypes|int8|gemm|blas]\n");
+  if (mode == "rows") return rows_bench();
+  std::fprintf(stderr, "usage: llama_cpu_linear_bench [dtypes|int8|gemm|rows|blas]\n");
   return 2;
 }

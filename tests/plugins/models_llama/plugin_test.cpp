@@ -173,6 +173,21 @@ TEST_CASE("models_llama: options, device and dtype are checked", "[models_llama]
 #endif
 }
 
+TEST_CASE("models_llama: the cpu_bf16_compute option", "[models_llama]") {
+  require_generator();
+  TempDir dir;
+  make_model(dir.path(), "--num-layers 1 --dtype bf16");
+  const std::string bad = load_error(dir.path(), R"({"cpu_bf16_compute": "fast"})");
+  CHECK_THAT(bad, Contains("cpu_bf16_compute"));
+  CHECK_THAT(bad, Contains("vdpbf16ps, exact"));
+  CHECK_THAT(bad, Contains("fast"));
+  CHECK_THAT(load_error(dir.path(), R"({"cpu_bf16_compute": true})"), Contains("cpu_bf16_compute"));
+  for (const char* mode : {"vdpbf16ps", "exact"}) {
+    Model model(dir.path(), std::string(R"({"cpu_bf16_compute": ")") + mode + "\"}");
+    CHECK(model.tensor("model.layers.0.mlp.down_proj.weight").dtype == PLLM_DTYPE_BF16);
+  }
+}
+
 TEST_CASE("models_llama: the quantization option", "[models_llama]") {
   require_generator();
   TempDir dir;

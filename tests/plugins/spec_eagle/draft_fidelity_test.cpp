@@ -50,14 +50,16 @@ struct Variant {
   const char* draft;
   int64_t draft_vocab_size;  // as in `draft`; 0: the whole vocabulary
 };
+// The target and the draft multiply the bf16 weights exactly (cpu_bf16_compute: exact): the f32 tolerances are
+// for f32 activations, which the default (vdpbf16ps) rounds to bf16 on CPUs with AVX512-BF16.
 const Variant kVariants[] = {
-    {"reference attention, 1 thread each", R"({"variant": "reference"})", R"({"num_threads": 1})",
-     R"({"num_threads": 1})", 0},
+    {"reference attention, 1 thread each", R"({"variant": "reference"})",
+     R"({"num_threads": 1, "cpu_bf16_compute": "exact"})", R"({"num_threads": 1, "cpu_bf16_compute": "exact"})", 0},
     {"optimized attention, 3 model and draft threads", R"({"variant": "optimized", "num_threads": 2})",
-     R"({"num_threads": 3})", R"({"num_threads": 3})", 0},
+     R"({"num_threads": 3, "cpu_bf16_compute": "exact"})", R"({"num_threads": 3, "cpu_bf16_compute": "exact"})", 0},
     {"optimized attention, 2 threads, a draft vocabulary of 1000 tokens",
-     R"({"variant": "optimized", "num_threads": 2})", R"({"num_threads": 2})",
-     R"({"num_threads": 2, "draft_vocab_size": 1000})", 1000},
+     R"({"variant": "optimized", "num_threads": 2})", R"({"num_threads": 2, "cpu_bf16_compute": "exact"})",
+     R"({"num_threads": 2, "draft_vocab_size": 1000, "cpu_bf16_compute": "exact"})", 1000},
 };
 
 // in_vocab[token]: whether the draft may propose it (the first `size` ids of

@@ -101,6 +101,8 @@ TEST_CASE("spec_eagle: on the CPU it lends host memory for p and q, and takes ba
 TEST_CASE("spec_eagle: unknown options are refused", "[spec_eagle]") {
   CHECK_THAT(create_error(kDraftDir, R"({"num_thread": 2})"), Contains("num_thread"));
   CHECK_THAT(create_error(kDraftDir, R"({"num_threads": -1})"), Contains("num_threads"));
+  CHECK_THAT(create_error(kDraftDir, R"({"cpu_bf16_compute": "bf16"})"),
+             Contains("cpu_bf16_compute") && Contains("vdpbf16ps, exact"));
 }
 
 TEST_CASE("spec_eagle: bad draft checkpoints name the file and the tensor or key", "[spec_eagle]") {

@@ -8,18 +8,19 @@
 //   avx512      AVX-512 F/BW/VL/DQ + FMA + F16C
 //   avx512vnni  avx512 + AVX512-VNNI: int8 weights with int8 activations
 //               (quantization: int8_w8a8) through vpdpbusd
-//   avx512bf16  avx512vnni + AVX512-BF16: products of more than
-//               kDotRowsMaxRows rows (prefill, large batches) of bf16
-//               weights through vdpbf16ps, the activations rounded to bf16
-//               (every CPU with AVX512-BF16 also has VNNI)
+//   avx512bf16  avx512vnni + AVX512-BF16: products of bf16 weights (at any
+//               row count) through vdpbf16ps, the activations rounded to
+//               bf16, unless the weights ask for the exact path
+//               (Bf16Compute, weights.h; every CPU with AVX512-BF16 also has
+//               VNNI)
 //
 // PAGEDLLM_CPU_ISA=<name> (read once, at the first use) caps the level: the
 // kernels used are those of min(cap, what the CPU has). An unknown name is an
 // error naming the variable and the choices. Without it there is no cap
 // (kDefaultCap is the highest level). avx512vnni is the exact path at AVX-512
 // width: bf16 weights widened to f32, f32 activations, at any row count
-// (the vdpbf16ps GEMM runs at about twice its speed past 16 rows:
-// docs/benchmarks.md).
+// (vdpbf16ps runs at about twice its speed past one row: docs/benchmarks.md);
+// models ask for it by option instead (cpu_bf16_compute: exact).
 
 #include <optional>
 #include <string_view>

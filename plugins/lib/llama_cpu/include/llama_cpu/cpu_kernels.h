@@ -35,7 +35,8 @@ void parallel_rows(ThreadPool& pool, int64_t rows, int64_t work_per_row, Fn&& fn
 // made a 4-row product (a speculative step's verification, a batch of 4
 // decodes) cost 3 to 5 times a 1-row one; past about 24 rows the packing pays.
 // A row's result from that kernel is the same, bit for bit, in any batch of up
-// to this many rows, so a sequence decodes the same logits alone or batched.
+// to this many rows (every dtype, both Bf16Compute modes), so a sequence
+// decodes the same logits alone or batched.
 constexpr int64_t kDotRowsMaxRows = 16;
 
 // out[m, n] = sum_k a[m, k] * w[n, k] (+ out[m, n] when `accumulate`): a
@@ -43,11 +44,13 @@ constexpr int64_t kDotRowsMaxRows = 16;
 // bf16 or f16 (widened exactly; f32 accumulation). Rows of a and out are lda /
 // ldc floats apart. The n output columns are split between the pool's
 // threads. Up to kDotRowsMaxRows rows each slice runs the kernel above of the
-// instruction set active_isa() picks (cpu_isa.h); past that, on avx512bf16,
-// bf16 weights go through a packed vdpbf16ps GEMM with the rows of `a`
-// rounded to bf16, f32 accumulation; otherwise (other levels, f32 and f16
-// weights), single-threaded OpenBLAS sgemm, on tiles of 16-bit weights
-// widened to f32 first.
+// instruction set active_isa() picks (cpu_isa.h); past that, single-threaded
+// OpenBLAS sgemm, on tiles of 16-bit weights widened to f32 first. Except bf16
+// weights whose WeightsRef says Bf16Compute::kVdpbf16ps (the default) on
+// avx512bf16: the rows of `a` are rounded to bf16 once per call, then
+// multiplied on vdpbf16ps (exact products, f32 accumulation) by a few-row
+// kernel that streams w once (up to kDotRowsMaxRows rows) or a packed GEMM
+// (past that): the same products, summed in another order.
 //
 // int8 weights (weights.h), weight-only: the same, the int8 values widened to
 // f32 and each output multiplied by its column's scale (past kDotRowsMaxRows:

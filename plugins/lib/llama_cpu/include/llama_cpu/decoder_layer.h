@@ -36,6 +36,10 @@ struct DecoderLayerWeights {
   void set_matrix_dtype(pllm_dtype dtype) {
     for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_dtype(dtype);
   }
+  // How the matrices are multiplied when they are bf16 (weights.h).
+  void set_matrix_bf16_compute(Bf16Compute compute) {
+    for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_bf16_compute(compute);
+  }
   // Quantizes the matrices to int8 at load instead (quantization: int8_*).
   void set_matrix_int8(Int8Compute compute) {
     for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_int8(compute);

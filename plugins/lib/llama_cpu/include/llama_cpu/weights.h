@@ -2,7 +2,7 @@
 // Weight matrices of the CPU forward in their compute dtype: f32, bf16 or f16
 // (16-bit patterns), or int8 (quantization: int8*). linear() reads bf16/f16
 // weights directly, widening them exactly to f32 in registers (or, for bf16
-// past 16 rows on AVX512-BF16, multiplying them on vdpbf16ps), so a 16-bit
+// on AVX512-BF16, multiplying them on vdpbf16ps: Bf16Compute), so a 16-bit
 // model streams half the bytes of its f32 widening per token. Norm weights are
 // always f32.
 //
@@ -38,6 +38,22 @@ inline std::size_t weight_dtype_size(pllm_dtype dtype) {
 //               activations and accumulation, one rescale per output
 enum class Int8Compute { kW8A8, kWeightOnly };
 
+// How linear() multiplies bf16 weights (models_llama's and spec_eagle's option
+// cpu_bf16_compute):
+//   kVdpbf16ps  on a CPU with AVX512-BF16 (the avx512bf16 level of cpu_isa.h):
+//               every row of activations rounded to bf16 (to nearest even)
+//               once per product, then multiplied with the weights in pairs
+//               on vdpbf16ps (exact products, f32 accumulation), at any row
+//               count, so a row's result is the same alone or in a batch of
+//               up to kDotRowsMaxRows rows (cpu_kernels.h). What HF bf16 and
+//               vLLM compute; about twice the exact path's multiply rate.
+//               On lower levels kExact (rounding there would cost accuracy
+//               and save nothing).
+//   kExact      the weights widened to f32 exactly, f32 activations, f32
+//               FMA / SGEMM on every level: HF's float32 forward of the same
+//               weights, to f32 summation order.
+enum class Bf16Compute { kVdpbf16ps, kExact };
+
 // A row-major [n, k] weight matrix (or any run of rows of one): its first
 // element and dtype (F32, BF16, F16 or I8; I8 with its per-row scales and sums).
 struct WeightsRef {
@@ -46,6 +62,7 @@ struct WeightsRef {
   const float* scales = nullptr;    // I8: s[row]
   const int32_t* row_sums = nullptr;  // I8: sum of the row's q
   Int8Compute int8_compute = Int8Compute::kW8A8;
+  Bf16Compute bf16_compute = Bf16Compute::kVdpbf16ps;  // BF16
 
   // The matrix from row `row` of width `k` on.
   WeightsRef rows_from(int64_t row, int64_t k) const {
@@ -80,6 +97,8 @@ class WeightStorage {
     dtype_ = PLLM_DTYPE_I8;
     int8_compute_ = compute;
   }
+  // How bf16 contents are multiplied (any time: it is read by ref()).
+  void set_bf16_compute(Bf16Compute compute) { bf16_compute_ = compute; }
   // `count` elements; int8: in rows of `width`, with a scale and sum per row.
   void resize(std::size_t count, std::size_t width = 1) {
     data_.reset(static_cast<std::byte*>(::operator new[](count * weight_dtype_size(dtype_), std::align_val_t(64))));
@@ -101,7 +120,7 @@ class WeightStorage {
   float* scales() { return scales_.data(); }
   int32_t* row_sums() { return row_sums_.data(); }
   WeightsRef ref() const {
-    if (dtype_ != PLLM_DTYPE_I8) return {data_.get(), dtype_};
+    if (dtype_ != PLLM_DTYPE_I8) return {data_.get(), dtype_, nullptr, nullptr, int8_compute_, bf16_compute_};
     return {data_.get(), dtype_, scales_.data(), row_sums_.data(), int8_compute_};
   }
   // The f32 contents (norm weights); PLLM_DTYPE_F32 storage only.
@@ -113,6 +132,7 @@ class WeightStorage {
   };
   pllm_dtype dtype_;
   Int8Compute int8_compute_ = Int8Compute::kW8A8;
+  Bf16Compute bf16_compute_ = Bf16Compute::kVdpbf16ps;
   std::unique_ptr<std::byte[], Free> data_;
   std::size_t count_ = 0;
   std::vector<float> scales_;
