@@ -18,7 +18,10 @@
 //       8192, 8192 x 2048) on `threads` threads (default 2): bf16 on vdpbf16ps,
 //       int8 W8A8 on vpdpbusd and f16 (SGEMM on widened tiles), GFLOP/s (GOP/s
 //       for int8) and the fraction of the peak of the instruction each uses:
-//       the single-core peak measured as `gemm` does, times the threads
+//       the single-core peak measured as `gemm` does, times the threads; and
+//       per busy core (2 m n k / the process's CPU time: what a core does while
+//       it runs the product, which other processes on a loaded machine do not
+//       change, against the single-core peak)
 //   build/bin/llama_cpu_linear_bench blas       linear() against the OpenBLAS call
 //       it made before it had its own kernel for few rows (sgemv for one row,
 //       sgemm otherwise), embedded model and 1B shapes, 1 to 32 rows
@@ -38,6 +41,7 @@
 #include <vector>
 
 #include <cstring>
+#include <ctime>
 #include <string>
 
 #include "common/float16_rounding.h"
@@ -318,6 +322,30 @@ int gemm_bench() {
   return 0;
 }
 
+// The best wall and process CPU times of `calls` calls (after one to warm up), in microseconds.
+struct WallAndCpu {
+  double wall_us, cpu_us;
+};
+template <class Fn>
+WallAndCpu best_wall_and_cpu_us(int calls, Fn&& fn) {
+  const auto cpu_now_us = [] {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return double(t.tv_sec) * 1e6 + double(t.tv_nsec) / 1e3;
+  };
+  fn();
+  WallAndCpu best{1e30, 1e30};
+  for (int i = 0; i < calls; ++i) {
+    const double cpu_start = cpu_now_us();
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    best.wall_us =
+        std::min(best.wall_us, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    best.cpu_us = std::min(best.cpu_us, cpu_now_us() - cpu_start);
+  }
+  return best;
+}
+
 int blocking_bench(int threads) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   pagedllm::llama_cpu::use_single_threaded_blas();
@@ -331,10 +359,11 @@ int blocking_bench(int threads) {
   const double dp_peak = peak_dpbf16_gflops(), busd_peak = peak_dpbusd_gops(), fma_peak = peak_fma_gflops();
   std::printf("peak on one core, measured: vdpbf16ps %.1f GFLOP/s, vpdpbusd %.1f GOP/s, f32 FMA (zmm) %.1f GFLOP/s\n",
               dp_peak, busd_peak, fma_peak);
-  std::printf("linear() on %d threads, best of 2 to 6 calls; GFLOP/s = 2 m n k / time; %% peak: of the instruction's "
-              "peak x %d threads\n",
+  std::printf("linear() on %d threads, best of 2 to 6 calls; GFLOP/s = 2 m n k / wall time, %% peak: of the "
+              "instruction's peak x %d threads;\nper core: 2 m n k / process CPU time, %% peak: of the single-core peak\n",
               threads, threads);
-  std::printf("%-11s %5s %-5s %-22s %11s %8s %7s\n", "K x N", "rows", "dtype", "path", "us", "GFLOP/s", "% peak");
+  std::printf("%-11s %5s %-5s %-16s %11s %8s %7s %9s %7s\n", "K x N", "rows", "dtype", "path", "wall us", "GFLOP/s",
+              "% peak", "per core", "% peak");
   struct Shape {
     int64_t k, n;
   };
@@ -379,12 +408,13 @@ int blocking_bench(int threads) {
       const double flops = 2.0 * double(m) * double(s.n) * double(s.k);
       const int calls = int(std::clamp(4e10 / flops, 2.0, 6.0));
       for (const Path& path : paths) {
-        const double us = best_of_us(calls, [&] {
+        const WallAndCpu t = best_wall_and_cpu_us(calls, [&] {
           pagedllm::llama_cpu::linear(pool, a.data(), s.k, m, path.w, s.n, s.k, out.data(), s.n, false);
         });
-        const double gflops = flops / us / 1e3;
-        std::printf("%-11s %5lld %-5s %-22s %11.1f %8.2f %6.1f%%\n", shape_name, static_cast<long long>(m),
-                    path.dtype, path.name, us, gflops, 100.0 * gflops / (path.peak * threads));
+        const double gflops = flops / t.wall_us / 1e3, per_core = flops / t.cpu_us / 1e3;
+        std::printf("%-11s %5lld %-5s %-16s %11.1f %8.2f %6.1f%% %9.2f %6.1f%%\n", shape_name,
+                    static_cast<long long>(m), path.dtype, path.name, t.wall_us, gflops,
+                    100.0 * gflops / (path.peak * threads), per_core, 100.0 * per_core / path.peak);
       }
     }
   }
