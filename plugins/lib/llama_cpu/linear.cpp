@@ -318,16 +318,27 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
     const int64_t ldq = (k + 63) / 64 * 64;
     q.resize(std::size_t(m * ldq));
     scales.resize(std::size_t(m));
-    quantize_activations_u8(a, lda, m, k, q.data(), ldq, scales.data());
-    qa = {q.data(), ldq, scales.data()};
+    // Past kDotRowsMaxRows rows over the pool's threads (at prefill sizes a few
+    // % of the product: serial, it would idle the others; a decode step's rows
+    // stay on this thread, a wake-up costs more), through pointers: a
+    // thread_local named in the lambda would be the running thread's own.
+    uint8_t* q_data = q.data();
+    float* scale_data = scales.data();
+    parallel_rows(pool, m, m > kDotRowsMaxRows ? 4 * k : 0, [&](int64_t begin, int64_t end) {
+      quantize_activations_u8(a + begin * lda, lda, end - begin, k, q_data + begin * ldq, ldq, scale_data + begin);
+    });
+    qa = {q_data, ldq, scale_data};
   }
   Bf16Rows ra{nullptr, 0};
   if (w.dtype == PLLM_DTYPE_BF16 && m > kDotRowsMaxRows && kern.round_rows_bf16) {
     thread_local std::vector<uint16_t> rounded;
     const int64_t ldr = (k + 1) / 2 * 2;
     rounded.resize(std::size_t(m * ldr));
-    kern.round_rows_bf16(a, lda, m, k, rounded.data(), ldr);
-    ra = {rounded.data(), ldr};
+    uint16_t* rounded_data = rounded.data();  // (a pointer, as above)
+    parallel_rows(pool, m, 2 * k, [&](int64_t begin, int64_t end) {
+      kern.round_rows_bf16(a + begin * lda, lda, end - begin, k, rounded_data + begin * ldr, ldr);
+    });
+    ra = {rounded_data, ldr};
   }
   // Column slices, 16-column multiples. Few rows (decode): the GEMM streams w
   // and each slice costs the same wherever it is cut, so two slices per thread
