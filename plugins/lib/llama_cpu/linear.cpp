@@ -50,10 +50,10 @@ constexpr int kGemmTileRows = 4;
 constexpr int kGemmTileCols = 6;
 
 // The cache blocking of a many-rows GEMM: `depth` elements of k per pass over
-// the output (bf16), `rows` rows of activations per block.
+// the output (bf16), `cols` columns of weights per panel.
 struct GemmBlocking {
   int64_t depth;
-  int64_t rows;
+  int64_t cols;
 };
 
 // One level's entry points.
@@ -164,18 +164,18 @@ const CacheSizes& cache_sizes() {
 
 // The blocking of a many-rows GEMM whose elements are `element_bytes` wide
 // and whose tile steps `step` elements of k per register: a depth whose tile
-// operands (4 rows of activations, 6 columns of weights) fill half of L1, a
-// row block whose activations over that depth fill half of L2 (the other
-// halves: the output tile, the next operands, the other data in flight).
+// operands (4 rows of activations, 6 columns of weights) fill half of L1, and
+// a panel of columns whose weights over that depth fill half of L2 (the other
+// halves: the output, the next operands, the other data in flight).
 // `depth_cap`: at most this depth (W8A8: all of k, its sums exact only in
 // registers).
 GemmBlocking gemm_blocking(int64_t element_bytes, int64_t step, int64_t k, int64_t depth_cap) {
   const CacheSizes& caches = cache_sizes();
   int64_t depth = caches.l1d / 2 / ((kGemmTileRows + kGemmTileCols) * element_bytes) / step * step;
   depth = std::min(std::max(depth, step), depth_cap);
-  const int64_t row_bytes = std::min(depth, k) * element_bytes;
-  const int64_t rows = std::max<int64_t>(kGemmTileRows, caches.l2 / 2 / row_bytes / kGemmTileRows * kGemmTileRows);
-  return {depth, rows};
+  const int64_t col_bytes = std::min(depth, k) * element_bytes;
+  const int64_t cols = std::max<int64_t>(kGemmTileCols, caches.l2 / 2 / col_bytes / kGemmTileCols * kGemmTileCols);
+  return {depth, cols};
 }
 
 // More than kDotRowsMaxRows rows of 16-bit weights: SGEMM over tiles of
