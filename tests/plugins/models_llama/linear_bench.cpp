@@ -339,8 +339,8 @@ WallAndCpu best_wall_and_cpu_us(int calls, Fn&& fn) {
     const double cpu_start = cpu_now_us();
     const auto start = std::chrono::steady_clock::now();
     fn();
-    best.wall_us =
-        std::min(best.wall_us, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    const auto wall = std::chrono::steady_clock::now() - start;
+    best.wall_us = std::min(best.wall_us, std::chrono::duration<double, std::micro>(wall).count());
     best.cpu_us = std::min(best.cpu_us, cpu_now_us() - cpu_start);
   }
   return best;
@@ -360,8 +360,9 @@ int blocking_bench(int threads) {
   std::printf("peak on one core, measured: vdpbf16ps %.1f GFLOP/s, vpdpbusd %.1f GOP/s, f32 FMA (zmm) %.1f GFLOP/s\n",
               dp_peak, busd_peak, fma_peak);
   std::printf("linear() on %d threads, best of 2 to 6 calls; GFLOP/s = 2 m n k / wall time, %% peak: of the "
-              "instruction's peak x %d threads;\nper core: 2 m n k / process CPU time, %% peak: of the single-core peak\n",
+              "instruction's peak x %d threads;\n",
               threads, threads);
+  std::printf("per core: 2 m n k / process CPU time, %% peak: of the single-core peak\n");
   std::printf("%-11s %5s %-5s %-16s %11s %8s %7s %9s %7s\n", "K x N", "rows", "dtype", "path", "wall us", "GFLOP/s",
               "% peak", "per core", "% peak");
   struct Shape {
