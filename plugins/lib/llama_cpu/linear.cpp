@@ -4,11 +4,15 @@
 
 #include <cblas.h>
 #include <immintrin.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -41,6 +45,18 @@ struct I8 {
   int8_t q;
 };
 
+// The register tile of the many-rows GEMMs (linear_kernels.inc): rows x
+// columns of out, 24 accumulators.
+constexpr int kGemmTileRows = 4;
+constexpr int kGemmTileCols = 6;
+
+// The cache blocking of a many-rows GEMM: `depth` elements of k per pass over
+// the output (bf16), `cols` columns of weights per panel.
+struct GemmBlocking {
+  int64_t depth;
+  int64_t cols;
+};
+
 // One level's entry points.
 struct Kernels {
   void (*dot_rows_f32)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t, bool);
@@ -56,10 +72,15 @@ struct Kernels {
   // Many rows of bf16 weights on vdpbf16ps (null below avx512bf16): the
   // activations rounded to bf16 once per call, then the packed GEMM.
   void (*round_rows_bf16)(const float*, int64_t, int64_t, int64_t, uint16_t*, int64_t);
-  void (*gemm_dp_bf16)(const uint16_t*, int64_t, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool);
+  void (*gemm_dp_bf16)(const uint16_t*, int64_t, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool,
+                       const GemmBlocking&);
   // Up to kDotRowsMaxRows rows of bf16 weights on vdpbf16ps, the activations
   // rounded by round_rows_bf16 (null below avx512bf16).
   void (*dot_rows_dp_bf16)(const uint16_t*, int64_t, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool);
+  // W8A8 past kDotRowsMaxRows rows on vpdpbusd (null below avx512vnni:
+  // dot_rows_w8a8 at any row count).
+  void (*gemm_w8a8)(const uint8_t*, int64_t, const float*, int64_t, const int8_t*, const float*, const int32_t*,
+                    int64_t, int64_t, float*, int64_t, bool, const GemmBlocking&);
 };
 
 namespace isa_scalar {
@@ -111,6 +132,54 @@ const Kernels& kernels(Isa isa) {
     case Isa::kAvx512Bf16: return isa_avx512bf16::kKernels;
   }
   return isa_scalar::kKernels;
+}
+
+// One core's L1 data cache and L2 in bytes, as the machine reports them:
+// sysconf, else cpu0's caches in sysfs, else 32 KiB and 1 MiB (then only the
+// GEMMs' blocking is off, never a result).
+struct CacheSizes {
+  int64_t l1d;
+  int64_t l2;
+};
+
+int64_t sysfs_cache_bytes(int level) {
+  for (int index = 0; index < 8; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_file(dir + "level"), type_file(dir + "type"), size_file(dir + "size");
+    int found_level = 0;
+    std::string type, size;
+    if (!(level_file >> found_level) || !(type_file >> type) || !(size_file >> size)) continue;
+    if (found_level != level || type == "Instruction" || size.empty()) continue;
+    const int64_t unit = size.back() == 'K' ? 1024 : size.back() == 'M' ? 1024 * 1024 : 1;
+    return std::atoll(size.c_str()) * unit;
+  }
+  return 0;
+}
+
+const CacheSizes& cache_sizes() {
+  static const CacheSizes sizes = [] {
+    int64_t l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l1d <= 0) l1d = sysfs_cache_bytes(1);
+    if (l2 <= 0) l2 = sysfs_cache_bytes(2);
+    return CacheSizes{l1d > 0 ? l1d : 32 * 1024, l2 > 0 ? l2 : 1024 * 1024};
+  }();
+  return sizes;
+}
+
+// The blocking of a many-rows GEMM whose elements are `element_bytes` wide
+// and whose tile steps `step` elements of k per register: a depth whose tile
+// operands (4 rows of activations, 6 columns of weights) fill half of L1, and
+// a panel of columns whose weights over that depth fill half of L2 (the other
+// halves: the output, the next operands, the other data in flight).
+// `depth_cap`: at most this depth (W8A8: all of k, its sums exact only in
+// registers).
+GemmBlocking gemm_blocking(int64_t element_bytes, int64_t step, int64_t k, int64_t depth_cap) {
+  const CacheSizes& caches = cache_sizes();
+  int64_t depth = caches.l1d / 2 / ((kGemmTileRows + kGemmTileCols) * element_bytes) / step * step;
+  depth = std::min(std::max(depth, step), depth_cap);
+  const int64_t col_bytes = std::min(depth, k) * element_bytes;
+  const int64_t cols = std::max<int64_t>(kGemmTileCols, caches.l2 / 2 / col_bytes / kGemmTileCols * kGemmTileCols);
+  return {depth, cols};
 }
 
 // More than kDotRowsMaxRows rows of 16-bit weights: SGEMM over tiles of
@@ -185,7 +254,8 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, c
       } else if (few) {
         kern.dot_rows_bf16(a, lda, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
       } else if (ra.data) {
-        kern.gemm_dp_bf16(ra.data, ra.ldr, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
+        kern.gemm_dp_bf16(ra.data, ra.ldr, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate,
+                          gemm_blocking(2, 32, k, k));
       } else {
         gemm_widened(kern.widen_bf16, a, lda, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
       }
@@ -198,7 +268,10 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, c
       }
       return;
     case PLLM_DTYPE_I8:
-      if (w.int8_compute == Int8Compute::kW8A8) {
+      if (w.int8_compute == Int8Compute::kW8A8 && !few && kern.gemm_w8a8) {
+        kern.gemm_w8a8(qa.data, qa.ldq, qa.scales, m, static_cast<const int8_t*>(ws), slice.scales, slice.row_sums,
+                       cols, k, o, ldc, accumulate, gemm_blocking(1, 64, qa.ldq, qa.ldq));
+      } else if (w.int8_compute == Int8Compute::kW8A8) {
         kern.dot_rows_w8a8(qa.data, qa.ldq, qa.scales, m, static_cast<const int8_t*>(ws), slice.scales,
                            slice.row_sums, cols, k, o, ldc, accumulate);
       } else if (few) {
@@ -252,16 +325,27 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
     const int64_t ldq = (k + 63) / 64 * 64;
     q.resize(std::size_t(m * ldq));
     scales.resize(std::size_t(m));
-    quantize_activations_u8(a, lda, m, k, q.data(), ldq, scales.data());
-    qa = {q.data(), ldq, scales.data()};
+    // Past kDotRowsMaxRows rows over the pool's threads (at prefill sizes a few
+    // % of the product: serial, it would idle the others; a decode step's rows
+    // stay on this thread, a wake-up costs more), through pointers: a
+    // thread_local named in the lambda would be the running thread's own.
+    uint8_t* q_data = q.data();
+    float* scale_data = scales.data();
+    parallel_rows(pool, m, m > kDotRowsMaxRows ? 4 * k : 0, [&](int64_t begin, int64_t end) {
+      quantize_activations_u8(a + begin * lda, lda, end - begin, k, q_data + begin * ldq, ldq, scale_data + begin);
+    });
+    qa = {q_data, ldq, scale_data};
   }
   Bf16Rows ra{nullptr, 0};
   if (w.dtype == PLLM_DTYPE_BF16 && w.bf16_compute == Bf16Compute::kVdpbf16ps && kern.round_rows_bf16) {
     thread_local std::vector<uint16_t> rounded;
     const int64_t ldr = (k + 1) / 2 * 2;
     rounded.resize(std::size_t(m * ldr));
-    kern.round_rows_bf16(a, lda, m, k, rounded.data(), ldr);
-    ra = {rounded.data(), ldr};
+    uint16_t* rounded_data = rounded.data();  // (over the pool past kDotRowsMaxRows rows, a pointer: as above)
+    parallel_rows(pool, m, m > kDotRowsMaxRows ? 2 * k : 0, [&](int64_t begin, int64_t end) {
+      kern.round_rows_bf16(a + begin * lda, lda, end - begin, k, rounded_data + begin * ldr, ldr);
+    });
+    ra = {rounded_data, ldr};
   }
   // Column slices, 16-column multiples. Few rows (decode): the GEMM streams w
   // and each slice costs the same wherever it is cut, so two slices per thread

@@ -165,8 +165,10 @@ struct IsaCapGuard {  // (restores the default cap)
   ~IsaCapGuard() { pagedllm::llama_cpu::set_isa_cap(std::nullopt); }
 };
 
+// relative: the bound's factor of sum |a_i w_i| (2e-5 above; the long
+// products of the many-rows GEMMs' test below state their own).
 void check_against_float64(ThreadPool& pool, const Case& c, pllm_dtype dtype, uint32_t seed,
-                           Bf16Compute bf16_compute = Bf16Compute::kVdpbf16ps) {
+                           Bf16Compute bf16_compute = Bf16Compute::kVdpbf16ps, double relative = 2e-5) {
   const bool vdpbf16ps = bf16_compute == Bf16Compute::kVdpbf16ps;
   INFO("m " << c.m << " n " << c.n << " k " << c.k << " lda " << c.lda << " ldc " << c.ldc << " accumulate "
             << c.accumulate << " threads " << pool.size() << " dtype " << pagedllm::plugins::dtype_name(dtype)
@@ -201,9 +203,10 @@ void check_against_float64(ThreadPool& pool, const Case& c, pllm_dtype dtype, ui
         magnitude += std::abs(before[std::size_t(r * c.ldc + j)]);
       }
       const double got = out[std::size_t(r * c.ldc + j)];
-      worst = std::max(worst, std::abs(got - exact) / (2e-5 * magnitude + 1e-30));
+      worst = std::max(worst, std::abs(got - exact) / (relative * magnitude + 1e-30));
       // (|a_i - round(a_i)| <= 2^-8 |round(a_i)|: magnitude, of the rounded activations, bounds it.)
-      worst_unrounded = std::max(worst_unrounded, std::abs(got - unrounded) / ((0x1p-8 + 2e-5) * magnitude + 1e-30));
+      worst_unrounded =
+          std::max(worst_unrounded, std::abs(got - unrounded) / ((0x1p-8 + relative) * magnitude + 1e-30));
     }
     for (int64_t j = c.n; j < c.ldc; ++j) {  // the padding is left alone
       REQUIRE(std::memcmp(&out[std::size_t(r * c.ldc + j)], &before[std::size_t(r * c.ldc + j)], sizeof(float)) == 0);
@@ -393,6 +396,53 @@ TEST_CASE("llama_cpu: linear() matches a float64 dot product on every path, dtyp
   }
   if (pagedllm::llama_cpu::detected_isa() != Isa::kAvx512Bf16) {
     WARN("this CPU lacks some of the levels: tested up to "
+         << pagedllm::llama_cpu::isa_name(pagedllm::llama_cpu::detected_isa()));
+  }
+}
+
+TEST_CASE("llama_cpu: the many-rows GEMMs match float64 across their tiles and cache blocks", "[llama_cpu]") {
+  // Past kDotRowsMaxRows rows: bf16 on vdpbf16ps (avx512bf16: the 4 x 6
+  // register tile below 128 rows, the packed 12 x 32 kernel from 128) and W8A8
+  // on vpdpbusd (avx512vnni and up: the register tile). The cases cross every
+  // edge of their blocking: rows not a multiple of 4 (or 12), columns not a
+  // multiple of 6 (or 32), k not a multiple of 32 / 64 and longer than the
+  // bf16 tile's depth block (GemmBlocking: 800 on a 32 KiB L1; 1700 spans
+  // three), W8A8 rows past its row block (L2 / 2 / k: 130 rows of k = 4000 on
+  // a 1 MiB L2 span two), one thread and two. The bf16 bound: these products
+  // are long, so the 2e-5 of the short ones above is replaced by the
+  // first-order bound of any order of summing k + 1 terms (the products, the
+  // earlier out), (k + 2) 2^-24 sum |a_i w_i| (with the bf16-rounded
+  // activations, as there). W8A8: check_int8_against_float64's exact bound.
+  IsaCapGuard guard;
+  ThreadPool one(1), two(2);
+  uint32_t seed = 5000;
+  struct Shape {
+    int64_t m, n, k;
+  };
+  const Shape bf16_shapes[] = {{17, 13, 31},  {22, 100, 833}, {63, 13, 1700},
+                               {127, 7, 833}, {130, 37, 300}, {131, 13, 1700}};
+  const Shape w8a8_shapes[] = {{17, 13, 31}, {22, 100, 833}, {63, 13, 1700}, {131, 11, 4000}, {150, 7, 4001}};
+  for (const Isa isa : available_isas()) {
+    if (isa < Isa::kAvx512Vnni) continue;
+    pagedllm::llama_cpu::set_isa_cap(isa);
+    for (ThreadPool* pool : {&one, &two}) {
+      if (isa == Isa::kAvx512Bf16) {
+        for (const Shape& s : bf16_shapes) {
+          const double relative = double(s.k + 2) * 0x1p-24;
+          check_against_float64(*pool, {s.m, s.n, s.k, s.k, s.n, false}, PLLM_DTYPE_BF16, seed++,
+                                Bf16Compute::kVdpbf16ps, relative);
+          check_against_float64(*pool, {s.m, s.n, s.k, s.k + 5, s.n + 3, true}, PLLM_DTYPE_BF16, seed++,
+                                Bf16Compute::kVdpbf16ps, relative);
+        }
+      }
+      for (const Shape& s : w8a8_shapes) {
+        check_int8_against_float64(*pool, {s.m, s.n, s.k, s.k, s.n, false}, Int8Compute::kW8A8, seed++);
+        check_int8_against_float64(*pool, {s.m, s.n, s.k, s.k + 5, s.n + 3, true}, Int8Compute::kW8A8, seed++);
+      }
+    }
+  }
+  if (pagedllm::llama_cpu::detected_isa() != Isa::kAvx512Bf16) {
+    WARN("this CPU lacks AVX512-BF16 or VNNI: tested up to "
          << pagedllm::llama_cpu::isa_name(pagedllm::llama_cpu::detected_isa()));
   }
 }

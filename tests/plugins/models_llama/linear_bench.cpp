@@ -20,6 +20,15 @@
 //       GB/s, GFLOP/s, the fraction of vdpbf16ps's measured peak and the time
 //       against the same mode's one-row time (1.0: the rows cost no more than
 //       streaming the weights once)
+//   build/bin/llama_cpu_linear_bench blocking [threads]   the many-rows GEMMs
+//       (32 to 2048 rows) on the peers' shapes (K x N = 2048 x 2048, 2048 x
+//       8192, 8192 x 2048) on `threads` threads (default 2): bf16 on vdpbf16ps,
+//       int8 W8A8 on vpdpbusd and f16 (SGEMM on widened tiles), GFLOP/s (GOP/s
+//       for int8) and the fraction of the peak of the instruction each uses:
+//       the single-core peak measured as `gemm` does, times the threads; and
+//       per busy core (2 m n k / the process's CPU time: what a core does while
+//       it runs the product, which other processes on a loaded machine do not
+//       change, against the single-core peak)
 //   build/bin/llama_cpu_linear_bench blas       linear() against the OpenBLAS call
 //       it made before it had its own kernel for few rows (sgemv for one row,
 //       sgemm otherwise), embedded model and 1B shapes, 1 to 32 rows
@@ -34,10 +43,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
 #include <cstring>
+#include <ctime>
 #include <string>
 
 #include "common/float16_rounding.h"
@@ -200,7 +211,7 @@ int dtypes_bench() {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512bf16")
+#pragma GCC target("avx512f,avx512bf16,avx512vnni")
 // The peak of one instruction on this core: GFLOP/s of a loop over 16
 // independent register accumulators (no memory traffic), the best of 100
 // short runs (the least disturbed). vdpbf16ps does 16 lanes x 2 products x 2
@@ -229,10 +240,16 @@ int dtypes_bench() {
 #define PEAK_DECLARE(i) __m512 acc##i = _mm512_setzero_ps();
 #define PEAK_DPBF16(i) acc##i = _mm512_dpbf16_ps(acc##i, x, x);
 #define PEAK_FMA(i) acc##i = _mm512_fmadd_ps(x, x, acc##i);
+#define PEAK_DPBUSD(i) acc##i = _mm512_castsi512_ps(_mm512_dpbusd_epi32(_mm512_castps_si512(acc##i), x, x));
 
 double peak_dpbf16_gflops() {
   const __m512bh x = reinterpret_cast<__m512bh>(_mm512_set1_epi32(0x3f803f80));  // bf16 pairs of 1.0
   return PEAK_LOOP(64.0, PEAK_DPBF16);
+}
+// vpdpbusd: 16 lanes x 4 byte products x 2 ops.
+double peak_dpbusd_gops() {
+  const __m512i x = _mm512_set1_epi8(1);
+  return PEAK_LOOP(128.0, PEAK_DPBUSD);
 }
 double peak_fma_gflops() {
   const __m512 x = _mm512_set1_ps(1.0f);
@@ -243,6 +260,7 @@ double peak_fma_gflops() {
 #undef PEAK_DECLARE
 #undef PEAK_DPBF16
 #undef PEAK_FMA
+#undef PEAK_DPBUSD
 #pragma GCC pop_options
 #pragma GCC diagnostic pop
 
@@ -366,6 +384,106 @@ int rows_bench() {
   return 0;
 }
 
+// The best wall and process CPU times of `calls` calls (after one to warm up), in microseconds.
+struct WallAndCpu {
+  double wall_us, cpu_us;
+};
+template <class Fn>
+WallAndCpu best_wall_and_cpu_us(int calls, Fn&& fn) {
+  const auto cpu_now_us = [] {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return double(t.tv_sec) * 1e6 + double(t.tv_nsec) / 1e3;
+  };
+  fn();
+  WallAndCpu best{1e30, 1e30};
+  for (int i = 0; i < calls; ++i) {
+    const double cpu_start = cpu_now_us();
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    const auto wall = std::chrono::steady_clock::now() - start;
+    best.wall_us = std::min(best.wall_us, std::chrono::duration<double, std::micro>(wall).count());
+    best.cpu_us = std::min(best.cpu_us, cpu_now_us() - cpu_start);
+  }
+  return best;
+}
+
+int blocking_bench(int threads) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  pagedllm::llama_cpu::use_single_threaded_blas();
+  pagedllm::plugins::ThreadPool pool(threads);
+  const Isa best = pagedllm::llama_cpu::detected_isa();
+  if (best < Isa::kAvx512Bf16) {
+    std::printf("this CPU has no AVX512-BF16 (best level %s): nothing to measure\n",
+                pagedllm::llama_cpu::isa_name(best));
+    return 0;
+  }
+  const double dp_peak = peak_dpbf16_gflops(), busd_peak = peak_dpbusd_gops(), fma_peak = peak_fma_gflops();
+  std::printf("peak on one core, measured: vdpbf16ps %.1f GFLOP/s, vpdpbusd %.1f GOP/s, f32 FMA (zmm) %.1f GFLOP/s\n",
+              dp_peak, busd_peak, fma_peak);
+  std::printf("linear() on %d threads, best of 2 to 6 calls; GFLOP/s = 2 m n k / wall time, %% peak: of the "
+              "instruction's peak x %d threads;\n",
+              threads, threads);
+  std::printf("per core: 2 m n k / process CPU time, %% peak: of the single-core peak\n");
+  std::printf("%-11s %5s %-5s %-16s %11s %8s %7s %9s %7s\n", "K x N", "rows", "dtype", "path", "wall us", "GFLOP/s",
+              "% peak", "per core", "% peak");
+  struct Shape {
+    int64_t k, n;
+  };
+  const Shape shapes[] = {{2048, 2048}, {2048, 8192}, {8192, 2048}};
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  constexpr int64_t kMaxRows = 2048;
+  for (const Shape& s : shapes) {
+    const auto count = std::size_t(s.n * s.k);
+    std::vector<float> w32(count), a(std::size_t(kMaxRows * s.k)), out(std::size_t(kMaxRows * s.n));
+    std::vector<uint16_t> wbf16(count), wf16(count);
+    std::vector<int8_t> q(count);
+    std::vector<float> scales(std::size_t(s.n));
+    std::vector<int32_t> sums(std::size_t(s.n));
+    for (std::size_t i = 0; i < count; ++i) {
+      w32[i] = normal(rng) * 0.02f;
+      wbf16[i] = pagedllm::plugins::f32_to_bf16(w32[i]);
+      wf16[i] = pagedllm::plugins::f32_to_f16(w32[i]);
+    }
+    for (int64_t j = 0; j < s.n; ++j) {
+      pagedllm::llama_cpu::quantize_row_int8(w32.data() + j * s.k, s.k, q.data() + j * s.k, scales[std::size_t(j)],
+                                             sums[std::size_t(j)]);
+    }
+    for (float& x : a) x = normal(rng);
+    struct Path {
+      const char* dtype;
+      const char* name;
+      WeightsRef w;
+      double peak;
+    };
+    const Path paths[] = {
+        {"bf16", "vdpbf16ps", {wbf16.data(), PLLM_DTYPE_BF16}, dp_peak},
+        {"int8", "W8A8 vpdpbusd",
+         {q.data(), PLLM_DTYPE_I8, scales.data(), sums.data(), pagedllm::llama_cpu::Int8Compute::kW8A8},
+         busd_peak},
+        {"f16", "widened + SGEMM", {wf16.data(), PLLM_DTYPE_F16}, fma_peak},
+    };
+    char shape_name[48];
+    std::snprintf(shape_name, sizeof shape_name, "%lldx%lld", static_cast<long long>(s.k),
+                  static_cast<long long>(s.n));
+    for (const int64_t m : {32, 128, 512, 2048}) {
+      const double flops = 2.0 * double(m) * double(s.n) * double(s.k);
+      const int calls = int(std::clamp(4e10 / flops, 2.0, 6.0));
+      for (const Path& path : paths) {
+        const WallAndCpu t = best_wall_and_cpu_us(calls, [&] {
+          pagedllm::llama_cpu::linear(pool, a.data(), s.k, m, path.w, s.n, s.k, out.data(), s.n, false);
+        });
+        const double gflops = flops / t.wall_us / 1e3, per_core = flops / t.cpu_us / 1e3;
+        std::printf("%-11s %5lld %-5s %-16s %11.1f %8.2f %6.1f%% %9.2f %6.1f%%\n", shape_name,
+                    static_cast<long long>(m), path.dtype, path.name, t.wall_us, gflops,
+                    100.0 * gflops / (path.peak * threads), per_core, 100.0 * per_core / path.peak);
+      }
+    }
+  }
+  return 0;
+}
+
 int blas_bench() {
   pagedllm::llama_cpu::use_single_threaded_blas();
   pagedllm::plugins::ThreadPool pool(1);
@@ -411,6 +529,7 @@ int main(int argc, char** argv) {
   if (mode == "int8") return int8_bench();
   if (mode == "gemm") return gemm_bench();
   if (mode == "rows") return rows_bench();
-  std::fprintf(stderr, "usage: llama_cpu_linear_bench [dtypes|int8|gemm|rows|blas]\n");
+  if (mode == "blocking") return blocking_bench(argc > 2 ? std::max(1, std::atoi(argv[2])) : 2);
+  std::fprintf(stderr, "usage: llama_cpu_linear_bench [dtypes|int8|gemm|rows|blocking [threads]|blas]\n");
   return 2;
 }
