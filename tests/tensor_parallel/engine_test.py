@@ -58,14 +58,16 @@ def fail(what, output=""):
 
 
 def write_config(path, model, tp, kv_blocks_bytes, extra="", cuda=False):
-    """On CUDA (cuda=True): the model in f32 on cuda:0, every rank there too (parallel.devices)."""
+    """On CUDA (cuda=True): the model in f32 on cuda:0, every rank there too (parallel.devices). On the CPU
+    the exact path (cpu_bf16_compute: exact), where TP = N differs from TP = 1 by f32 order only: rounding
+    activations to bf16 would turn those differences into flipped roundings (2e-3 on a logprob)."""
     if cuda and tp > 1:
         extra += ", devices: [" + ", ".join(["cuda:0"] * tp) + "]"
     parallel = f"parallel: {{tensor_parallel_size: {tp}, backend: mpi{extra}}}\n" if tp > 1 else ""
     path.write_text(f"""model:
   plugin: models_llama
   path: {model}
-  options: {{num_threads: 1}}
+  options: {{num_threads: 1, cpu_bf16_compute: exact}}
   dtype: {"f32" if cuda else "auto"}
 device: {"cuda:0" if cuda else "cpu"}
 attention: {{plugin: {"attention_cuda" if cuda else "attention_cpu"}}}
