@@ -13,9 +13,10 @@
 // served decode step goes"). So a worker that finishes a job watches for the
 // next one for up to `spin` before it sleeps, and the caller watches for the
 // last worker to finish for as long; a futex is touched only by a thread that
-// really sleeps and by whoever must wake it. The spin is bounded and yields
-// the core between polls once it has run a while, so an idle pool sleeps and
-// an oversubscribed machine is not starved by polling threads.
+// really sleeps and by whoever must wake it. The spin is short and bounded:
+// an idle pool sleeps, and between two engine steps (sampling, the server)
+// the workers are usually asleep, so a step costs about one wake-up, not one
+// per operation.
 
 #include <algorithm>
 #include <atomic>
@@ -44,7 +45,7 @@ namespace pagedllm::plugins {
 // (0 = sleep at once, as before session 13; at most 1000000), by default
 // kDefaultPoolSpinMicros. Anything else is refused (the plugin that builds a
 // pool fails to start, naming the variable).
-inline constexpr int kDefaultPoolSpinMicros = 100;
+inline constexpr int kDefaultPoolSpinMicros = 50;
 
 inline std::chrono::microseconds pool_spin_from_environment() {
   const char* value = std::getenv("PAGEDLLM_POOL_SPIN_US");
@@ -61,22 +62,23 @@ inline std::chrono::microseconds pool_spin_from_environment() {
 }
 
 // Polls `ready` until it returns true or `budget` has passed; true when it did.
+// It pauses between polls and never yields: a thread that gives its core away
+// with sched_yield() stays runnable, so on an oversubscribed machine it waits
+// out another thread's whole time slice before it sees the job, and the caller
+// runs the job alone; a thread that sleeps on the futex instead is woken with
+// the scheduler's preference for sleepers. (Served decode of the peers model
+// lost about 30 % to yielding spins at load 6-8; docs/benchmarks.md.)
 template <class Ready>
 bool spin_until(std::chrono::microseconds budget, Ready&& ready) {
   if (budget.count() <= 0) return ready();
-  constexpr int kPollsPerClockRead = 64;
-  constexpr int kPausesBeforeYield = 256;  // about 5-20 microseconds of pause, by the CPU
+  constexpr int kPollsPerClockRead = 32;
   const auto deadline = std::chrono::steady_clock::now() + budget;
   for (int polls = 1;; ++polls) {
     if (ready()) return true;
     if (polls % kPollsPerClockRead == 0 && std::chrono::steady_clock::now() >= deadline) return false;
-    if (polls < kPausesBeforeYield) {
 #if defined(__x86_64__) || defined(__i386__)
-      _mm_pause();
+    _mm_pause();
 #endif
-    } else {
-      std::this_thread::yield();
-    }
   }
 }
 
@@ -128,22 +130,35 @@ class ThreadPool {
     finished_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
     const std::uint64_t generation = (state_.load(std::memory_order_relaxed) >> kGenerationShift) + 1;
+    const auto started = std::chrono::steady_clock::now();
     state_.store(generation << kGenerationShift);  // seq_cst: ordered against a sleeper's count
     wake_sleepers();
     run_items(0);
     const std::uint64_t joined = state_.fetch_or(kClosed) & kJoinedMask;
     const auto all_finished = [&] { return finished_.load(std::memory_order_acquire) == joined; };
-    if (!spin_until(spin_, all_finished)) {
+    if (!spin_until(spin_budget(), all_finished)) {
       std::unique_lock lock(mutex_);
       caller_sleeping_.store(true);
       done_.wait(lock, all_finished);
       caller_sleeping_.store(false);
     }
+    short_jobs_.store(std::chrono::steady_clock::now() - started < kShortJob, std::memory_order_relaxed);
     job_ = nullptr;
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
 
  private:
+  // Spinning pays where jobs are short and come close together (a small model's decode step: dozens of jobs of
+  // tens of microseconds). Between long jobs (a large model's layers, a prefill) a wake-up costs little next to
+  // the job, and a thread that keeps polling loses, on a machine with more runnable threads than cores, the
+  // scheduler's preference for threads that slept: the served decode of the 4-layer 1B-shape model was ~25 %
+  // slower with polling threads at load 6-8 (docs/benchmarks.md). So a hand-off spins only while the last job
+  // was short.
+  static constexpr std::chrono::microseconds kShortJob{200};
+  std::chrono::microseconds spin_budget() const {
+    return short_jobs_.load(std::memory_order_relaxed) ? spin_ : std::chrono::microseconds(0);
+  }
+
   // state_: the job's generation, whether it is closed, and how many workers joined it.
   static constexpr int kGenerationShift = 32;
   static constexpr std::uint64_t kClosed = std::uint64_t(1) << 31;
@@ -170,7 +185,7 @@ class ThreadPool {
       const auto job_or_stop = [&] {
         return stop_.load(std::memory_order_acquire) || open_job(state_.load(std::memory_order_acquire), seen);
       };
-      if (!spin_until(spin_, job_or_stop)) {
+      if (!spin_until(spin_budget(), job_or_stop)) {
         std::unique_lock lock(mutex_);
         sleepers_.fetch_add(1);
         wake_.wait(lock, [&] { return stop_.load() || open_job(state_.load(), seen); });
@@ -217,6 +232,7 @@ class ThreadPool {
   std::atomic<std::uint64_t> finished_{0};
   std::atomic<int> sleepers_{0};
   std::atomic<bool> caller_sleeping_{false};
+  std::atomic<bool> short_jobs_{true};  // the last job took less than kShortJob
   void* job_ = nullptr;
   void (*job_call_)(void*, std::int64_t, int) = nullptr;
   std::int64_t job_size_ = 0;
