@@ -6,17 +6,19 @@
 // `worker` is in [0, size()) and lets the caller keep per-thread scratch.
 // Header-only: each plugin compiles its own copy (plugins share no symbols).
 //
-// Hand-offs spin before they sleep. A decode step of a small model is dozens
+// Hand-offs spin before they sleep while jobs are short. A decode step of a small model is dozens
 // of parallel_for calls a few microseconds apart; waking a sleeping thread
 // through a futex (and putting the caller to sleep until the last item is
 // done) cost more than the items themselves (docs/benchmarks.md, "Where a
-// served decode step goes"). So a worker that finishes a job watches for the
+// served decode step goes"). So a worker that finishes a short job watches for the
 // next one for up to `spin` before it sleeps, and the caller watches for the
 // last worker to finish for as long; a futex is touched only by a thread that
 // really sleeps and by whoever must wake it. The spin is short and bounded:
 // an idle pool sleeps, and between two engine steps (sampling, the server)
 // the workers are usually asleep, so a step costs about one wake-up, not one
-// per operation.
+// per operation. After a long job (spin_budget()) nobody spins. A worker joins
+// a job only while it is open, and the caller waits only for the workers that
+// joined (parallel_for).
 
 #include <algorithm>
 #include <atomic>
