@@ -64,12 +64,10 @@ inline std::chrono::microseconds pool_spin_from_environment() {
 }
 
 // Polls `ready` until it returns true or `budget` has passed; true when it did.
-// It pauses between polls and never yields: a thread that gives its core away
-// with sched_yield() stays runnable, so on an oversubscribed machine it waits
-// out another thread's whole time slice before it sees the job, and the caller
-// runs the job alone; a thread that sleeps on the futex instead is woken with
-// the scheduler's preference for sleepers. (Served decode of the peers model
-// lost about 30 % to yielding spins at load 6-8; docs/benchmarks.md.)
+// It pauses between polls and never yields the core: the polls are for
+// hand-offs microseconds apart (ThreadPool::spin_budget()); a thread that
+// would wait longer sleeps on the futex and is woken with the scheduler's
+// preference for sleepers.
 template <class Ready>
 bool spin_until(std::chrono::microseconds budget, Ready&& ready) {
   if (budget.count() <= 0) return ready();
