@@ -37,7 +37,7 @@ run_tests() {  # run_tests <dir> <ctest args...>
 
 # The ThreadSanitizer subset (docs/reliability.md): test executables, by ctest prefix.
 tsan_tests=(test_server test_serve_signals test_scheduler test_engine test_sampler test_attention_cpu
-            test_models_llama test_spec_eagle test_llama_cpu_kernels)
+            test_models_llama test_spec_eagle test_llama_cpu_kernels test_thread_pool)
 # Left out, each exercising the same pool code as a case that runs: the two largest attention
 # comparisons (5 minutes under TSan); models_llama's oracle comparisons but two (mixed batches,
 # greedy decoding through the paged cache), 12 - 24 s each under TSan; spec_eagle's chi-square

@@ -341,9 +341,14 @@ std::vector<SequenceSample> LlmEngine::sample(const SchedulerOutput& output, con
       batch.constrained_rows = constrained.data();
     }
   }
-  pllm_sample_output out{sizeof(pllm_sample_output), tokens.data(), logprobs.data(), max_top,
-                         max_top > 0 ? top_tokens.data() : nullptr, max_top > 0 ? top_logprobs.data() : nullptr,
-                         status.data()};
+  // The sampled tokens' logprobs only for requests that report them: for the others the sampler skips the
+  // row's log-softmax (an exponential per vocabulary entry, every step).
+  const bool wants_logprobs = std::any_of(slots.begin(), slots.end(), [&](const Slot& slot) {
+    return live(output.sequences[slot.row].request_id).request.sampling.logprobs.has_value();
+  });
+  pllm_sample_output out{sizeof(pllm_sample_output), tokens.data(), wants_logprobs ? logprobs.data() : nullptr,
+                         max_top, max_top > 0 ? top_tokens.data() : nullptr,
+                         max_top > 0 ? top_logprobs.data() : nullptr, status.data()};
   pllm_error error{};
   check_plugin_call(sampler_.api().sample(sampler_.get(), &batch, &out, &error), error, sampler_.library(),
                     "sample");

@@ -111,10 +111,10 @@ void RowSampler::penalize(const pllm_sample_row& row, const float* raw, int64_t 
   });
 }
 
-int32_t RowSampler::argmax(int64_t vocab) const {
+int32_t RowSampler::argmax(const float* logits, int64_t vocab) {
   int64_t best = 0;
   for (int64_t i = 1; i < vocab; ++i) {
-    if (logits_[std::size_t(i)] > logits_[std::size_t(best)]) best = i;  // strict: ties keep the lowest id
+    if (logits[i] > logits[best]) best = i;  // strict: ties keep the lowest id
   }
   return int32_t(best);
 }
@@ -166,8 +166,11 @@ void RowSampler::filter(const pllm_sampling_params& p, int64_t vocab) {
 
 int32_t RowSampler::draw(const pllm_sample_row& row, const float* raw, int64_t vocab) {
   const pllm_sampling_params& p = *row.params;
+  const bool greedy = p.temperature < kGreedyTemperature;
+  // A greedy row with nothing to adjust (the common decode) reads the raw row: no copy of the vocabulary.
+  if (greedy && !has_logit_adjustments(row) && !has_penalties(p)) return argmax(raw, vocab);
   penalize(row, raw, vocab);
-  if (p.temperature < kGreedyTemperature) return argmax(vocab);
+  if (greedy) return argmax(logits_.data(), vocab);
   filter(p, vocab);
   // Gumbel-max over the kept tokens (sampling_math.h): order-independent.
   const uint64_t key = row_key(p.seed, row.random_offset);
@@ -234,7 +237,7 @@ void RowSampler::probabilities(const pllm_sample_row& row, const float* raw, int
   penalize(row, raw, vocab);
   std::fill(probs, probs + vocab, 0.0f);
   if (p.temperature < kGreedyTemperature) {
-    probs[argmax(vocab)] = 1.0f;
+    probs[argmax(logits_.data(), vocab)] = 1.0f;
     return;
   }
   filter(p, vocab);

@@ -48,7 +48,8 @@ class RowSampler {
   // kept_ the surviving ids in (logit desc, id asc) order, weights_ (exp(x -
   // max)) and kept_total_ their sum.
   void filter(const pllm_sampling_params& params, int64_t vocab);
-  int32_t argmax(int64_t vocab) const;
+  // The first largest of logits[0, vocab) (strict >: ties keep the lowest id).
+  static int32_t argmax(const float* logits, int64_t vocab);
   // The sampled token of a row that does not score: penalties, greedy or filter + Gumbel-max.
   int32_t draw(const pllm_sample_row& row, const float* raw, int64_t vocab);
 
