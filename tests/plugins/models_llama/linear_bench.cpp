@@ -78,6 +78,35 @@ double best_of_40_us(Fn&& fn) {
 using pagedllm::llama_cpu::Isa;
 using pagedllm::llama_cpu::WeightsRef;
 
+// Random [n x k] weights (normal, scale 0.02) in every dtype the benches compare: bf16 and f16 rounded from
+// the same f32 values, and int8 quantized from them per row.
+struct BenchWeights {
+  std::vector<uint16_t> bf16, f16;
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  std::vector<int32_t> sums;
+  WeightsRef int8(pagedllm::llama_cpu::Int8Compute compute) const {
+    return {q.data(), PLLM_DTYPE_I8, scales.data(), sums.data(), compute};
+  }
+};
+BenchWeights random_bench_weights(int64_t n, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  const auto count = std::size_t(n * k);
+  std::vector<float> w32(count);
+  BenchWeights w{std::vector<uint16_t>(count), std::vector<uint16_t>(count), std::vector<int8_t>(count),
+                 std::vector<float>(std::size_t(n)), std::vector<int32_t>(std::size_t(n))};
+  for (std::size_t i = 0; i < count; ++i) {
+    w32[i] = normal(rng) * 0.02f;
+    w.bf16[i] = pagedllm::plugins::f32_to_bf16(w32[i]);
+    w.f16[i] = pagedllm::plugins::f32_to_f16(w32[i]);
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    pagedllm::llama_cpu::quantize_row_int8(w32.data() + j * k, k, w.q.data() + j * k, w.scales[std::size_t(j)],
+                                           w.sums[std::size_t(j)]);
+  }
+  return w;
+}
+
 int int8_bench() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   pagedllm::llama_cpu::use_single_threaded_blas();
@@ -98,19 +127,8 @@ int int8_bench() {
               "x bf16");
   for (const Shape& s : shapes) {
     const auto count = std::size_t(s.n * s.k);
-    std::vector<float> w32(count), a(std::size_t(256 * s.k)), out(std::size_t(256 * s.n));
-    std::vector<uint16_t> wbf16(count);
-    std::vector<int8_t> q(count);
-    std::vector<float> scales(std::size_t(s.n));
-    std::vector<int32_t> sums(std::size_t(s.n));
-    for (std::size_t i = 0; i < count; ++i) {
-      w32[i] = normal(rng) * 0.02f;
-      wbf16[i] = pagedllm::plugins::f32_to_bf16(w32[i]);
-    }
-    for (int64_t j = 0; j < s.n; ++j) {
-      pagedllm::llama_cpu::quantize_row_int8(w32.data() + j * s.k, s.k, q.data() + j * s.k, scales[std::size_t(j)],
-                                             sums[std::size_t(j)]);
-    }
+    const BenchWeights w = random_bench_weights(s.n, s.k, rng);
+    std::vector<float> a(std::size_t(256 * s.k)), out(std::size_t(256 * s.n));
     for (float& x : a) x = normal(rng);
     struct Variant {
       const char* name;
@@ -119,12 +137,10 @@ int int8_bench() {
       double bytes_per_weight;
     };
     const Variant variants[] = {
-        {"bf16", {wbf16.data(), PLLM_DTYPE_BF16}, std::min(best, Isa::kAvx512), 2.0},
-        {"int8 W8A8", {q.data(), PLLM_DTYPE_I8, scales.data(), sums.data(), Int8Compute::kW8A8}, best, 1.0},
-        {"int8 W8A8", {q.data(), PLLM_DTYPE_I8, scales.data(), sums.data(), Int8Compute::kW8A8},
-         std::min(best, Isa::kAvx512), 1.0},
-        {"int8 weight-only", {q.data(), PLLM_DTYPE_I8, scales.data(), sums.data(), Int8Compute::kWeightOnly},
-         std::min(best, Isa::kAvx512), 1.0},
+        {"bf16", {w.bf16.data(), PLLM_DTYPE_BF16}, std::min(best, Isa::kAvx512), 2.0},
+        {"int8 W8A8", w.int8(Int8Compute::kW8A8), best, 1.0},
+        {"int8 W8A8", w.int8(Int8Compute::kW8A8), std::min(best, Isa::kAvx512), 1.0},
+        {"int8 weight-only", w.int8(Int8Compute::kWeightOnly), std::min(best, Isa::kAvx512), 1.0},
     };
     for (const int64_t m : {1, 4, 16, 64, 256}) {
       double bf16_us = 0.0;
@@ -435,21 +451,8 @@ int blocking_bench(int threads) {
   std::normal_distribution<float> normal;
   constexpr int64_t kMaxRows = 2048;
   for (const Shape& s : shapes) {
-    const auto count = std::size_t(s.n * s.k);
-    std::vector<float> w32(count), a(std::size_t(kMaxRows * s.k)), out(std::size_t(kMaxRows * s.n));
-    std::vector<uint16_t> wbf16(count), wf16(count);
-    std::vector<int8_t> q(count);
-    std::vector<float> scales(std::size_t(s.n));
-    std::vector<int32_t> sums(std::size_t(s.n));
-    for (std::size_t i = 0; i < count; ++i) {
-      w32[i] = normal(rng) * 0.02f;
-      wbf16[i] = pagedllm::plugins::f32_to_bf16(w32[i]);
-      wf16[i] = pagedllm::plugins::f32_to_f16(w32[i]);
-    }
-    for (int64_t j = 0; j < s.n; ++j) {
-      pagedllm::llama_cpu::quantize_row_int8(w32.data() + j * s.k, s.k, q.data() + j * s.k, scales[std::size_t(j)],
-                                             sums[std::size_t(j)]);
-    }
+    const BenchWeights w = random_bench_weights(s.n, s.k, rng);
+    std::vector<float> a(std::size_t(kMaxRows * s.k)), out(std::size_t(kMaxRows * s.n));
     for (float& x : a) x = normal(rng);
     struct Path {
       const char* dtype;
@@ -458,11 +461,9 @@ int blocking_bench(int threads) {
       double peak;
     };
     const Path paths[] = {
-        {"bf16", "vdpbf16ps", {wbf16.data(), PLLM_DTYPE_BF16}, dp_peak},
-        {"int8", "W8A8 vpdpbusd",
-         {q.data(), PLLM_DTYPE_I8, scales.data(), sums.data(), pagedllm::llama_cpu::Int8Compute::kW8A8},
-         busd_peak},
-        {"f16", "widened + SGEMM", {wf16.data(), PLLM_DTYPE_F16}, fma_peak},
+        {"bf16", "vdpbf16ps", {w.bf16.data(), PLLM_DTYPE_BF16}, dp_peak},
+        {"int8", "W8A8 vpdpbusd", w.int8(pagedllm::llama_cpu::Int8Compute::kW8A8), busd_peak},
+        {"f16", "widened + SGEMM", {w.f16.data(), PLLM_DTYPE_F16}, fma_peak},
     };
     char shape_name[48];
     std::snprintf(shape_name, sizeof shape_name, "%lldx%lld", static_cast<long long>(s.k),
