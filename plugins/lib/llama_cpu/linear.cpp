@@ -45,15 +45,10 @@ struct I8 {
   int8_t q;
 };
 
-// The register tile of the many-rows GEMMs (linear_kernels.inc): rows x
-// columns of out, 24 accumulators.
-constexpr int kGemmTileRows = 4;
-constexpr int kGemmTileCols = 6;
-
-// The cache blocking of a many-rows GEMM: `depth` elements of k per pass over
-// the output (bf16), `cols` columns of weights per panel.
-struct GemmBlocking {
-  int64_t depth;
+// The cache blocking of the lanes GEMMs (linear_kernels.inc): chunks of `rows`
+// rows (a multiple of 32), each in blocks of `cols` columns.
+struct LanesBlocking {
+  int64_t rows;
   int64_t cols;
 };
 
@@ -69,18 +64,24 @@ struct Kernels {
   void (*widen_bf16)(const Bf16*, int64_t, float*);
   void (*widen_f16)(const F16*, int64_t, float*);
   void (*widen_i8)(const I8*, const float*, int64_t, int64_t, float*);
-  // Many rows of bf16 weights on vdpbf16ps (null below avx512bf16): the
-  // activations rounded to bf16 once per call, then the packed GEMM.
+  // quantize_activations_u8 (cpu_kernels.h): the same bits on every level.
+  void (*quantize_rows_u8)(const float*, int64_t, int64_t, int64_t, uint8_t*, int64_t, float*);
+  // bf16 weights on vdpbf16ps (null below avx512bf16): the activations
+  // rounded to bf16 once per call.
   void (*round_rows_bf16)(const float*, int64_t, int64_t, int64_t, uint16_t*, int64_t);
-  void (*gemm_dp_bf16)(const uint16_t*, int64_t, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool,
-                       const GemmBlocking&);
+  // The many-rows GEMMs' layout of the activations (null below avx512vnni).
+  void (*interleave_rows)(const uint32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t*);
+  // Past kDotRowsMaxRows rows of bf16 weights on vdpbf16ps (null below
+  // avx512bf16), on the interleaved rounded rows.
+  void (*gemm_bf16)(const uint32_t*, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool,
+                    const LanesBlocking&);
   // Up to kDotRowsMaxRows rows of bf16 weights on vdpbf16ps, the activations
   // rounded by round_rows_bf16 (null below avx512bf16).
   void (*dot_rows_dp_bf16)(const uint16_t*, int64_t, int64_t, const Bf16*, int64_t, int64_t, float*, int64_t, bool);
   // W8A8 past kDotRowsMaxRows rows on vpdpbusd (null below avx512vnni:
-  // dot_rows_w8a8 at any row count).
-  void (*gemm_w8a8)(const uint8_t*, int64_t, const float*, int64_t, const int8_t*, const float*, const int32_t*,
-                    int64_t, int64_t, float*, int64_t, bool, const GemmBlocking&);
+  // dot_rows_w8a8 at any row count), on the interleaved quantized rows.
+  void (*gemm_w8a8)(const uint32_t*, const float*, int64_t, const int8_t*, const float*, const int32_t*, int64_t,
+                    int64_t, float*, int64_t, bool, const LanesBlocking&);
 };
 
 namespace isa_scalar {
@@ -134,12 +135,12 @@ const Kernels& kernels(Isa isa) {
   return isa_scalar::kKernels;
 }
 
-// One core's L1 data cache and L2 in bytes, as the machine reports them:
-// sysconf, else cpu0's caches in sysfs, else 32 KiB and 1 MiB (then only the
+// One core's L2 and the (shared) L3 in bytes, as the machine reports them:
+// sysconf, else cpu0's caches in sysfs, else 1 MiB and 8 MiB (then only the
 // GEMMs' blocking is off, never a result).
 struct CacheSizes {
-  int64_t l1d;
   int64_t l2;
+  int64_t l3;
 };
 
 int64_t sysfs_cache_bytes(int level) {
@@ -158,28 +159,25 @@ int64_t sysfs_cache_bytes(int level) {
 
 const CacheSizes& cache_sizes() {
   static const CacheSizes sizes = [] {
-    int64_t l1d = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-    if (l1d <= 0) l1d = sysfs_cache_bytes(1);
+    int64_t l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (l2 <= 0) l2 = sysfs_cache_bytes(2);
-    return CacheSizes{l1d > 0 ? l1d : 32 * 1024, l2 > 0 ? l2 : 1024 * 1024};
+    if (l3 <= 0) l3 = sysfs_cache_bytes(3);
+    return CacheSizes{l2 > 0 ? l2 : 1024 * 1024, l3 > 0 ? l3 : 8 * 1024 * 1024};
   }();
   return sizes;
 }
 
-// The blocking of a many-rows GEMM whose elements are `element_bytes` wide
-// and whose tile steps `step` elements of k per register: a depth whose tile
-// operands (4 rows of activations, 6 columns of weights) fill half of L1, and
-// a panel of columns whose weights over that depth fill half of L2 (the other
-// halves: the output, the next operands, the other data in flight).
-// `depth_cap`: at most this depth (W8A8: all of k, its sums exact only in
-// registers).
-GemmBlocking gemm_blocking(int64_t element_bytes, int64_t step, int64_t k, int64_t depth_cap) {
+// The lanes GEMMs' blocking for weights and interleaved activations of
+// `row_bytes` bytes a row (about the same: k elements either way): chunks of
+// rows whose activations fill a quarter of L3 (shared, by the other threads'
+// slices of the same rows too) and blocks of columns whose weights fill half of
+// L2, so that each is read from memory once per chunk.
+LanesBlocking lanes_blocking(int64_t row_bytes) {
+  constexpr int64_t kBlockRows = 32, kTileCols = 12;
   const CacheSizes& caches = cache_sizes();
-  int64_t depth = caches.l1d / 2 / ((kGemmTileRows + kGemmTileCols) * element_bytes) / step * step;
-  depth = std::min(std::max(depth, step), depth_cap);
-  const int64_t col_bytes = std::min(depth, k) * element_bytes;
-  const int64_t cols = std::max<int64_t>(kGemmTileCols, caches.l2 / 2 / col_bytes / kGemmTileCols * kGemmTileCols);
-  return {depth, cols};
+  const int64_t bytes = std::max<int64_t>(row_bytes, 1);
+  return {std::max<int64_t>(kBlockRows, caches.l3 / 4 / bytes / kBlockRows * kBlockRows),
+          std::max<int64_t>(kTileCols, caches.l2 / 2 / bytes / kTileCols * kTileCols)};
 }
 
 // More than kDotRowsMaxRows rows of 16-bit weights: SGEMM over tiles of
@@ -216,19 +214,22 @@ void gemm_dequantized(const Kernels& kern, const float* a, int64_t lda, int64_t 
   }
 }
 
-// The activations of a W8A8 product, quantized once per linear() call.
+// The activations of a W8A8 product, quantized once per linear() call; past
+// kDotRowsMaxRows rows (on avx512vnni) also interleaved for gemm_w8a8.
 struct QuantizedRows {
   const uint8_t* data;
   int64_t ldq;
   const float* scales;
+  const uint32_t* interleaved;
 };
 
 // The activations of a product on vdpbf16ps (Bf16Compute::kVdpbf16ps, any
 // row count), rounded to bf16 once per linear() call (data null when the
-// product does not use it).
+// product does not use it); past kDotRowsMaxRows rows interleaved instead.
 struct Bf16Rows {
   const uint16_t* data;
   int64_t ldr;
+  const uint32_t* interleaved;
 };
 
 // One column slice [n0, n0 + cols) of linear().
@@ -253,9 +254,9 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, c
         kern.dot_rows_dp_bf16(ra.data, ra.ldr, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
       } else if (few) {
         kern.dot_rows_bf16(a, lda, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
-      } else if (ra.data) {
-        kern.gemm_dp_bf16(ra.data, ra.ldr, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate,
-                          gemm_blocking(2, 32, k, k));
+      } else if (ra.interleaved) {
+        kern.gemm_bf16(ra.interleaved, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate,
+                       lanes_blocking(2 * k));
       } else {
         gemm_widened(kern.widen_bf16, a, lda, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
       }
@@ -268,9 +269,9 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, c
       }
       return;
     case PLLM_DTYPE_I8:
-      if (w.int8_compute == Int8Compute::kW8A8 && !few && kern.gemm_w8a8) {
-        kern.gemm_w8a8(qa.data, qa.ldq, qa.scales, m, static_cast<const int8_t*>(ws), slice.scales, slice.row_sums,
-                       cols, k, o, ldc, accumulate, gemm_blocking(1, 64, qa.ldq, qa.ldq));
+      if (w.int8_compute == Int8Compute::kW8A8 && qa.interleaved) {
+        kern.gemm_w8a8(qa.interleaved, qa.scales, m, static_cast<const int8_t*>(ws), slice.scales, slice.row_sums,
+                       cols, k, o, ldc, accumulate, lanes_blocking(k));
       } else if (w.int8_compute == Int8Compute::kW8A8) {
         kern.dot_rows_w8a8(qa.data, qa.ldq, qa.scales, m, static_cast<const int8_t*>(ws), slice.scales,
                            slice.row_sums, cols, k, o, ldc, accumulate);
@@ -290,23 +291,27 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, c
   throw pllm::Error(PLLM_ERROR_INTERNAL, "llama_cpu: linear() on weights of dtype " + std::to_string(int(w.dtype)));
 }
 
+// `m` rows of `words` 32-bit words, ld_words apart, in the lanes GEMMs' layout
+// (interleave_rows) in a buffer of the calling thread's, by blocks of rows over
+// the pool.
+const uint32_t* interleave(ThreadPool& pool, const Kernels& kern, const void* rows, int64_t ld_words, int64_t m,
+                           int64_t words) {
+  constexpr int64_t kBlockRows = 32;
+  thread_local Buffer buffer;
+  const int64_t blocks = (m + kBlockRows - 1) / kBlockRows;
+  auto* dst = reinterpret_cast<uint32_t*>(buffer.reserve(std::size_t(blocks * kBlockRows * words)));
+  const auto* src = static_cast<const uint32_t*>(rows);
+  parallel_rows(pool, blocks, kBlockRows * words, [&](int64_t begin, int64_t end) {
+    kern.interleave_rows(src, ld_words, m, words, begin, end, dst);
+  });
+  return dst;
+}
+
 }  // namespace
 
 void quantize_activations_u8(const float* a, int64_t lda, int64_t m, int64_t k, uint8_t* q, int64_t ldq,
                              float* scales) {
-  for (int64_t r = 0; r < m; ++r) {
-    const float* ar = a + r * lda;
-    uint8_t* qr = q + r * ldq;
-    float amax = 0.0f;
-    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::abs(ar[i]));
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    for (int64_t i = 0; i < k; ++i) {
-      const float v = std::clamp(std::nearbyint(ar[i] * inv), -127.0f, 127.0f);
-      qr[i] = uint8_t(int(v) + 128);
-    }
-    std::memset(qr + k, 128, std::size_t(ldq - k));
-    scales[r] = amax / 127.0f;
-  }
+  kernels(active_isa()).quantize_rows_u8(a, lda, m, k, q, ldq, scales);
 }
 
 void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k, float* out,
@@ -314,7 +319,9 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
   if (m <= 0 || n <= 0) return;
   const Kernels& kern = kernels(active_isa());
   const bool w8a8 = w.dtype == PLLM_DTYPE_I8 && w.int8_compute == Int8Compute::kW8A8;
-  QuantizedRows qa{nullptr, 0, nullptr};
+  // Past kDotRowsMaxRows rows the lanes GEMMs take the activations interleaved.
+  const bool lanes_gemm = m > kDotRowsMaxRows && kern.interleave_rows;
+  QuantizedRows qa{nullptr, 0, nullptr, nullptr};
   if (w8a8) {
     if (k > kW8A8MaxK) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "llama_cpu: W8A8 product of width " + std::to_string(k) +
@@ -332,11 +339,12 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
     uint8_t* q_data = q.data();
     float* scale_data = scales.data();
     parallel_rows(pool, m, m > kDotRowsMaxRows ? 4 * k : 0, [&](int64_t begin, int64_t end) {
-      quantize_activations_u8(a + begin * lda, lda, end - begin, k, q_data + begin * ldq, ldq, scale_data + begin);
+      kern.quantize_rows_u8(a + begin * lda, lda, end - begin, k, q_data + begin * ldq, ldq, scale_data + begin);
     });
-    qa = {q_data, ldq, scale_data};
+    qa = {q_data, ldq, scale_data, nullptr};
+    if (lanes_gemm) qa.interleaved = interleave(pool, kern, q_data, ldq / 4, m, (k + 3) / 4);
   }
-  Bf16Rows ra{nullptr, 0};
+  Bf16Rows ra{nullptr, 0, nullptr};
   if (w.dtype == PLLM_DTYPE_BF16 && w.bf16_compute == Bf16Compute::kVdpbf16ps && kern.round_rows_bf16) {
     thread_local std::vector<uint16_t> rounded;
     const int64_t ldr = (k + 1) / 2 * 2;
@@ -345,7 +353,8 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
     parallel_rows(pool, m, m > kDotRowsMaxRows ? 2 * k : 0, [&](int64_t begin, int64_t end) {
       kern.round_rows_bf16(a + begin * lda, lda, end - begin, k, rounded_data + begin * ldr, ldr);
     });
-    ra = {rounded_data, ldr};
+    ra = {rounded_data, ldr, nullptr};
+    if (lanes_gemm) ra.interleaved = interleave(pool, kern, rounded_data, ldr / 2, m, ldr / 2);
   }
   // Column slices, 16-column multiples. Few rows (decode): the GEMM streams w
   // and each slice costs the same wherever it is cut, so two slices per thread

@@ -401,15 +401,16 @@ TEST_CASE("llama_cpu: linear() matches a float64 dot product on every path, dtyp
 }
 
 TEST_CASE("llama_cpu: the many-rows GEMMs match float64 across their tiles and cache blocks", "[llama_cpu]") {
-  // Past kDotRowsMaxRows rows: bf16 on vdpbf16ps (avx512bf16: the 4 x 6
-  // register tile below 128 rows, the packed 12 x 32 kernel from 128) and W8A8
-  // on vpdpbusd (avx512vnni and up: the register tile). The cases cross every
-  // edge of their blocking: rows not a multiple of 4 (or 12), columns not a
-  // multiple of 6 (or 32), k not a multiple of 32 / 64 and longer than the
-  // bf16 tile's depth block (GemmBlocking: 800 on a 32 KiB L1; 1700 spans
-  // three), W8A8 rows past its row block (L2 / 2 / k: 130 rows of k = 4000 on
-  // a 1 MiB L2 span two), one thread and two. The bf16 bound: these products
-  // are long, so the 2e-5 of the short ones above is replaced by the
+  // Past kDotRowsMaxRows rows: bf16 on vdpbf16ps (avx512bf16) and W8A8 on
+  // vpdpbusd (avx512vnni and up), the lanes GEMMs of linear_kernels.inc. The
+  // cases cross every edge of their blocking: blocks of 32 rows (17: one
+  // block, mostly padding; 33: a block of 32 and one of 16; 49: two of 32),
+  // tiles of 12 columns and the remainders, k's last 32-bit word partly past k
+  // (bf16: k odd; int8: k % 4 of 1, 2, 3), blocks of columns that fill half of
+  // L2 (n = 1000 at k = 301 / 601 spans two on a 1 MiB L2), chunks of rows
+  // that fill a quarter of L3 (1100 rows of bf16 k = 4001, 2100 of int8 k =
+  // 4003: two chunks on a 32 MiB L3), one thread and two. The bf16 bound: these
+  // products are long, so the 2e-5 of the short ones above is replaced by the
   // first-order bound of any order of summing k + 1 terms (the products, the
   // earlier out), (k + 2) 2^-24 sum |a_i w_i| (with the bf16-rounded
   // activations, as there). W8A8: check_int8_against_float64's exact bound.
@@ -419,9 +420,10 @@ TEST_CASE("llama_cpu: the many-rows GEMMs match float64 across their tiles and c
   struct Shape {
     int64_t m, n, k;
   };
-  const Shape bf16_shapes[] = {{17, 13, 31},  {22, 100, 833}, {63, 13, 1700},
-                               {127, 7, 833}, {130, 37, 300}, {131, 13, 1700}};
-  const Shape w8a8_shapes[] = {{17, 13, 31}, {22, 100, 833}, {63, 13, 1700}, {131, 11, 4000}, {150, 7, 4001}};
+  const Shape bf16_shapes[] = {{17, 13, 31},   {33, 100, 833}, {49, 25, 1700},
+                               {64, 1000, 301}, {130, 37, 300}, {1100, 13, 4001}};
+  const Shape w8a8_shapes[] = {{17, 13, 31},    {33, 100, 833}, {49, 25, 1702},
+                               {64, 1000, 601}, {150, 7, 4001}, {2100, 5, 4003}};
   for (const Isa isa : available_isas()) {
     if (isa < Isa::kAvx512Vnni) continue;
     pagedllm::llama_cpu::set_isa_cap(isa);
@@ -472,6 +474,44 @@ TEST_CASE("llama_cpu: a row's linear() result is the same bits alone or in a bat
           std::vector<float> batch(std::size_t(m * n));
           linear(*pool, a.data(), k, m, w.ref(), n, k, batch.data(), n, false);
           CHECK(std::memcmp(batch.data(), alone.data(), batch.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("llama_cpu: past kDotRowsMaxRows a row's result is the same bits in any batch", "[llama_cpu]") {
+  // The lanes GEMMs (bf16 on vdpbf16ps, W8A8) sum each output in one order
+  // whatever rows share the product: a chunk of a prefill gives the same
+  // activations whether it is 17 rows or 70, first or last in its block of
+  // 32, on one thread or two, and accumulating into out or not.
+  IsaCapGuard guard;
+  const int64_t n = 300, k = 301, m = 70;
+  const std::vector<float> a = random_floats(std::size_t(m * k), 41);
+  const std::vector<float> prior = random_floats(std::size_t(m * n), 42);
+  const Weights bf16 = random_weights(PLLM_DTYPE_BF16, std::size_t(n * k), 43, Bf16Compute::kVdpbf16ps);
+  const Int8Weights int8 = random_int8_weights(n, k, Int8Compute::kW8A8, 44);
+  ThreadPool one(1), two(2);
+  for (const Isa isa : available_isas()) {
+    if (isa < Isa::kAvx512Vnni) continue;
+    pagedllm::llama_cpu::set_isa_cap(isa);
+    for (const WeightsRef& w : {bf16.ref(), int8.ref()}) {
+      if (w.dtype == PLLM_DTYPE_BF16 && isa < Isa::kAvx512Bf16) continue;
+      for (const bool accumulate : {false, true}) {
+        std::vector<float> whole = prior;
+        linear(one, a.data(), k, m, w, n, k, whole.data(), n, accumulate);
+        struct Rows {
+          int64_t first, count;
+        };
+        for (const Rows rows : {Rows{0, 17}, Rows{5, 33}, Rows{30, 40}, Rows{53, 17}, Rows{1, 64}}) {
+          for (ThreadPool* pool : {&one, &two}) {
+            INFO(pagedllm::plugins::dtype_name(w.dtype) << " rows " << rows.first << ".." << rows.first + rows.count - 1
+                                                        << " accumulate " << accumulate << ", " << pool->size()
+                                                        << " threads, " << pagedllm::llama_cpu::isa_name(isa));
+            std::vector<float> part(prior.begin() + rows.first * n, prior.begin() + (rows.first + rows.count) * n);
+            linear(*pool, a.data() + rows.first * k, k, rows.count, w, n, k, part.data(), n, accumulate);
+            CHECK(std::memcmp(part.data(), whole.data() + rows.first * n, part.size() * sizeof(float)) == 0);
+          }
         }
       }
     }

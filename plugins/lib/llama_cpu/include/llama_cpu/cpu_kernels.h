@@ -49,16 +49,20 @@ constexpr int64_t kDotRowsMaxRows = 16;
 // weights whose WeightsRef says Bf16Compute::kVdpbf16ps (the default) on
 // avx512bf16: the rows of `a` are rounded to bf16 once per call, then
 // multiplied on vdpbf16ps (exact products, f32 accumulation) by a few-row
-// kernel that streams w once (up to kDotRowsMaxRows rows) or a packed GEMM
-// (past that): the same products, summed in another order.
+// kernel that streams w once (up to kDotRowsMaxRows rows) or a GEMM with the
+// rows in the vector lanes (past that: each output sums its products in order
+// of k, so a row's result is also the same bits in any batch of more than
+// kDotRowsMaxRows rows; the few-row kernel sums the same products in another
+// order).
 //
 // int8 weights (weights.h), weight-only: the same, the int8 values widened to
 // f32 and each output multiplied by its column's scale (past kDotRowsMaxRows:
 // tiles dequantized to q * s in f32 for SGEMM). W8A8: the rows of a are
 // quantized first (quantize_activations_u8), then out = (f32(sum_i q_a q_w) *
 // s_a[row]) * s_w[col] with an exact integer dot product at any row count
-// (vpdpbusd on avx512vnni and above; plain integer loops below it, same
-// result); k at most kW8A8MaxK.
+// (vpdpbusd on avx512vnni and above, past kDotRowsMaxRows rows on the same
+// lanes GEMM as bf16; plain integer loops below avx512vnni, same result); k at
+// most kW8A8MaxK.
 void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k, float* out,
             int64_t ldc, bool accumulate);
 inline constexpr int64_t kW8A8MaxK = 132104;  // k 127 128 < 2^31 (pre-quantized weights reach -128)
