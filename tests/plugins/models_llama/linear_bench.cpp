@@ -29,6 +29,14 @@
 //       per busy core (2 m n k / the process's CPU time: what a core does while
 //       it runs the product, which other processes on a loaded machine do not
 //       change, against the single-core peak)
+//   build/bin/llama_cpu_linear_bench step [threads]   a decode step's products
+//       on the peers model (4 of Llama-3.2-1B's layers: qkv, o, gate_up, down
+//       each, then lm_head; 617 MB of bf16, far past L3, so every step streams
+//       its weights from memory as serving does) at 1 to 32 rows, bf16 on
+//       vdpbf16ps and int8 W8A8, on `threads` threads (default 2): ms per step,
+//       weight GB/s, and the time against one row and against the memory
+//       floor (reading the same bytes with the same threads, measured in the
+//       same run)
 //   build/bin/llama_cpu_linear_bench blas       linear() against the OpenBLAS call
 //       it made before it had its own kernel for few rows (sgemv for one row,
 //       sgemm otherwise), embedded model and 1B shapes, 1 to 32 rows
@@ -523,6 +531,117 @@ int blas_bench() {
 
 }  // namespace
 
+// The peers model's decode step (step_bench): every linear() of 4 Llama-3.2-1B
+// layers and the lm_head, weights filled with cheap pseudo-random small values
+// (timing does not depend on them; the normal generator would take a minute for
+// 300M weights).
+struct StepMatrix {
+  int64_t n, k;
+  std::vector<uint16_t> bf16;
+  std::vector<int8_t> q;
+  std::vector<float> scales;
+  std::vector<int32_t> sums;
+};
+std::vector<StepMatrix> step_matrices() {
+  std::vector<StepMatrix> ms;
+  const int64_t h = 2048, inter = 8192, qkv = 2048 + 2 * 512, vocab = 32000;
+  for (int layer = 0; layer < 4; ++layer) {
+    for (const auto& [n, k] : {std::pair{qkv, h}, std::pair{h, h}, std::pair{2 * inter, h}, std::pair{h, inter}}) {
+      ms.push_back({n, k, {}, {}, {}, {}});
+    }
+  }
+  ms.push_back({vocab, h, {}, {}, {}, {}});
+  uint64_t state = 1;
+  for (StepMatrix& m : ms) {
+    const auto count = std::size_t(m.n * m.k);
+    m.bf16.resize(count);
+    m.q.resize(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      const auto bits = uint32_t(state >> 33);
+      m.bf16[i] = uint16_t(0x3c00u | (bits & 0x807fu));  // |w| in [2^-7, 2^-6)
+      m.q[i] = int8_t(bits >> 16);
+    }
+    m.scales.assign(std::size_t(m.n), 1e-3f);
+    m.sums.assign(std::size_t(m.n), 0);
+    for (int64_t j = 0; j < m.n; ++j) {
+      for (int64_t i = 0; i < m.k; ++i) m.sums[std::size_t(j)] += m.q[std::size_t(j * m.k + i)];
+    }
+  }
+  return ms;
+}
+
+int step_bench(int threads) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  pagedllm::llama_cpu::use_single_threaded_blas();
+  pagedllm::plugins::ThreadPool pool(threads);
+  const Isa best = pagedllm::llama_cpu::detected_isa();
+  std::printf("a decode step's linear() calls on the peers model (4 layers + lm_head), %d threads, %s level\n", threads,
+              pagedllm::llama_cpu::isa_name(best));
+  const std::vector<StepMatrix> ms = step_matrices();
+  double bf16_bytes = 0, int8_bytes = 0;
+  int64_t widest = 0;
+  for (const StepMatrix& m : ms) {
+    bf16_bytes += double(m.bf16.size()) * 2;
+    int8_bytes += double(m.q.size());
+    widest = std::max({widest, m.n, m.k});
+  }
+  // The memory floor: the same bytes read by the same threads (summed as 64-bit words), best of 5.
+  const auto read_ms = [&](bool int8) {
+    double best_ms = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto start = std::chrono::steady_clock::now();
+      for (const StepMatrix& m : ms) {
+        const auto* base = int8 ? static_cast<const void*>(m.q.data()) : static_cast<const void*>(m.bf16.data());
+        const int64_t bytes = int64_t(int8 ? m.q.size() : m.bf16.size() * 2);
+        const int64_t parts = 4 * threads;
+        pool.parallel_for(parts, [&](int64_t part, int) {
+          const auto* words = static_cast<const uint64_t*>(base);
+          const int64_t begin = bytes * part / parts / 8, end = bytes * (part + 1) / parts / 8;
+          uint64_t sum[4] = {};
+          for (int64_t i = begin; i + 4 <= end; i += 4) {
+            for (int l = 0; l < 4; ++l) sum[l] += words[i + l];
+          }
+          volatile uint64_t sink = sum[0] + sum[1] + sum[2] + sum[3];
+          (void)sink;
+        });
+      }
+      best_ms = std::min(best_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    return best_ms;
+  };
+  std::vector<float> a(std::size_t(32 * widest)), out(std::size_t(32 * widest));
+  for (std::size_t i = 0; i < a.size(); ++i) a[i] = float(int(i % 17) - 8) * 0.125f;
+  std::printf("%-6s %4s %9s %7s %8s %9s\n", "dtype", "rows", "ms/step", "GB/s", "x 1 row", "x memory");
+  for (const bool int8 : {false, true}) {
+    if (int8 && best < Isa::kAvx512Vnni) continue;
+    const double floor_ms = read_ms(int8);
+    std::printf("%-6s %4s %9.2f %7.2f %8s %9s   (reading the weights once)\n", int8 ? "int8" : "bf16", "-", floor_ms,
+                (int8 ? int8_bytes : bf16_bytes) / floor_ms / 1e6, "", "1.00x");
+    double one_row_ms = 0;
+    for (const int64_t rows : {1, 2, 4, 8, 16, 32}) {
+      double best_ms = 1e30;
+      for (int rep = 0; rep < 4; ++rep) {
+        const auto start = std::chrono::steady_clock::now();
+        for (const StepMatrix& m : ms) {
+          const WeightsRef w = int8 ? WeightsRef{m.q.data(), PLLM_DTYPE_I8, m.scales.data(), m.sums.data(),
+                                                 pagedllm::llama_cpu::Int8Compute::kW8A8}
+                                    : WeightsRef{m.bf16.data(), PLLM_DTYPE_BF16};
+          pagedllm::llama_cpu::linear(pool, a.data(), m.k, rows, w, m.n, m.k, out.data(), m.n, false);
+        }
+        if (rep > 0) {
+          best_ms = std::min(best_ms,
+                             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+        }
+      }
+      if (rows == 1) one_row_ms = best_ms;
+      std::printf("%-6s %4lld %9.2f %7.2f %7.2fx %8.2fx\n", int8 ? "int8" : "bf16", static_cast<long long>(rows), best_ms,
+                  (int8 ? int8_bytes : bf16_bytes) / best_ms / 1e6, best_ms / one_row_ms, best_ms / floor_ms);
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "dtypes";
   if (mode == "dtypes") return dtypes_bench();
@@ -531,6 +650,7 @@ int main(int argc, char** argv) {
   if (mode == "gemm") return gemm_bench();
   if (mode == "rows") return rows_bench();
   if (mode == "blocking") return blocking_bench(argc > 2 ? std::max(1, std::atoi(argv[2])) : 2);
-  std::fprintf(stderr, "usage: llama_cpu_linear_bench [dtypes|int8|gemm|rows|blocking [threads]|blas]\n");
+  if (mode == "step") return step_bench(argc > 2 ? std::max(1, std::atoi(argv[2])) : 2);
+  std::fprintf(stderr, "usage: llama_cpu_linear_bench [dtypes|int8|gemm|rows|blocking [threads]|step [threads]|blas]\n");
   return 2;
 }
