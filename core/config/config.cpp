@@ -106,6 +106,7 @@ CacheConfig read_cache(YamlMapReader section) {
   c.swap_space_bytes = section.get_bytes("swap_space", c.swap_space_bytes);
   c.enable_prefix_caching = section.get_bool("enable_prefix_caching", c.enable_prefix_caching);
   c.watermark = section.get_double("watermark", c.watermark, 0.0, 0.5);
+  c.dtype = section.get_choice("dtype", c.dtype, {"auto", "f32", "f16", "bf16"});
   section.finish();
   return c;
 }

@@ -25,6 +25,10 @@ struct CacheConfig {
   // Fraction of device blocks kept free when admitting new requests, so running
   // requests can grow without immediate preemption.
   double watermark = 0.01;
+  // The element type of the cached keys and values: auto | f32 | f16 | bf16.
+  // auto is the model's reported dtype (models_llama on the CPU reports f32);
+  // a 16-bit cache halves the bytes per block and what attention reads per step.
+  std::string dtype = "auto";
 };
 
 struct SchedulerConfig {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/config/config_error.h"
+#include "core/engine/plugin_args.h"
 #include "core/engine/plugin_batch.h"
 #include "core/plugin/plugin_error.h"
 #include "core/scheduler/step_batch_builder.h"
@@ -26,10 +27,8 @@ class Sizer {
   explicit Sizer(const KvCacheSizingInputs& in) : in_(in), config_(in.config) {}
 
   KvCacheSizing run() {
-    pllm_error error{};
-    check_plugin_call(in_.attention.api().bytes_per_block(in_.attention.get(), &in_.spec, &sizing_.bytes_per_block,
-                                                          &error),
-                      error, in_.attention.library(), "bytes_per_block");
+    sizing_.dtype = in_.spec.dtype;
+    read_bytes_per_block();
     if (sizing_.bytes_per_block == 0) {
       throw PluginCallError(PLLM_ERROR_INTERNAL, fmt::format("plugin '{}': bytes_per_block returned 0",
                                                              in_.attention.library().name()));
@@ -51,6 +50,22 @@ class Sizer {
   }
 
  private:
+  // The first call that sees the spec: a backend that cannot store the cache's element type refuses it here.
+  void read_bytes_per_block() {
+    pllm_error error{};
+    try {
+      check_plugin_call(in_.attention.api().bytes_per_block(in_.attention.get(), &in_.spec,
+                                                            &sizing_.bytes_per_block, &error),
+                        error, in_.attention.library(), "bytes_per_block");
+    } catch (const PluginCallError& e) {
+      if (e.status() != PLLM_ERROR_UNSUPPORTED || config_.cache.dtype == "auto") throw;
+      throw ConfigError(fmt::format("{}: cache.dtype: the attention backend '{}' refused a KV cache of {}: {}; "
+                                    "use a dtype it supports, or auto (the model's dtype)",
+                                    config_.sources.locate("cache.dtype"), in_.attention.library().name(),
+                                    config_.cache.dtype, e.what()));
+    }
+  }
+
   int blocks_in(std::uint64_t bytes) const {
     return static_cast<int>(std::min<std::uint64_t>(bytes / sizing_.bytes_per_block, kMaxBlocks));
   }
@@ -278,6 +293,19 @@ ProfilingBatch make_profiling_batch(const SchedulerConfig& scheduler, int max_mo
   return out;
 }
 
+pllm_kv_cache_spec make_kv_cache_spec(const HostConfig& config, const pllm_model_info& model, int num_draft_layers) {
+  const pllm_dtype dtype = config.cache.dtype == "auto" ? model.dtype : to_plugin_dtype(config.cache.dtype);
+  if (config.device.type == DeviceType::kCuda && dtype != model.dtype) {
+    throw ConfigError(fmt::format("{}: cache.dtype: {} differs from the model's dtype {} on {}: attention on CUDA "
+                                  "(attention_cuda) keeps keys and values in the activations' dtype; leave "
+                                  "cache.dtype auto, or set model.dtype: {} to compute in it too",
+                                  config.sources.locate("cache.dtype"), config.cache.dtype,
+                                  config_dtype_name(model.dtype), config.device.str(), config.cache.dtype));
+  }
+  return pllm_kv_cache_spec{sizeof(pllm_kv_cache_spec), model.num_layers + num_draft_layers, model.num_kv_heads,
+                            model.head_dim, config.cache.block_size, dtype};
+}
+
 int resolve_max_model_len(const HostConfig& config, const pllm_model_info& model) {
   const int model_limit = model.max_position_embeddings;
   const int max_model_len = config.scheduler.max_model_len > 0 ? config.scheduler.max_model_len : model_limit;
@@ -293,10 +321,11 @@ KvCacheSizing size_and_allocate_kv_cache(const KvCacheSizingInputs& inputs) { re
 std::string describe_kv_cache_sizing(const KvCacheSizing& sizing, int block_size, const std::string& device) {
   const std::uint64_t kv_bytes = static_cast<std::uint64_t>(sizing.num_device_blocks) * sizing.bytes_per_block;
   const std::string pool =
-      fmt::format("KV cache {:.2f} GiB: {} blocks of {} tokens ({} tokens, {} bytes per block) on {}, {} swap blocks",
+      fmt::format("KV cache {:.2f} GiB: {} blocks of {} tokens ({} tokens in {}, {} bytes per block) on {}, {} swap "
+                  "blocks",
                   gib(kv_bytes), sizing.num_device_blocks, block_size,
-                  static_cast<std::int64_t>(sizing.num_device_blocks) * block_size, sizing.bytes_per_block, device,
-                  sizing.num_host_blocks);
+                  static_cast<std::int64_t>(sizing.num_device_blocks) * block_size, config_dtype_name(sizing.dtype),
+                  sizing.bytes_per_block, device, sizing.num_host_blocks);
   switch (sizing.method) {
     case KvSizingMethod::kConfiguredBytes:
       return pool + " (from cache.kv_cache_bytes)";

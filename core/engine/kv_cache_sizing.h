@@ -25,9 +25,16 @@ namespace pagedllm {
 // ConfigError when the configured one exceeds the model's.
 int resolve_max_model_len(const HostConfig& config, const pllm_model_info& model);
 
+// The pool's spec: the model's layers, then `num_draft_layers` draft layers (they share the pool
+// and the block tables), of cache.dtype elements (auto: the model's dtype). Throws ConfigError
+// naming cache.dtype when the device is CUDA and it differs from the model's dtype: attention_cuda's
+// kernels write and read the cache in the activations' dtype.
+pllm_kv_cache_spec make_kv_cache_spec(const HostConfig& config, const pllm_model_info& model, int num_draft_layers);
+
 // What the pool came to and where the device memory went.
 struct KvCacheSizing {
   KvSizingMethod method = KvSizingMethod::kConfiguredBytes;
+  pllm_dtype dtype = PLLM_DTYPE_INVALID;  // of the cached keys and values
   int num_device_blocks = 0;
   int num_host_blocks = 0;
   std::uint64_t bytes_per_block = 0;
@@ -70,9 +77,10 @@ struct KvCacheSizingInputs {
 };
 
 // Sizes the pool by the method the backend allows and allocates the cache.
-// Throws ConfigError naming the key to change when the pool cannot hold one
-// max_model_len sequence, the profiling step runs out of memory or memory in
-// use already exceeds gpu_memory_utilization; PluginCallError for other plugin failures.
+// Throws ConfigError naming the key to change when the backend refuses a
+// cache.dtype other than auto, the pool cannot hold one max_model_len sequence,
+// the profiling step runs out of memory or memory in use already exceeds
+// gpu_memory_utilization; PluginCallError for other plugin failures.
 KvCacheSizing size_and_allocate_kv_cache(const KvCacheSizingInputs& inputs);
 
 // The startup lines: what went where, in GiB.

@@ -133,14 +133,11 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorP
   model_.hidden_size = model_info_.hidden_size;
 
   // ---- the KV cache: bytes per block from the backend, blocks from the budget ----
-  // The draft's layers share the pool and the block tables, after the target's.
-  const int num_kv_layers = model_info_.num_layers + (speculative_ ? speculative_->num_draft_layers() : 0);
   const int num_speculative_tokens = speculative_ ? speculative_->num_speculative_tokens() : 0;
   const KvCacheSizing sizing = size_and_allocate_kv_cache(
       {config, attention_, model_instance_,
-       pllm_kv_cache_spec{sizeof(pllm_kv_cache_spec), num_kv_layers, model_info_.num_kv_heads, model_info_.head_dim,
-                          config.cache.block_size, model_info_.dtype},
-       max_model_len, num_speculative_tokens,
+       make_kv_cache_spec(config, model_info_, speculative_ ? speculative_->num_draft_layers() : 0), max_model_len,
+       num_speculative_tokens,
        group ? [group](int blocks) { return smallest_across_ranks(*group, blocks); } : std::function<int(int)>()});
   const int num_device_blocks = sizing.num_device_blocks;
   num_host_blocks_ = sizing.num_host_blocks;

@@ -20,4 +20,12 @@ inline pllm_dtype to_plugin_dtype(const std::string& dtype) {
   return PLLM_DTYPE_INVALID;  // "auto": as stored
 }
 
+// The config's spelling of a float dtype, for messages; other dtypes by number.
+inline std::string config_dtype_name(pllm_dtype dtype) {
+  if (dtype == PLLM_DTYPE_F32) return "f32";
+  if (dtype == PLLM_DTYPE_F16) return "f16";
+  if (dtype == PLLM_DTYPE_BF16) return "bf16";
+  return "dtype " + std::to_string(static_cast<int>(dtype));
+}
+
 }  // namespace pagedllm

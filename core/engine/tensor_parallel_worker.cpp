@@ -70,9 +70,7 @@ class Worker {
     // Sized exactly as rank 0 sizes its pool (the draft's layers after the model's; a pool measured
     // on the device: the smallest rank's), then checked against every rank's.
     const KvCacheSizing sizing = size_and_allocate_kv_cache(
-        {config, attention_, model_,
-         pllm_kv_cache_spec{sizeof(pllm_kv_cache_spec), info.num_layers + num_draft_layers, info.num_kv_heads,
-                            info.head_dim, config.cache.block_size, info.dtype},
+        {config, attention_, model_, make_kv_cache_spec(config, info, num_draft_layers),
          resolve_max_model_len(config, info), num_speculative_tokens,
          [&group](int blocks) { return smallest_across_ranks(group, blocks); }});
     require_same_kv_pool(group, sizing.num_device_blocks, sizing.num_host_blocks);

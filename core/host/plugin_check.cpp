@@ -65,8 +65,8 @@ void print_check_summary(const HostConfig& config, const ConfiguredPlugins& conf
   const bool model_present = fs::exists(config.model.path, ec);  // a directory or a GGUF file
   fmt::print(out, "model       {}{}\n", config.model.path.string(), model_present ? "" : "  (not found)");
   fmt::print(out, "device      {}\n", config.device.str());
-  fmt::print(out, "cache       block_size {}, kv_cache_bytes {}, swap_space {}, prefix caching {}\n",
-             config.cache.block_size, config.cache.kv_cache_bytes, config.cache.swap_space_bytes,
+  fmt::print(out, "cache       block_size {}, dtype {}, kv_cache_bytes {}, swap_space {}, prefix caching {}\n",
+             config.cache.block_size, config.cache.dtype, config.cache.kv_cache_bytes, config.cache.swap_space_bytes,
              config.cache.enable_prefix_caching ? "on" : "off");
   fmt::print(out, "kv sizing   {}\n", describe_kv_sizing(config, configured));
   fmt::print(out, "scheduler   max_num_seqs {}, max_num_batched_tokens {}, chunked prefill {}, preemption {}\n",

@@ -42,6 +42,7 @@ TEST_CASE("a minimal config gets the documented defaults", "[config]") {
   CHECK(c.attention.options == nlohmann::json::object());
   CHECK(c.cache.block_size == 16);
   CHECK(c.cache.enable_prefix_caching);
+  CHECK(c.cache.dtype == "auto");
   CHECK(c.scheduler.max_num_seqs == 256);
   CHECK(c.scheduler.max_num_batched_tokens == 8192);
   CHECK(c.scheduler.preemption_mode == PreemptionMode::kRecompute);
@@ -60,7 +61,8 @@ speculative:
   draft: /models/draft
   num_speculative_tokens: 3
   disable_by_batch_size: 16
-cache: {block_size: 32, gpu_memory_utilization: 0.8, kv_cache_bytes: 2GiB, swap_space: 512MB, enable_prefix_caching: false}
+cache: {block_size: 32, gpu_memory_utilization: 0.8, kv_cache_bytes: 2GiB, swap_space: 512MB, enable_prefix_caching: false,
+        dtype: bf16}
 scheduler: {max_num_seqs: 8, max_num_batched_tokens: 512, preemption_mode: swap, policy: priority}
 server: {host: 0.0.0.0, port: 9000, api_key: secret}
 plugins: {search_paths: [plugins, /opt/plugins]}
@@ -78,6 +80,7 @@ logging: {level: debug}
   CHECK(c.cache.kv_cache_bytes == (2ull << 30));
   CHECK(c.cache.swap_space_bytes == 512'000'000ull);
   CHECK_FALSE(c.cache.enable_prefix_caching);
+  CHECK(c.cache.dtype == "bf16");
   CHECK(c.scheduler.preemption_mode == PreemptionMode::kSwap);
   CHECK(c.scheduler.policy == SchedulingPolicy::kPriority);
   CHECK(c.server.api_key == std::optional<std::string>("secret"));
@@ -141,6 +144,8 @@ TEST_CASE("impossible values are errors naming the key", "[config]") {
   CHECK_THAT(config_error(kMinimal + "device: gpu\n"), Contains("device: must be cpu, cuda or cuda:N"));
   CHECK_THAT(config_error(kMinimal + "scheduler: {preemption_mode: pause}\n"),
              Contains("scheduler.preemption_mode: must be one of recompute, swap"));
+  CHECK_THAT(config_error(kMinimal + "cache: {dtype: fp8}\n"),
+             Contains("test.yaml:8:9: cache.dtype: must be one of auto, f32, f16, bf16, got \"fp8\""));
   CHECK_THAT(config_error(kMinimal + "scheduler: {enable_chunked_prefill: false, max_model_len: 4096, "
                                      "max_num_batched_tokens: 1024}\n"),
              Contains("without chunked prefill a whole prompt must fit in one step"));
@@ -205,8 +210,9 @@ TEST_CASE("overrides given with --set replace values and are validated like the 
   const HostConfig c = parse_config(kMinimal, "/etc/pagedllm/test.yaml",
                                     {"scheduler.max_num_seqs=64", "attention.options.variant=reference",
                                      "attention.plugin=other_attention", "plugins.search_paths=[a, /b]",
-                                     "model.path=relative/model"});
+                                     "model.path=relative/model", "cache.dtype=bf16"});
   CHECK(c.scheduler.max_num_seqs == 64);
+  CHECK(c.cache.dtype == "bf16");
   CHECK(c.attention.options["variant"] == "reference");
   CHECK(c.attention.plugin == "other_attention");
   // Paths given on the command line are relative to the working directory.
@@ -215,6 +221,8 @@ TEST_CASE("overrides given with --set replace values and are validated like the 
 
   CHECK_THAT(config_error(kMinimal, {"scheduler.max_num_seqs=0"}),
              Contains("--set scheduler.max_num_seqs=0: scheduler.max_num_seqs: must be in [1, 65536], got 0"));
+  CHECK_THAT(config_error(kMinimal, {"cache.dtype=BF16"}),
+             Contains("--set cache.dtype=BF16: cache.dtype: must be one of auto, f32, f16, bf16, got \"BF16\""));
   CHECK_THAT(config_error(kMinimal, {"cache.blok_size=8"}),
              Contains("--set cache.blok_size=8: cache.blok_size: unknown key (did you mean 'block_size'?)"));
   CHECK_THAT(config_error(kMinimal, {"no_equals_sign"}), Contains("expected path.to.key=value"));

@@ -1269,3 +1269,41 @@ TEST_CASE("without memory_info the pool is kv_cache_bytes, whatever gpu_memory_u
                    "attention.options={}", "cache.gpu_memory_utilization=0.01"});
   CHECK(device_blocks(f.engine()) == 1 * kMiB / 512);
 }
+
+TEST_CASE("cache.dtype is the KV cache's element type: a 16-bit block is half an f32 one", "[engine][kv_sizing]") {
+  // fixture_rule_model reports f32, so auto is f32: 1 MiB of 512-byte blocks.
+  SECTION("auto and f32") {
+    CHECK(device_blocks(EngineFixture().engine()) == 2048);
+    CHECK(device_blocks(EngineFixture({"cache.dtype=f32"}).engine()) == 2048);
+  }
+  SECTION("bf16 and f16, which attention_cpu fills from the model's f32 keys and values") {
+    const std::string dtype = GENERATE(std::string("bf16"), std::string("f16"));
+    CAPTURE(dtype);
+    EngineFixture f({"cache.dtype=" + dtype});
+    CHECK(device_blocks(f.engine()) == 4096);
+    f.engine().start();
+    GenerateRequest r = f.request("def fibonacci(n):", 12);
+    const std::vector<std::int32_t> prompt = r.prompt_token_ids;
+    const Collected out = f.run(std::move(r));
+    REQUIRE_FALSE(out.error);
+    CHECK(out.sequences[0].tokens == rule_continuation(prompt, 12, f.vocab()));
+    require_drained(f.engine());
+  }
+}
+
+TEST_CASE("an attention backend that cannot hold cache.dtype refuses it at startup, naming the key",
+          "[engine][kv_sizing]") {
+  const std::vector<std::string> f32_only = {
+      fmt::format("attention.plugin={}/fixture_attention.so", PAGEDLLM_FIXTURE_PLUGIN_DIR), "attention.options={}"};
+  std::vector<std::string> bf16 = f32_only;
+  bf16.push_back("cache.dtype=bf16");
+  CHECK_THROWS_WITH(EngineFixture(bf16),
+                    Catch::Contains("--set cache.dtype=bf16: cache.dtype: the attention backend 'fixture_attention' "
+                                    "refused a KV cache of bf16: plugin 'fixture_attention': bytes_per_block "
+                                    "failed") &&
+                        Catch::Contains("fixture_attention: the KV cache must be f32; use a dtype it supports, or "
+                                        "auto (the model's dtype)"));
+  std::vector<std::string> written_auto = f32_only;
+  written_auto.push_back("cache.dtype=auto");
+  CHECK(device_blocks(EngineFixture(written_auto).engine()) == 2048);
+}

@@ -119,6 +119,30 @@ TEST_CASE("engine on CUDA: the KV pool is what gpu_memory_utilization leaves of 
   engine->shutdown(ShutdownMode::kDrain);
 }
 
+// attention_cuda's kernels read and write the cache in the activations' dtype, so a cache.dtype other
+// than the model's is refused when the engine is created (not at the first request), naming the key.
+TEST_CASE("engine on CUDA: a cache.dtype other than the model's is refused at startup, naming the key",
+          "[engine][cuda][kv_sizing]") {
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  // A written kv_cache_bytes: no profiling step to emulate.
+  std::vector<std::string> settings = overrides(0.5);
+  settings.push_back("cache.kv_cache_bytes=1MiB");
+  const auto device_blocks_with = [&](const std::string& dtype) {
+    std::vector<std::string> with_dtype = settings;
+    with_dtype.push_back("cache.dtype=" + dtype);
+    const HostConfig config = load_config(PAGEDLLM_SOURCE_DIR "/configs/serve-cuda.yaml", with_dtype);
+    PluginRegistry registry = make_plugin_registry(config);
+    return Engine::create(config, registry)->metrics().scheduler.kv.num_device_blocks;
+  };
+  CHECK_THROWS_WITH(device_blocks_with("bf16"),
+                    Catch::Contains("--set cache.dtype=bf16: cache.dtype: bf16 differs from the model's dtype f32 on "
+                                    "cuda:0: attention on CUDA (attention_cuda) keeps keys and values in the "
+                                    "activations' dtype; leave cache.dtype auto, or set model.dtype: bf16 to "
+                                    "compute in it too"));
+  // serve-cuda.yaml's model.dtype, the cache auto gives: 1 MiB of 48 KiB f32 blocks.
+  CHECK(device_blocks_with("f32") == 21);
+}
+
 // Hidden: run by its own ctest entry on a 16 MiB emulated device.
 TEST_CASE("engine on CUDA: weights larger than the device are OUT_OF_MEMORY naming the bytes", "[.][cuda_oom]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();

@@ -291,3 +291,21 @@ TEST_CASE("configs/tiny.yaml: greedy output of the embedded model is determinist
   CHECK(reference.exit_code == 0);
   CHECK(reference.out == first.out);
 }
+
+TEST_CASE("cache.dtype by --set: the KV cache's element type in the startup log, a bad one exits 2", "[host_cli]") {
+  const std::string generate = "--config '" + kTiny + "' --prompt 'def fibonacci(n):' --max-tokens 8 --temperature 0";
+  auto r = run_command(host(generate));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("tokens in f32, 49152 bytes per block"));
+  r = run_command(host(generate + " --set cache.dtype=bf16"));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.err, Contains("tokens in bf16, 24576 bytes per block"));
+  CHECK_THAT(r.err, Contains("8 generated"));
+  r = run_command(host("--config '" + kTiny + "' --check --set cache.dtype=bf16"));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("cache       block_size 16, dtype bf16, kv_cache_bytes 536870912"));
+  r = run_command(host("--config '" + kTiny + "' --check --set cache.dtype=fp8"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("--set cache.dtype=fp8: cache.dtype: must be one of auto, f32, f16, bf16, got \"fp8\""));
+}

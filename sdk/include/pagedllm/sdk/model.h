@@ -44,7 +44,7 @@ typedef struct pllm_model_info {
   int32_t num_kv_heads;
   int32_t head_dim;
   int32_t max_position_embeddings;
-  pllm_dtype dtype;          /* dtype of activations and of the KV cache */
+  pllm_dtype dtype;          /* dtype of activations; the KV cache's unless the host picks another */
   int32_t bos_token_id;      /* -1 when none */
   int32_t num_eos_token_ids;
   const int32_t* eos_token_ids;

@@ -16,7 +16,7 @@ class LlamaForward {
   virtual ~LlamaForward() = default;
 
   virtual const LlamaConfig& config() const = 0;
-  // The dtype of activations, so of the KV cache the attention backend keeps.
+  // The dtype of activations, and of the KV cache unless the host's cache.dtype picks another.
   virtual pllm_dtype dtype() const = 0;
   // Where it runs and how, for the plugin's log line ("4 threads", "cuda:0, bf16").
   virtual std::string describe() const = 0;
