@@ -26,7 +26,9 @@
 #   convert    GGUF f16 and q8_0 of it (tools/bench/hf_to_gguf.py: the gguf package, llama.cpp's q/k permutation)
 #   pagedllm   pagedllm-host serving it (bf16 as stored, and quantization int8), driven by build/bin/pagedllm-bench
 #              through the workloads (below); variant int8ct serves the compressed-tensors W8A8 checkpoint the vllm
-#              stage makes (lm_head kept bf16), the same work as vLLM's int8
+#              stage makes (lm_head kept bf16), the same work as vLLM's int8. The KV cache is bf16
+#              (cache.dtype, $PEERS_KV_DTYPE: the peers' precision, vLLM's bf16 and llama-server's f16, where
+#              pagedllm's default would keep f32 activations' keys and values at twice the bytes)
 #   llamacpp   llama-server (f16 and q8_0 GGUF) driven by pagedllm-bench through the same workloads: one slot per
 #              stream (-np: the most any workload keeps in flight, 32 by default; -c = slots x 2048), continuous
 #              batching, -t/-tb $PEERS_THREADS, prompt caching as an operator runs it (cache_prompt on, slots chosen
@@ -243,7 +245,8 @@ run_pagedllm() {
       --set "model.options.num_threads=$THREADS" --set "model.options.quantization=$quantization" \
       --set "model.options.cpu_bf16_compute=$bf16_compute" \
       --set "attention.options.num_threads=$THREADS" --set "server.port=$port" \
-      --set "cache.kv_cache_bytes=2GiB" >"$RESULTS/pagedllm-${variant/@/-}.log" 2>&1 &
+      --set "cache.kv_cache_bytes=2GiB" --set "cache.dtype=${PEERS_KV_DTYPE:-bf16}" \
+      >"$RESULTS/pagedllm-${variant/@/-}.log" 2>&1 &
     pid=$!
     if wait_ready "$port" "$pid"; then bench_workloads "$port" "pagedllm-${variant/@/-}"; fi
     kill "$pid" 2>/dev/null || true
