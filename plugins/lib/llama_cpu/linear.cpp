@@ -46,10 +46,12 @@ struct I8 {
 };
 
 // The cache blocking of the lanes GEMMs (linear_kernels.inc): chunks of `rows`
-// rows (a multiple of 32), each in blocks of `cols` columns.
+// rows (a multiple of 32), each in blocks of `cols` columns, each over depths
+// of `depth` 32-bit words of k.
 struct LanesBlocking {
   int64_t rows;
   int64_t cols;
+  int64_t depth;
 };
 
 // One level's entry points.
@@ -136,8 +138,10 @@ const Kernels& kernels(Isa isa) {
 }
 
 // One core's L2 and the (shared) L3 in bytes, as the machine reports them:
-// sysconf, else cpu0's caches in sysfs, else 1 MiB and 8 MiB (then only the
-// GEMMs' blocking is off, never a result).
+// cpu0's caches in sysfs (the kernel's reading of CPUID, as lscpu shows it),
+// else sysconf, else 1 MiB and 8 MiB (then only the GEMMs' blocking is off,
+// never a result). sysfs first: glibc's sysconf reported this project's Zen 4
+// VM's 32 MiB L3 as 320 MiB.
 struct CacheSizes {
   int64_t l2;
   int64_t l3;
@@ -159,25 +163,34 @@ int64_t sysfs_cache_bytes(int level) {
 
 const CacheSizes& cache_sizes() {
   static const CacheSizes sizes = [] {
-    int64_t l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    if (l2 <= 0) l2 = sysfs_cache_bytes(2);
-    if (l3 <= 0) l3 = sysfs_cache_bytes(3);
+    int64_t l2 = sysfs_cache_bytes(2), l3 = sysfs_cache_bytes(3);
+    if (l2 <= 0) l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (l3 <= 0) l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     return CacheSizes{l2 > 0 ? l2 : 1024 * 1024, l3 > 0 ? l3 : 8 * 1024 * 1024};
   }();
   return sizes;
 }
 
-// The lanes GEMMs' blocking for weights and interleaved activations of
-// `row_bytes` bytes a row (about the same: k elements either way): chunks of
-// rows whose activations fill a quarter of L3 (shared, by the other threads'
-// slices of the same rows too) and blocks of columns whose weights fill half of
-// L2, so that each is read from memory once per chunk.
-LanesBlocking lanes_blocking(int64_t row_bytes) {
-  constexpr int64_t kBlockRows = 32, kTileCols = 12;
+// The lanes GEMMs' blocking for m rows of `words` 32-bit words of k (weights
+// and interleaved activations alike). Columns in blocks that fill half of L2,
+// chunks of rows whose activations fill a quarter of L3 (shared, by the other
+// threads' slices of the same rows too): each block of weights is read from
+// memory once per chunk, each chunk of activations from L3 once per block.
+// Where the activations outgrow an eighth of L3 (a prefill chunk of 256 rows
+// or more at k = 8192), k is also cut into depths at which ten tiles' columns
+// (120) fill half of L2: full-depth blocks there are only 24 columns wide, and
+// the activations read 85 times per 2048 columns ran the product at 60-70 % of
+// vdpbf16ps's peak at 2048 rows, 77-84 % with depths. Fewer rows keep all of k
+// in one depth, which measured 3-4 % faster there (docs/benchmarks.md "Rows in
+// the lanes").
+LanesBlocking lanes_blocking(int64_t m, int64_t words) {
+  constexpr int64_t kBlockRows = 32, kTileCols = 12, kBlockCols = 10 * kTileCols;
   const CacheSizes& caches = cache_sizes();
-  const int64_t bytes = std::max<int64_t>(row_bytes, 1);
-  return {std::max<int64_t>(kBlockRows, caches.l3 / 4 / bytes / kBlockRows * kBlockRows),
-          std::max<int64_t>(kTileCols, caches.l2 / 2 / bytes / kTileCols * kTileCols)};
+  const int64_t all = std::max<int64_t>(words, 1);
+  const int64_t depth = m * all * 4 > caches.l3 / 8 ? std::clamp<int64_t>(caches.l2 / 2 / (4 * kBlockCols), 16, all)
+                                                    : all;
+  return {std::max<int64_t>(kBlockRows, caches.l3 / 4 / (4 * depth) / kBlockRows * kBlockRows),
+          std::max<int64_t>(kTileCols, caches.l2 / 2 / (4 * depth) / kTileCols * kTileCols), depth};
 }
 
 // More than kDotRowsMaxRows rows of 16-bit weights: SGEMM over tiles of
@@ -256,7 +269,7 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, c
         kern.dot_rows_bf16(a, lda, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
       } else if (ra.interleaved) {
         kern.gemm_bf16(ra.interleaved, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate,
-                       lanes_blocking(2 * k));
+                       lanes_blocking(m, (k + 1) / 2));
       } else {
         gemm_widened(kern.widen_bf16, a, lda, m, static_cast<const Bf16*>(ws), cols, k, o, ldc, accumulate);
       }
@@ -271,7 +284,7 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, c
     case PLLM_DTYPE_I8:
       if (w.int8_compute == Int8Compute::kW8A8 && qa.interleaved) {
         kern.gemm_w8a8(qa.interleaved, qa.scales, m, static_cast<const int8_t*>(ws), slice.scales, slice.row_sums,
-                       cols, k, o, ldc, accumulate, lanes_blocking(k));
+                       cols, k, o, ldc, accumulate, lanes_blocking(m, (k + 3) / 4));
       } else if (w.int8_compute == Int8Compute::kW8A8) {
         kern.dot_rows_w8a8(qa.data, qa.ldq, qa.scales, m, static_cast<const int8_t*>(ws), slice.scales,
                            slice.row_sums, cols, k, o, ldc, accumulate);
