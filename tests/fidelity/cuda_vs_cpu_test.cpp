@@ -31,13 +31,9 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <limits>
-#include <mutex>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -46,48 +42,29 @@
 #include "core/config/config.h"
 #include "core/engine/engine.h"
 #include "core/plugin/configured_plugins.h"
+#include "tests/fidelity/tiny_engine_runs.h"
 #include "tests/support/cuda_device.h"
 #include "tests/support/temp_dir.h"
 
 using namespace pagedllm;
+using pagedllm::testing::EngineRun;
 
 namespace {
 
 constexpr int kNewTokens = 12;
-constexpr int kVocab = 8192;
+constexpr int kVocab = testing::kTinyVocab;
 constexpr int kBlockSize = 16;
 constexpr double kAtol = 1e-4;
 constexpr double kRtol = 1e-5;
 constexpr double kMinMargin = 1e-3;
 // pagedllm-tiny's f32 K and V of one block over its 6 layers (2 kv heads x 32 dims).
 constexpr std::int64_t kBlockBytes = 6 * 2 * 2 * 32 * 4 * kBlockSize;
-// As test_engine_fidelity: a prompt of more than four blocks first (admitted first
-// under preemption), one token past bos, and two whose decodes cross a block boundary.
-const std::vector<int> kPromptLengths = {70, 2, 13, 29};
-
-std::vector<std::vector<std::int32_t>> prompts() {
-  std::vector<std::vector<std::int32_t>> out;
-  for (std::size_t p = 0; p < kPromptLengths.size(); ++p) {
-    std::mt19937 rng(static_cast<std::uint32_t>(7 + p));
-    std::uniform_int_distribution<int> token(1, kVocab - 1);
-    std::vector<std::int32_t> prompt{0};  // bos
-    while (static_cast<int>(prompt.size()) < kPromptLengths[p]) prompt.push_back(token(rng));
-    out.push_back(std::move(prompt));
-  }
-  return out;
-}
 
 // configs/eagle-cuda.yaml's speculator: the EAGLE-1 head on the target's device.
 const std::string kSpeculative = "speculative: {plugin: spec_eagle, draft: " PAGEDLLM_SOURCE_DIR
                                  "/models/pagedllm-tiny-eagle, num_speculative_tokens: 3, "
                                  "options: {draft_vocab_size: 1024}}";
 
-struct EngineRun {
-  std::vector<std::vector<std::int32_t>> tokens;
-  std::vector<std::vector<TokenLogprob>> logprobs;
-  std::vector<std::string> errors;
-  EngineMetrics metrics;
-};
 
 // Serves every prompt `repeats` times greedily on the CPU or on cuda:0, each round
 // after the previous one: with full-vocabulary logprobs, or, `speculative`, without
@@ -117,49 +94,7 @@ logging: {{level: warn}}
   std::unique_ptr<Engine> engine = Engine::create(config, registry);
   REQUIRE(engine->model().vocab_size == kVocab);
 
-  const auto all = prompts();
-  const std::size_t total = all.size() * static_cast<std::size_t>(repeats);
-  EngineRun run;
-  run.tokens.resize(total);
-  run.logprobs.resize(total);
-  run.errors.resize(total);
-  std::mutex mutex;
-  std::condition_variable done_signal;
-  std::size_t done = 0;
-  for (int r = 0; r < repeats; ++r) {
-    for (std::size_t p = 0; p < all.size(); ++p) {
-      const std::size_t slot = static_cast<std::size_t>(r) * all.size() + p;
-      GenerateRequest request;
-      request.prompt_token_ids = all[p];
-      request.sampling.temperature = 0.0f;
-      request.sampling.max_tokens = kNewTokens;
-      request.sampling.ignore_eos = true;
-      if (!speculative) request.sampling.logprobs = kVocab;
-      engine->submit(std::move(request), [&, slot](RequestOutput&& out) {
-        std::lock_guard lock(mutex);
-        for (SequenceDelta& delta : out.sequences) {
-          run.tokens[slot].insert(run.tokens[slot].end(), delta.token_ids.begin(), delta.token_ids.end());
-          for (TokenLogprob& lp : delta.logprobs) run.logprobs[slot].push_back(std::move(lp));
-        }
-        if (out.error) run.errors[slot] = *out.error;
-        if (out.finished) {
-          ++done;
-          done_signal.notify_all();
-        }
-      });
-    }
-    // The first round is queued before the engine starts, so both engines schedule
-    // the same steps; each round finishes before the next starts, so the next one
-    // finds its blocks cached.
-    if (r == 0) engine->start();
-    std::unique_lock lock(mutex);
-    const std::size_t target = (static_cast<std::size_t>(r) + 1) * all.size();
-    REQUIRE(done_signal.wait_for(lock, std::chrono::seconds(300), [&] { return done == target; }));
-  }
-  // After the loop stopped: the last step's counters are published after its outputs went out.
-  engine->shutdown(ShutdownMode::kDrain);
-  run.metrics = engine->metrics();
-  return run;
+  return testing::serve_in_rounds(*engine, testing::tiny_prompts(), repeats, kNewTokens, speculative);
 }
 
 // Both engines along one path: the CUDA engine's greedy tokens equal the CPU
