@@ -51,13 +51,19 @@ import time
 from pathlib import Path
 
 TIMEOUT_S = 60  # for any one run: a hang fails the test instead of stalling CI
+# The failure tests' streams run on the random kv8 model, 17 sequences a step, to 2000 tokens:
+# about 8 s. 240 tokens of the embedded model once took less than the test process was descheduled for
+# between the stream's first chunk and stopping rank 1 (a loaded CI machine): the stream ended normally.
+STREAM_TOKENS = 2000
+STREAM_MAX_MODEL_LEN = 2048
+STREAM_KV_BYTES = "64MiB"  # 17 sequences of 2048 tokens without preemption
 
 
 def fail(what, output=""):
     sys.exit(f"FAILED: {what}" + (f"\n--- output ---\n{output}" if output else ""))
 
 
-def write_config(path, model, tp, kv_blocks_bytes, extra="", cuda=False):
+def write_config(path, model, tp, kv_blocks_bytes, extra="", cuda=False, max_model_len=256):
     """On CUDA (cuda=True): the model in f32 on cuda:0, every rank there too (parallel.devices). On the CPU
     the exact path (cpu_bf16_compute: exact), where TP = N differs from TP = 1 by f32 order only: rounding
     activations to bf16 would turn those differences into flipped roundings (2e-3 on a logprob)."""
@@ -73,7 +79,7 @@ device: {"cuda:0" if cuda else "cpu"}
 attention: {{plugin: {"attention_cuda" if cuda else "attention_cpu"}}}
 sampler: {{plugin: sampler}}
 cache: {{block_size: 16, kv_cache_bytes: {kv_blocks_bytes}, swap_space: {kv_blocks_bytes}, enable_prefix_caching: true}}
-scheduler: {{max_num_seqs: 16, max_num_batched_tokens: 512, max_model_len: 256, preemption_mode: swap}}
+scheduler: {{max_num_seqs: 16, max_num_batched_tokens: 512, max_model_len: {max_model_len}, preemption_mode: swap}}
 server: {{host: 127.0.0.1, port: 0, shutdown_grace_period_s: 5}}
 {parallel}""")
     return path
@@ -187,13 +193,14 @@ class Server:
             fail(f"the job still ran {limit_s} s later: a hang", self.output())
 
     def start_stream(self):
-        """A streamed request among 16 others (so that it is still running a while later), once its
-        first chunk arrived: the request is running on both ranks."""
+        """A streamed request among 16 others, once its first chunk arrived: the request is running on
+        both ranks. Each runs to STREAM_TOKENS, long enough to still be running when the test stops a
+        rank under it."""
         load = threading.Thread(target=self.post_quietly, args=({
-            "prompt": [f"def load_{i}(x):" for i in range(16)], "max_tokens": 240, "temperature": 0,
+            "prompt": [f"def load_{i}(x):" for i in range(16)], "max_tokens": STREAM_TOKENS, "temperature": 0,
             "ignore_eos": True},), daemon=True)
         load.start()
-        status, response = self.post({"prompt": "def fib(n):", "max_tokens": 240, "temperature": 0,
+        status, response = self.post({"prompt": "def fib(n):", "max_tokens": STREAM_TOKENS, "temperature": 0,
                                       "ignore_eos": True, "stream": True})
         if status != 200:
             fail(f"stream: {status} {response.read()!r}", self.output())
@@ -474,8 +481,9 @@ def check_server(runner, tmp, tiny):
             fail(f"server completion {i}: TP = 2 differs from TP = 1\nTP = 1: {one!r}\nTP = 2: {two!r}")
 
 
-def check_dead_worker(runner, tmp, tiny):
-    server = runner.start_server(2, write_config(tmp / "dead.yaml", tiny, 2, "8MiB"))
+def check_dead_worker(runner, tmp, model):
+    server = runner.start_server(2, write_config(tmp / "dead.yaml", model, 2, STREAM_KV_BYTES,
+                                                 max_model_len=STREAM_MAX_MODEL_LEN))
     stream = server.start_stream()
     start = time.monotonic()
     os.kill(server.worker_pid, signal.SIGKILL)
@@ -490,8 +498,9 @@ def check_dead_worker(runner, tmp, tiny):
           f"exit {rc}, mpirun named rank 1; the stream was cut")
 
 
-def check_stuck_worker(runner, tmp, tiny):
-    config = write_config(tmp / "stuck.yaml", tiny, 2, "8MiB", ", options: {timeout_seconds: 3}")
+def check_stuck_worker(runner, tmp, model):
+    config = write_config(tmp / "stuck.yaml", model, 2, STREAM_KV_BYTES, ", options: {timeout_seconds: 3}",
+                          max_model_len=STREAM_MAX_MODEL_LEN)
     server = runner.start_server(2, config)
     time.sleep(4)  # idle longer than the timeout: rank 0's heartbeats keep rank 1 waiting without failing
     stream = server.start_stream()
@@ -550,7 +559,8 @@ def main():
             check_device_pools(runner, tmp, tiny)
             return
         kv8 = random_model("kv8", "--num-heads", "8", "--num-kv-heads", "8", "--head-dim", "8", "--hidden-size", "64",
-                           "--intermediate-size", "96", "--num-layers", "2", "--vocab-size", "1001", "--seed", "3")
+                           "--intermediate-size", "96", "--num-layers", "2", "--vocab-size", "1001", "--seed", "3",
+                           "--max-position-embeddings", str(STREAM_MAX_MODEL_LEN))
         kv2 = random_model("kv2", "--num-heads", "8", "--num-kv-heads", "2", "--head-dim", "8", "--hidden-size", "64",
                            "--intermediate-size", "96", "--num-layers", "2", "--vocab-size", "998", "--dtype", "bf16",
                            "--tie-word-embeddings", "--seed", "4")
@@ -561,8 +571,8 @@ def main():
         check_speculation(runner, tmp, tiny)
         check_rank0_fails_alone(runner, tmp, kv8, tiny)
         check_server(runner, tmp, tiny)
-        check_dead_worker(runner, tmp, tiny)
-        check_stuck_worker(runner, tmp, tiny)
+        check_dead_worker(runner, tmp, kv8)
+        check_stuck_worker(runner, tmp, kv8)
 
 
 if __name__ == "__main__":
