@@ -340,17 +340,14 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "llama_cpu: W8A8 product of width " + std::to_string(k) +
                                                     " (at most " + std::to_string(kW8A8MaxK) + ")");
     }
-    thread_local std::vector<uint8_t> q;
-    thread_local std::vector<float> scales;
+    thread_local Buffer q, scales;
     const int64_t ldq = (k + 63) / 64 * 64;
-    q.resize(std::size_t(m * ldq));
-    scales.resize(std::size_t(m));
     // Past kDotRowsMaxRows rows over the pool's threads (at prefill sizes a few
     // % of the product: serial, it would idle the others; a decode step's rows
     // stay on this thread, a wake-up costs more), through pointers: a
     // thread_local named in the lambda would be the running thread's own.
-    uint8_t* q_data = q.data();
-    float* scale_data = scales.data();
+    uint8_t* q_data = q.reserve_of<uint8_t>(std::size_t(m * ldq));
+    float* scale_data = scales.reserve(std::size_t(m));
     parallel_rows(pool, m, m > kDotRowsMaxRows ? 4 * k : 0, [&](int64_t begin, int64_t end) {
       kern.quantize_rows_u8(a + begin * lda, lda, end - begin, k, q_data + begin * ldq, ldq, scale_data + begin);
     });
@@ -359,10 +356,9 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
   }
   Bf16Rows ra{nullptr, 0, nullptr};
   if (w.dtype == PLLM_DTYPE_BF16 && w.bf16_compute == Bf16Compute::kVdpbf16ps && kern.round_rows_bf16) {
-    thread_local std::vector<uint16_t> rounded;
+    thread_local Buffer rounded;
     const int64_t ldr = (k + 1) / 2 * 2;
-    rounded.resize(std::size_t(m * ldr));
-    uint16_t* rounded_data = rounded.data();  // (over the pool past kDotRowsMaxRows rows, a pointer: as above)
+    uint16_t* rounded_data = rounded.reserve_of<uint16_t>(std::size_t(m * ldr));  // (over the pool past kDotRowsMaxRows rows, a pointer: as above)
     parallel_rows(pool, m, m > kDotRowsMaxRows ? 2 * k : 0, [&](int64_t begin, int64_t end) {
       kern.round_rows_bf16(a + begin * lda, lda, end - begin, k, rounded_data + begin * ldr, ldr);
     });

@@ -66,6 +66,7 @@
 #include "common/dtype_name.h"
 #include "common/float16_rounding.h"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
+#include "llama_cpu/buffer.h"
 #include "llama_cpu/cpu_isa.h"
 #include "llama_cpu/cpu_kernels.h"
 #include "llama_cpu/weight_loader.h"
@@ -532,4 +533,32 @@ TEST_CASE("llama_cpu: PAGEDLLM_CPU_ISA names", "[llama_cpu]") {
   pagedllm::llama_cpu::set_isa_cap(std::nullopt);
   CHECK(pagedllm::llama_cpu::active_isa() ==
         std::min(pagedllm::llama_cpu::detected_isa(), pagedllm::llama_cpu::kDefaultCap));
+}
+
+// The forward's scratch: aligned, kept while it is large enough, grown by half again (so that a
+// prompt a token longer than any before does not allocate anew), and from 2 MiB a mapping starting
+// on a 2 MiB boundary (what a huge page needs), which holds what is written to it at every byte.
+TEST_CASE("llama_cpu: Buffer alignment and growth", "[llama_cpu]") {
+  using pagedllm::llama_cpu::Buffer;
+  Buffer small;
+  float* first = small.reserve(1000);
+  CHECK(reinterpret_cast<std::uintptr_t>(first) % 64 == 0);
+  CHECK(small.reserve(10) == first);
+  CHECK(small.reserve(1000) == first);
+  float* grown = small.reserve(1001);
+  CHECK(reinterpret_cast<std::uintptr_t>(grown) % 64 == 0);
+  CHECK(small.reserve(1500) == grown);  // the growth made room for half again
+
+  Buffer large;
+  const std::size_t count = Buffer::kHugePageBytes / sizeof(float) * 3 + 5;
+  float* data = large.reserve(count);
+  CHECK(reinterpret_cast<std::uintptr_t>(data) % Buffer::kHugePageBytes == 0);
+  for (std::size_t i = 0; i < count; ++i) data[i] = float(i % 4099);
+  auto* bytes = large.reserve_of<std::uint8_t>(count * sizeof(float));
+  CHECK(static_cast<void*>(bytes) == static_cast<void*>(data));
+  bool intact = true;
+  for (std::size_t i = 0; i < count; ++i) intact = intact && data[i] == float(i % 4099);
+  CHECK(intact);
+  // Rounded up to whole huge pages: up to 4 of them hold 4 * 2 MiB without growing.
+  CHECK(large.reserve(Buffer::kHugePageBytes / sizeof(float) * 4) == data);
 }
