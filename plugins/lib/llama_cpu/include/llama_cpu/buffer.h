@@ -15,6 +15,15 @@
 #include "pagedllm/sdk.h"
 #include "llama_common/tensor_view.h"
 
+// Under AddressSanitizer (gcc's or clang's spelling) a Buffer is exactly what was reserved, on the heap.
+#if defined(__SANITIZE_ADDRESS__)
+#define PAGEDLLM_LLAMA_CPU_EXACT_BUFFERS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PAGEDLLM_LLAMA_CPU_EXACT_BUFFERS 1
+#endif
+#endif
+
 namespace pagedllm::llama_cpu {
 
 // How a Buffer's memory goes back: an operator new[] block, or a mapping.
@@ -40,9 +49,18 @@ struct BufferRelease {
 // in a 429-token prefill of the 1B-shape model; 1,400 in huge pages:
 // docs/benchmarks.md). Where THP is off the advice does nothing and the pages
 // are 4 KiB, with the same contents.
+//
+// Under AddressSanitizer (kExact) a buffer is instead exactly the size
+// reserved, from operator new[]: ASan's redzone then starts right past it, and
+// a kernel that reads or writes past its scratch fails the sanitizer tests.
 class Buffer {
  public:
   static constexpr std::size_t kHugePageBytes = std::size_t(2) << 20;
+#ifdef PAGEDLLM_LLAMA_CPU_EXACT_BUFFERS
+  static constexpr bool kExact = true;
+#else
+  static constexpr bool kExact = false;
+#endif
 
   float* reserve(std::size_t count) { return reserve_of<float>(count); }
   float* data() const { return static_cast<float*>(memory_.get()); }
@@ -54,7 +72,7 @@ class Buffer {
     const std::size_t needed = count * sizeof(T);
     if (needed > capacity_bytes_) {
       // Half again as much: a prompt a token longer than any before must not touch every page anew.
-      const std::size_t bytes = std::max(needed, capacity_bytes_ + capacity_bytes_ / 2);
+      const std::size_t bytes = kExact ? needed : std::max(needed, capacity_bytes_ + capacity_bytes_ / 2);
       memory_.reset();
       memory_ = allocate(bytes);
       capacity_bytes_ = memory_.get_deleter().mapped_bytes ? round_to_huge_pages(bytes) : bytes;
@@ -70,7 +88,7 @@ class Buffer {
   }
 
   static Memory allocate(std::size_t bytes) {
-    if (bytes < kHugePageBytes) return Memory(::operator new[](bytes, std::align_val_t(64)), BufferRelease{});
+    if (kExact || bytes < kHugePageBytes) return Memory(::operator new[](bytes, std::align_val_t(64)), BufferRelease{});
     // One huge page more than needed, to start at a 2 MiB boundary within it.
     const std::size_t rounded = round_to_huge_pages(bytes);
     const std::size_t mapped = rounded + kHugePageBytes;
