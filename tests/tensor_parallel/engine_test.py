@@ -51,12 +51,12 @@ import time
 from pathlib import Path
 
 TIMEOUT_S = 60  # for any one run: a hang fails the test instead of stalling CI
-# The failure tests' streams run on the random kv8 model, 17 sequences a step, to 2000 tokens:
+# The failure tests' streams run on the random kv8 model, 16 sequences a step, to 2000 tokens:
 # about 8 s. 240 tokens of the embedded model once took less than the test process was descheduled for
 # between the stream's first chunk and stopping rank 1 (a loaded CI machine): the stream ended normally.
 STREAM_TOKENS = 2000
 STREAM_MAX_MODEL_LEN = 2048
-STREAM_KV_BYTES = "64MiB"  # 17 sequences of 2048 tokens without preemption
+STREAM_KV_BYTES = "64MiB"  # 16 sequences of 2048 tokens without preemption
 
 
 def fail(what, output=""):
@@ -193,11 +193,11 @@ class Server:
             fail(f"the job still ran {limit_s} s later: a hang", self.output())
 
     def start_stream(self):
-        """A streamed request among 16 others, once its first chunk arrived: the request is running on
+        """A streamed request among 15 others, once its first chunk arrived: the request is running on
         both ranks. Each runs to STREAM_TOKENS, long enough to still be running when the test stops a
-        rank under it."""
+        rank under it. 16 in all, max_num_seqs: the stream never waits for a place in the batch."""
         load = threading.Thread(target=self.post_quietly, args=({
-            "prompt": [f"def load_{i}(x):" for i in range(16)], "max_tokens": STREAM_TOKENS, "temperature": 0,
+            "prompt": [f"def load_{i}(x):" for i in range(15)], "max_tokens": STREAM_TOKENS, "temperature": 0,
             "ignore_eos": True},), daemon=True)
         load.start()
         status, response = self.post({"prompt": "def fib(n):", "max_tokens": STREAM_TOKENS, "temperature": 0,
