@@ -52,13 +52,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -69,6 +67,7 @@
 #include "core/config/config.h"
 #include "core/engine/engine.h"
 #include "core/plugin/configured_plugins.h"
+#include "tests/fidelity/tiny_engine_runs.h"
 #include "tests/support/python.h"
 #include "tests/support/run_command.h"
 #include "tests/support/temp_dir.h"
@@ -201,12 +200,7 @@ Suite& suite() {
   return s;
 }
 
-struct EngineRun {
-  std::vector<std::vector<std::int32_t>> tokens;
-  std::vector<std::vector<TokenLogprob>> logprobs;
-  std::vector<int> cached_prompt_tokens;
-  EngineMetrics metrics;
-};
+using testing::EngineRun;
 
 // Serves every prompt `repeats` times greedily, with full-vocabulary logprobs.
 EngineRun run_engine(const ModelCase& c, const std::vector<std::string>& overrides, int repeats) {
@@ -227,51 +221,7 @@ logging: {{level: warn}}
   PluginRegistry registry = make_plugin_registry(config);
   std::unique_ptr<Engine> engine = Engine::create(config, registry);
   REQUIRE(engine->model().vocab_size == c.vocab);
-
-  const std::size_t total = c.prompts.size() * static_cast<std::size_t>(repeats);
-  EngineRun run;
-  run.tokens.resize(total);
-  run.logprobs.resize(total);
-  run.cached_prompt_tokens.resize(total);
-  std::mutex mutex;
-  std::condition_variable done_signal;
-  std::size_t done = 0;
-  for (int r = 0; r < repeats; ++r) {
-    for (std::size_t p = 0; p < c.prompts.size(); ++p) {
-      const std::size_t slot = static_cast<std::size_t>(r) * c.prompts.size() + p;
-      GenerateRequest request;
-      request.prompt_token_ids = c.prompts[p];
-      request.sampling.temperature = 0.0f;
-      request.sampling.max_tokens = kNewTokens;
-      request.sampling.ignore_eos = true;
-      request.sampling.logprobs = c.vocab;
-      engine->submit(std::move(request), [&, slot](RequestOutput&& out) {
-        std::lock_guard lock(mutex);
-        for (SequenceDelta& delta : out.sequences) {
-          run.tokens[slot].insert(run.tokens[slot].end(), delta.token_ids.begin(), delta.token_ids.end());
-          for (TokenLogprob& lp : delta.logprobs) run.logprobs[slot].push_back(std::move(lp));
-        }
-        run.cached_prompt_tokens[slot] = out.num_cached_prompt_tokens;
-        if (out.finished) {
-          ++done;
-          done_signal.notify_all();
-        }
-      });
-    }
-    // Started once the first round waits: admission, and with it the preemption the small-cache case counts
-    // on, does not depend on how many steps a fast engine runs while the requests are being submitted.
-    if (r == 0) engine->start();
-    if (r + 1 < repeats) {
-      // Let this round finish so the next one finds its blocks in the cache.
-      std::unique_lock lock(mutex);
-      const std::size_t target = (static_cast<std::size_t>(r) + 1) * c.prompts.size();
-      done_signal.wait(lock, [&] { return done == target; });
-    }
-  }
-  std::unique_lock lock(mutex);
-  REQUIRE(done_signal.wait_for(lock, std::chrono::seconds(300), [&] { return done == total; }));
-  run.metrics = engine->metrics();
-  return run;
+  return testing::serve_in_rounds(*engine, c.prompts, repeats, kNewTokens, false, c.vocab);
 }
 
 // The worst deviation seen over the whole binary, printed at the end of each check.

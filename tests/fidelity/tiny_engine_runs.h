@@ -1,7 +1,8 @@
 #pragma once
 // What the engine-against-engine tests on the embedded model (models/pagedllm-tiny)
 // share: their prompts, and serving them in rounds with greedy decoding
-// (test_engine_cuda's CUDA against CPU, test_engine_kv_dtype's bf16 against f32 KV).
+// (test_engine_cuda's CUDA against CPU, test_engine_kv_dtype's bf16 against f32 KV;
+// test_engine_fidelity serves its models against HF's with serve_in_rounds too).
 
 #include <chrono>
 #include <condition_variable>
@@ -40,22 +41,24 @@ struct EngineRun {
   std::vector<std::vector<std::int32_t>> tokens;
   std::vector<std::vector<TokenLogprob>> logprobs;
   std::vector<std::string> errors;
+  std::vector<int> cached_prompt_tokens;  // each request's prompt tokens found in the prefix cache
   EngineMetrics metrics;
 };
 
 // Serves every prompt `repeats` times greedily (new_tokens each, ignoring eos) on a
 // created, not yet started engine, each round after the previous one, then drains it:
-// with full-vocabulary logprobs, or, when `speculative`, without them (a request that
-// asks for logprobs never speculates). The first round is queued before the engine
+// with full-vocabulary logprobs (`vocab` of them), or, when `speculative`, without them
+// (a request that asks for logprobs never speculates). The first round is queued before the engine
 // starts, so two engines schedule the same steps; each round finishes before the next
 // starts, so the next one finds its blocks cached.
 inline EngineRun serve_in_rounds(Engine& engine, const std::vector<std::vector<std::int32_t>>& prompts,
-                                 int repeats, int new_tokens, bool speculative) {
+                                 int repeats, int new_tokens, bool speculative, int vocab = kTinyVocab) {
   const std::size_t total = prompts.size() * static_cast<std::size_t>(repeats);
   EngineRun run;
   run.tokens.resize(total);
   run.logprobs.resize(total);
   run.errors.resize(total);
+  run.cached_prompt_tokens.resize(total);
   std::mutex mutex;
   std::condition_variable done_signal;
   std::size_t done = 0;
@@ -67,13 +70,14 @@ inline EngineRun serve_in_rounds(Engine& engine, const std::vector<std::vector<s
       request.sampling.temperature = 0.0f;
       request.sampling.max_tokens = new_tokens;
       request.sampling.ignore_eos = true;
-      if (!speculative) request.sampling.logprobs = kTinyVocab;
+      if (!speculative) request.sampling.logprobs = vocab;
       engine.submit(std::move(request), [&, slot](RequestOutput&& out) {
         std::lock_guard lock(mutex);
         for (SequenceDelta& delta : out.sequences) {
           run.tokens[slot].insert(run.tokens[slot].end(), delta.token_ids.begin(), delta.token_ids.end());
           for (TokenLogprob& lp : delta.logprobs) run.logprobs[slot].push_back(std::move(lp));
         }
+        run.cached_prompt_tokens[slot] = out.num_cached_prompt_tokens;
         if (out.error) run.errors[slot] = *out.error;
         if (out.finished) {
           ++done;
