@@ -87,6 +87,13 @@ struct Config {
     if (j.contains("rope_scaling") && !j.at("rope_scaling").is_null()) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, path + ": rope_scaling is not supported by example_llama");
     }
+    // transformers 5 writes the RoPE base (and any scaling) into rope_parameters, 4.x into rope_theta:
+    // read both, and refuse a rotation other than the default rather than apply the wrong one.
+    const nlohmann::json rope = j.contains("rope_parameters") ? j.at("rope_parameters") : nlohmann::json();
+    if (!rope.is_null() && !(rope.is_object() && rope.value("rope_type", std::string("default")) == "default")) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED, path + ": rope_parameters other than the default rotation are not "
+                                                       "supported by example_llama");
+    }
     for (const char* bias : {"attention_bias", "mlp_bias"}) {
       if (j.value(bias, false)) throw pllm::Error(PLLM_ERROR_UNSUPPORTED, path + ": " + bias + " is not supported");
     }
@@ -101,7 +108,8 @@ struct Config {
       c.head_dim = j.value("head_dim", c.num_heads > 0 ? c.hidden_size / c.num_heads : 0);
       c.max_position_embeddings = require("max_position_embeddings").get<int32_t>();
       c.rms_norm_eps = j.value("rms_norm_eps", 1e-6f);
-      c.rope_theta = j.value("rope_theta", 10000.0f);
+      c.rope_theta = rope.is_object() && rope.contains("rope_theta") ? rope.at("rope_theta").get<float>()
+                                                                      : j.value("rope_theta", 10000.0f);
       c.tie_word_embeddings = j.value("tie_word_embeddings", false);
       c.bos_token_id =
           j.contains("bos_token_id") && j.at("bos_token_id").is_number() ? j.at("bos_token_id").get<int32_t>() : -1;

@@ -59,7 +59,9 @@ std::string device_label(pllm_device device) {
 
 llama::LlamaConfig load_eagle_config(const std::filesystem::path& draft_dir, const pllm_speculator_target& target,
                                      int32_t tensor_parallel_size) {
-  llama::LlamaConfig config = llama::LlamaConfig::load(draft_dir, "spec_eagle");
+  // "eagle" is the draft's own section, read below.
+  constexpr std::string_view kEagleKeys[] = {"eagle"};
+  llama::LlamaConfig config = llama::LlamaConfig::load(draft_dir, "spec_eagle", kEagleKeys);
   check_eagle_section(draft_dir);
   if (config.num_layers != 1) {
     throw pllm::Error(PLLM_ERROR_UNSUPPORTED, (draft_dir / "config.json").string() + ": 'num_hidden_layers' is " +

@@ -4,13 +4,17 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <set>
+#include <span>
 #include <sstream>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "pagedllm/sdk.hpp"
+#include "llama_common/config_keys.h"
 
 namespace pagedllm::llama {
 namespace {
@@ -42,11 +46,23 @@ class Fields {
     throw pllm::Error(status, path_.string() + ": '" + std::string(key) + "' " + message);
   }
 
-  // Absent and null are the same: HF writes null for "use the default".
+  // Absent and null are the same: HF writes null for "use the default". Marks the key read.
   const json* find(std::string_view key) const {
+    read_.emplace(key);
     auto it = object_.find(key);
     return it == object_.end() || it->is_null() ? nullptr : &*it;
   }
+
+  // The object's keys with a value that no find() has looked at.
+  std::vector<std::string> unread() const {
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : object_.items()) {
+      if (!value.is_null() && !read_.count(key)) keys.push_back(key);
+    }
+    return keys;
+  }
+
+  const json& object() const { return object_; }
 
   int64_t require_int(std::string_view key, int64_t lo, int64_t hi) const {
     const json* v = find(key);
@@ -116,6 +132,7 @@ class Fields {
  private:
   std::filesystem::path path_;
   const json& object_;
+  mutable std::set<std::string, std::less<>> read_;
 };
 
 void check_architecture(const Fields& f, std::string_view who) {
@@ -131,51 +148,243 @@ void check_architecture(const Fields& f, std::string_view who) {
 
 // Features of HF's LlamaConfig this plugin does not implement: refused, never ignored.
 void check_unsupported_features(const Fields& f, std::string_view who) {
+  const std::string by = "; " + std::string(who);
   if (const json* act = f.find("hidden_act"); act && !(act->is_string() && act->get<std::string>() == "silu")) {
-    f.fail("hidden_act", "is " + act->dump() + "; " + std::string(who) + " implements silu only",
-           PLLM_ERROR_UNSUPPORTED);
+    f.fail("hidden_act", "is " + act->dump() + by + " implements silu only", PLLM_ERROR_UNSUPPORTED);
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
-    if (f.get_bool(key, false)) {
-      f.fail(key, "is true; " + std::string(who) + " has no projection biases", PLLM_ERROR_UNSUPPORTED);
+    if (f.get_bool(key, false)) f.fail(key, "is true" + by + " has no projection biases", PLLM_ERROR_UNSUPPORTED);
+  }
+  if (const json* type = f.find("model_type"); type && !(type->is_string() && type->get<std::string>() == "llama")) {
+    f.fail("model_type", "is " + type->dump() + " next to LlamaForCausalLM; transformers would build that model "
+                         "type's configuration, which " + std::string(who) + " does not read",
+           PLLM_ERROR_UNSUPPORTED);
+  }
+  if (const json* window = f.find("sliding_window")) {
+    f.fail("sliding_window", "is " + window->dump() + by + " has no sliding-window attention for a Llama",
+           PLLM_ERROR_UNSUPPORTED);
+  }
+  if (f.get_bool("use_sliding_window", false)) {
+    f.fail("use_sliding_window", "is true" + by + " has no sliding-window attention for a Llama",
+           PLLM_ERROR_UNSUPPORTED);
+  }
+  // nanotron's flag: true means the weights were trained with interleaved pairs, which transformers does not
+  // apply (and pagedllm follows transformers); false is transformers' rotate-half.
+  if (f.get_bool("rope_interleaved", false)) {
+    f.fail("rope_interleaved", "is true (RoPE over interleaved pairs)" + by + " rotates halves, as transformers does",
+           PLLM_ERROR_UNSUPPORTED);
+  }
+  if (f.get_bool("is_encoder_decoder", false)) {
+    f.fail("is_encoder_decoder", "is true; a LlamaForCausalLM is a decoder", PLLM_ERROR_UNSUPPORTED);
+  }
+  if (const json* pruned = f.find("pruned_heads"); pruned && !(pruned->is_object() && pruned->empty())) {
+    f.fail("pruned_heads", "is " + pruned->dump() + by + " has no pruned attention heads", PLLM_ERROR_UNSUPPORTED);
+  }
+  // auto_map naming a model class means custom modeling code (trust_remote_code), not transformers' Llama.
+  if (const json* auto_map = f.find("auto_map")) {
+    if (!auto_map->is_object()) f.fail("auto_map", "must be an object, got " + auto_map->dump());
+    for (const auto& [name, target] : auto_map->items()) {
+      if (name.rfind("AutoModel", 0) == 0) {
+        f.fail("auto_map." + name, "is " + target.dump() + ": custom modeling code, which " + std::string(who) +
+                                       " does not run", PLLM_ERROR_UNSUPPORTED);
+      }
+    }
+  }
+  // transformers 5 writes "dtype", 4.x "torch_dtype" (5 prefers dtype). Weights are read in their stored dtype
+  // either way; two spellings that disagree say the file was edited by hand.
+  const json* dtype = f.find("dtype");
+  const json* torch_dtype = f.find("torch_dtype");
+  for (const auto& [key, v] : {std::pair{"dtype", dtype}, std::pair{"torch_dtype", torch_dtype}}) {
+    if (v && !v->is_string()) f.fail(key, "must be a string, got " + v->dump());
+  }
+  if (dtype && torch_dtype && *dtype != *torch_dtype) {
+    f.fail("torch_dtype", "is " + torch_dtype->dump() + " but 'dtype' is " + dtype->dump() +
+                              ": two spellings of one setting that disagree");
+  }
+}
+
+// layer_types (transformers 5 writes it where a model mixes attention kinds): a Llama's layers are all
+// full attention.
+void check_layer_types(const Fields& f, int32_t num_layers, std::string_view who) {
+  const json* types = f.find("layer_types");
+  if (!types) return;
+  if (!types->is_array() || types->size() != std::size_t(num_layers)) {
+    f.fail("layer_types", "must be a list of num_hidden_layers = " + std::to_string(num_layers) + " layer types");
+  }
+  for (std::size_t i = 0; i < types->size(); ++i) {
+    const json& t = (*types)[i];
+    if (!(t.is_string() && t.get<std::string>() == "full_attention")) {
+      f.fail("layer_types[" + std::to_string(i) + "]", "is " + t.dump() + "; " + std::string(who) +
+                                                       " runs full attention in every Llama layer",
+             PLLM_ERROR_UNSUPPORTED);
     }
   }
 }
 
-RopeScaling parse_rope_scaling(const Fields& f, std::string_view who) {
+// One description of RoPE: transformers 5's rope_parameters (or one layer type's entry of it), or 4.x's
+// rope_scaling. What it leaves unwritten is filled in by resolve_rope.
+struct RopeEntry {
+  std::optional<double> theta;
   RopeScaling scaling;
-  const json* v = f.find("rope_scaling");
-  if (!v) return scaling;
-  if (!v->is_object()) f.fail("rope_scaling", "must be an object or null, got " + v->dump());
-  const Fields rs(f.path(), *v);
-  // HF reads "rope_type", falling back to the legacy "type".
-  const json* type = rs.find("rope_type") ? rs.find("rope_type") : rs.find("type");
-  if (!type || !type->is_string()) f.fail("rope_scaling.rope_type", "is required (a string)");
-  const std::string name = type->get<std::string>();
-  auto require = [&](const char* key) {
-    const json* value = rs.find(key);
-    if (!value) f.fail(std::string("rope_scaling.") + key, "is required for rope_type " + name);
-    return rs.check_positive(std::string("rope_scaling.") + key, *value);
+  std::optional<double> original_max_position_embeddings;  // llama3's, where written
+  bool operator==(const RopeEntry&) const = default;
+};
+
+std::string describe(const RopeEntry& e) {
+  std::ostringstream out;
+  switch (e.scaling.type) {
+    case RopeScaling::Type::kNone: out << "default"; break;
+    case RopeScaling::Type::kLinear: out << "linear, factor " << e.scaling.factor; break;
+    case RopeScaling::Type::kLlama3:
+      out << "llama3, factor " << e.scaling.factor << ", low/high " << e.scaling.low_freq_factor << "/"
+          << e.scaling.high_freq_factor;
+      break;
+    case RopeScaling::Type::kFactors: out << "per-frequency factors"; break;
+  }
+  if (e.theta) out << ", rope_theta " << *e.theta;
+  if (e.original_max_position_embeddings) out << ", original_max_position_embeddings " << *e.original_max_position_embeddings;
+  return out.str();
+}
+
+// A flat RoPE object at `name` ("rope_scaling", "rope_parameters", "rope_parameters.full_attention"). Every key
+// it holds is one its rope_type reads, or it is refused.
+RopeEntry parse_rope_object(const Fields& f, const json& object, const std::string& name, std::string_view who) {
+  if (!object.is_object()) f.fail(name, "must be an object or null, got " + object.dump());
+  const Fields rs(f.path(), object);
+  const auto text = [&](const char* key) -> std::optional<std::string> {
+    const json* v = rs.find(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string()) f.fail(name + "." + key, "must be a string, got " + v->dump());
+    return v->get<std::string>();
   };
-  if (name == "default") return scaling;
-  if (name == "linear") {
-    scaling.type = RopeScaling::Type::kLinear;
-    scaling.factor = require("factor");
-    return scaling;
+  // transformers reads "rope_type", falling back to the legacy "type", then "default".
+  const std::optional<std::string> rope_type = text("rope_type"), legacy_type = text("type");
+  if (rope_type && legacy_type && *rope_type != *legacy_type) {
+    f.fail(name + ".type", "is \"" + *legacy_type + "\" but '" + name + ".rope_type' is \"" + *rope_type +
+                               "\": two spellings of one setting that disagree");
   }
-  if (name == "llama3") {
-    scaling.type = RopeScaling::Type::kLlama3;
-    scaling.factor = require("factor");
-    scaling.low_freq_factor = require("low_freq_factor");
-    scaling.high_freq_factor = require("high_freq_factor");
-    scaling.original_max_position_embeddings = require("original_max_position_embeddings");
-    if (!(scaling.low_freq_factor < scaling.high_freq_factor)) {
-      f.fail("rope_scaling.low_freq_factor", "must be below high_freq_factor");
+  const std::string type = rope_type ? *rope_type : legacy_type ? *legacy_type : "default";
+  const auto positive = [&](const char* key) -> std::optional<double> {
+    const json* v = rs.find(key);
+    return v ? std::optional(rs.check_positive(name + "." + key, *v)) : std::nullopt;
+  };
+  const auto require = [&](const char* key) {
+    const std::optional<double> v = positive(key);
+    if (!v) f.fail(name + "." + key, "is required for rope_type " + type);
+    return *v;
+  };
+  RopeEntry e;
+  e.theta = positive("rope_theta");
+  if (const std::optional<double> partial = positive("partial_rotary_factor"); partial && *partial != 1.0) {
+    f.fail(name + ".partial_rotary_factor", "is " + std::to_string(*partial) + "; " + std::string(who) +
+                                                " rotates whole heads", PLLM_ERROR_UNSUPPORTED);
+  }
+  if (type == "linear") {
+    e.scaling.type = RopeScaling::Type::kLinear;
+    e.scaling.factor = require("factor");
+  } else if (type == "llama3") {
+    e.scaling.type = RopeScaling::Type::kLlama3;
+    e.scaling.factor = require("factor");
+    e.scaling.low_freq_factor = require("low_freq_factor");
+    e.scaling.high_freq_factor = require("high_freq_factor");
+    e.original_max_position_embeddings = positive("original_max_position_embeddings");
+    if (!(e.scaling.low_freq_factor < e.scaling.high_freq_factor)) {
+      f.fail(name + ".low_freq_factor", "must be below high_freq_factor");
     }
-    return scaling;
+  } else if (type != "default") {
+    f.fail(name + ".rope_type", "is \"" + type + "\"; " + std::string(who) + " supports default, linear and llama3",
+           PLLM_ERROR_UNSUPPORTED);
   }
-  f.fail("rope_scaling.rope_type", "is \"" + name + "\"; " + std::string(who) + " supports default, linear and llama3",
-         PLLM_ERROR_UNSUPPORTED);
+  for (const std::string& key : rs.unread()) {
+    f.fail(name + "." + key, "is not read for rope_type " + type + " by " + std::string(who) +
+                                 "; refused rather than ignored, since it could change the rotation",
+           PLLM_ERROR_UNSUPPORTED);
+  }
+  return e;
+}
+
+// The model's RoPE from every way a config.json can write it: rope_parameters (transformers 5; flat, or nested
+// by layer type under names listed in layer_types), rope_scaling and a top-level rope_theta (4.x), a top-level
+// original_max_position_embeddings (which transformers 5 prefers). Two that disagree are refused; what none
+// writes takes transformers' default (rope_theta 10000; llama3's original context = max_position_embeddings).
+void resolve_rope(const Fields& f, LlamaConfig& c, std::string_view who) {
+  std::optional<RopeEntry> from_parameters, from_scaling;
+  if (const json* parameters = f.find("rope_parameters")) {
+    std::set<std::string> layer_types;
+    if (const json* types = f.find("layer_types")) {
+      for (const json& t : *types) layer_types.insert(t.get<std::string>());
+    }
+    const bool nested = parameters->is_object() && !parameters->empty() &&
+                        std::all_of(parameters->items().begin(), parameters->items().end(),
+                                    [&](const auto& item) { return layer_types.count(item.key()) > 0; });
+    if (nested) {
+      // check_layer_types allows full attention only, so that is the one entry the layers use.
+      const json& entry = parameters->at("full_attention");
+      if (!entry.is_null()) from_parameters = parse_rope_object(f, entry, "rope_parameters.full_attention", who);
+    } else {
+      from_parameters = parse_rope_object(f, *parameters, "rope_parameters", who);
+    }
+  }
+  if (const json* scaling = f.find("rope_scaling")) from_scaling = parse_rope_object(f, *scaling, "rope_scaling", who);
+  if (from_parameters && from_scaling) {
+    // transformers 5 writes rope_parameters only; both present means a hand edit or a converter adding one.
+    // 4.x's rope_scaling has no theta of its own: compare what both write.
+    RopeEntry a = *from_parameters, b = *from_scaling;
+    if (!a.theta || !b.theta) a.theta = b.theta = std::nullopt;
+    if (!a.original_max_position_embeddings || !b.original_max_position_embeddings) {
+      a.original_max_position_embeddings = b.original_max_position_embeddings = std::nullopt;
+    }
+    if (!(a == b)) {
+      f.fail("rope_scaling", "(" + describe(*from_scaling) + ") disagrees with 'rope_parameters' (" +
+                                 describe(*from_parameters) + "): two spellings of one setting that disagree");
+    }
+  }
+  const RopeEntry entry = from_parameters ? *from_parameters : from_scaling ? *from_scaling : RopeEntry{};
+  const char* entry_name = from_parameters ? "rope_parameters" : "rope_scaling";
+
+  const std::optional<double> top_theta =
+      f.find("rope_theta") ? std::optional(f.get_positive("rope_theta", 0.0)) : std::nullopt;
+  if (top_theta && entry.theta && *top_theta != *entry.theta) {
+    f.fail("rope_theta", "is " + std::to_string(*top_theta) + " but '" + std::string(entry_name) +
+                             ".rope_theta' is " + std::to_string(*entry.theta) +
+                             ": two spellings of one setting that disagree");
+  }
+  c.rope_theta = entry.theta ? *entry.theta : top_theta ? *top_theta : 10000.0;
+  if (const double partial = f.get_positive("partial_rotary_factor", 1.0); partial != 1.0) {
+    f.fail("partial_rotary_factor", "is " + std::to_string(partial) + "; " + std::string(who) + " rotates whole heads",
+           PLLM_ERROR_UNSUPPORTED);
+  }
+
+  c.rope_scaling = entry.scaling;
+  const std::optional<double> top_original =
+      f.find("original_max_position_embeddings")
+          ? std::optional(f.get_positive("original_max_position_embeddings", 0.0))
+          : std::nullopt;
+  if (top_original && entry.original_max_position_embeddings &&
+      *top_original != *entry.original_max_position_embeddings) {
+    f.fail("original_max_position_embeddings",
+           "is " + std::to_string(*top_original) + " but '" + std::string(entry_name) +
+               ".original_max_position_embeddings' is " + std::to_string(*entry.original_max_position_embeddings) +
+               ": two spellings of one setting that disagree");
+  }
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
+    c.rope_scaling.original_max_position_embeddings =
+        top_original ? *top_original
+        : entry.original_max_position_embeddings ? *entry.original_max_position_embeddings
+                                                 : double(c.max_position_embeddings);
+  }
+}
+
+// Every key of config.json that no reader looked at must be on the list of harmless keys (config_keys.h) or
+// one the caller reads itself (`caller_keys`); anything else could change the forward and is refused.
+void refuse_unread_keys(const Fields& f, std::span<const std::string_view> caller_keys, std::string_view who) {
+  for (const std::string& key : f.unread()) {
+    if (find_harmless_config_key(key)) continue;
+    if (std::find(caller_keys.begin(), caller_keys.end(), key) != caller_keys.end()) continue;
+    f.fail(key, "is not a setting " + std::string(who) + " reads, and it could change what the model computes: "
+                    "refused rather than ignored (plugins/models_llama/README.md lists the keys read and those "
+                    "passed unread)", PLLM_ERROR_UNSUPPORTED);
+  }
 }
 
 // compressed-tensors' quantization arguments of one tensor kind (a config group's
@@ -283,7 +492,8 @@ std::optional<Int8Checkpoint> parse_quantization_config(const Fields& f, std::st
 
 }  // namespace
 
-LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::string_view who) {
+LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::string_view who,
+                              std::span<const std::string_view> caller_keys) {
   std::error_code regular_ec;
   if (std::filesystem::is_regular_file(model_dir, regular_ec)) return from_gguf(model_dir, who);
   const std::filesystem::path path = model_dir / "config.json";
@@ -315,14 +525,15 @@ LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::strin
   if (c.head_dim % 2 != 0) f.fail("head_dim", "= " + std::to_string(c.head_dim) + " must be even (RoPE rotates pairs)");
   c.max_position_embeddings = int32_t(f.require_int("max_position_embeddings", 1, std::numeric_limits<int32_t>::max()));
   c.rms_norm_eps = f.require_positive("rms_norm_eps");
-  c.rope_theta = f.get_positive("rope_theta", 10000.0);
-  c.rope_scaling = parse_rope_scaling(f, who);
+  check_layer_types(f, c.num_layers, who);
+  resolve_rope(f, c, who);
   c.tie_word_embeddings = f.get_bool("tie_word_embeddings", false);
   const std::vector<int32_t> bos = f.token_ids("bos_token_id", c.vocab_size);
   if (bos.size() > 1) f.fail("bos_token_id", "must be one token id");
   c.bos_token_id = bos.empty() ? -1 : bos.front();
   c.eos_token_ids = f.token_ids("eos_token_id", c.vocab_size);
   c.int8_checkpoint = parse_quantization_config(f, who);
+  refuse_unread_keys(f, caller_keys, who);
 
   const std::filesystem::path generation_path = model_dir / "generation_config.json";
   std::error_code ec;

@@ -2,11 +2,17 @@
 // The hyper-parameters of an HF LlamaForCausalLM directory (config.json, plus
 // eos ids from generation_config.json), parsed strictly: a missing required
 // key, a value of the wrong type or range, or inconsistent sizes are errors
-// naming the file and the key.
+// naming the file and the key. config.json is read as transformers 4.x and 5.x
+// write it (5's rope_parameters, flat or nested by layer type, and dtype; 4's
+// rope_theta, rope_scaling and torch_dtype): two spellings of one setting that
+// disagree are refused, and so is any key that no reader consumes and that is
+// not on the list of harmless keys (config_keys.h). A GGUF file's metadata is
+// held to the same rule.
 
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +31,7 @@ struct RopeScaling {
   double high_freq_factor = 0.0;
   double original_max_position_embeddings = 0.0;
   std::vector<double> freq_factors;  // kFactors only: head_dim / 2 of them
+  bool operator==(const RopeScaling&) const = default;
 };
 
 // config.json's quantization_config of a compressed-tensors int8 checkpoint (the
@@ -72,10 +79,13 @@ struct LlamaConfig {
   // Throws pllm::Error: PLLM_ERROR_NOT_FOUND without config.json,
   // PLLM_ERROR_UNSUPPORTED for another architecture or a feature this code
   // lacks (biases, an activation other than silu, other rope scalings, a
-  // quantization_config other than compressed-tensors int8 as above),
+  // quantization_config other than compressed-tensors int8 as above, a key
+  // it does not understand),
   // PLLM_ERROR_INVALID_CONFIG otherwise. `who` (the plugin) names the reader
   // in messages about what it does not support.
-  static LlamaConfig load(const std::filesystem::path& model_dir, std::string_view who);
+  // `caller_keys`: top-level config.json keys the caller reads itself (spec_eagle's "eagle").
+  static LlamaConfig load(const std::filesystem::path& model_dir, std::string_view who,
+                          std::span<const std::string_view> caller_keys = {});
   // A GGUF file's llama.* keys (general.architecture must be llama), its
   // tokenizer.ggml bos/eos/eot ids, whether output.weight is absent (tied) and
   // rope_freqs.weight; errors name the file and the key, with the statuses above.
