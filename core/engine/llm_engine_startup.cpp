@@ -12,6 +12,7 @@
 #include "core/config/config_error.h"
 #include "core/engine/generation_config.h"
 #include "core/engine/kv_cache_sizing.h"
+#include "core/engine/model_check.h"
 #include "core/engine/plugin_args.h"
 #include "core/engine/tensor_parallel.h"
 #include "core/plugin/configured_plugins.h"
@@ -21,7 +22,7 @@ namespace pagedllm {
 LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorParallelGroup* group)
     : config_(config),
       log_(logger("engine")),
-      tokenizer_(tokenizer::Tokenizer::from_model(config.model.path.string())) {
+      tokenizer_((require_model_path(config), tokenizer::Tokenizer::from_model(config.model.path.string()))) {
   if (config.parallel && config.parallel->tensor_parallel_size > 1 && group == nullptr) {
     throw ConfigError(fmt::format("{}: parallel.tensor_parallel_size: {}: the engine was created outside its group "
                                   "of ranks (TensorParallelGroup::join)",

@@ -1,6 +1,7 @@
 // pagedllm-host: the serving host. Exit codes: 0 success, 2 usage or
 // configuration error, 1 runtime error.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -13,6 +14,7 @@
 #include "core/common/logging.h"
 #include "core/config/config.h"
 #include "core/config/config_error.h"
+#include "core/engine/model_check.h"
 #include "core/engine/tensor_parallel.h"
 #include "core/host/cli_options.h"
 #include "core/host/one_shot.h"
@@ -48,7 +50,7 @@ int run_engine(const pagedllm::HostConfig& config, pagedllm::PluginRegistry& reg
   } catch (const std::exception& e) {
     fmt::print(stderr, "{}: error: {}\n", who, e.what());
     if (group) end_parallel_job(kExitRuntimeError);
-    throw;
+    return kExitRuntimeError;
   }
 }
 
@@ -97,6 +99,18 @@ int run(const std::vector<std::string>& args) {
   if (!configured.ok()) return kExitUsageError;
 
   if (options.check) {
+    // As far as serving would read the model before its weights: a missing path, an architecture or a
+    // config.json key the model plugin refuses.
+    const auto model_plugin = std::find_if(configured.plugins.begin(), configured.plugins.end(),
+                                           [](const ConfiguredPlugin& p) { return p.kind == PLLM_PLUGIN_KIND_MODEL; });
+    try {
+      if (model_plugin != configured.plugins.end() && model_plugin->library) {
+        check_model(config, *model_plugin->library);
+      }
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "pagedllm-host: config error: {}\n", e.what());
+      return kExitUsageError;
+    }
     fmt::print("pagedllm-host {} (plugin SDK {}): {} is valid\n\n", PAGEDLLM_HOST_VERSION, kHostSdkVersion.str(),
                *options.config_file);
     print_check_summary(config, configured, std::cout);

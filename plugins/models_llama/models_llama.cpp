@@ -3,9 +3,11 @@
 // device. This file is the SDK glue: options, create, info, forward and get_tensor; the CPU model is
 // llama_model.h, the CUDA one plugins/lib/llama_cuda (built with CUDA only).
 
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
 
 #include "pagedllm/sdk.hpp"
 #include "common/thread_pool.h"
@@ -52,10 +54,8 @@ class LlamaPlugin : public pllm::ModelPlugin {
   };
 
   LlamaPlugin(const Options& options, const pllm_model_create_args& args) {
-    if (!args.model_path || !*args.model_path) {
-      throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "models_llama: no model path");
-    }
-    model_ = load(options, args);
+    check_path_and_device(options, args);
+    model_ = load(options, args);  // reads the configuration as check_model does
     const LlamaConfig& c = model_->config();
     info_.struct_size = sizeof info_;
     info_.architecture = "LlamaForCausalLM";
@@ -74,7 +74,29 @@ class LlamaPlugin : public pllm::ModelPlugin {
                    c.num_kv_heads, " kv heads x ", c.head_dim, ", vocab ", c.vocab_size, ", on ", model_->describe());
   }
 
+  // What create refuses before it reads a weight: the path, the device and dtype, and the
+  // checkpoint's configuration (config.json or the GGUF metadata: LlamaConfig's strict reading).
+  static void check_model(const Options& options, const pllm_model_create_args& args) {
+    check_path_and_device(options, args);
+    (void)LlamaConfig::load(args.model_path, "models_llama");
+  }
+
   pllm_model_info info() { return info_; }
+
+ private:
+  static void check_path_and_device(const Options& options, const pllm_model_create_args& args) {
+    if (!args.model_path || !*args.model_path) {
+      throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "models_llama: no model path");
+    }
+    std::error_code ec;
+    if (!std::filesystem::exists(args.model_path, ec)) {
+      throw pllm::Error(PLLM_ERROR_NOT_FOUND, std::string(args.model_path) + ": no such file or directory (an HF "
+                                                                            "model directory or a GGUF file)");
+    }
+    check_device(options, args);
+  }
+
+ public:
 
   void forward(const pllm_batch& batch, pllm_attention_ref attention, pllm_forward_output& out) {
     model_->forward(batch, attention, out);
@@ -86,10 +108,8 @@ class LlamaPlugin : public pllm::ModelPlugin {
   }
 
  private:
-  static std::unique_ptr<llama::LlamaForward> load(const Options& options, const pllm_model_create_args& args) {
-    const int num_threads = plugins::resolve_num_threads(options.num_threads);
-    const pllm_collectives_ref* collectives =
-        PLLM_HAS_FIELD(pllm_model_create_args, &args, collectives) ? args.collectives : nullptr;
+  // The device, dtype and quantization create can honour.
+  static void check_device(const Options& options, const pllm_model_create_args& args) {
     if (options.int8_compute() && args.device.type != PLLM_DEVICE_CPU) {
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: quantization " + options.quantization +
                                                     " runs on the CPU only (device type " +
@@ -97,7 +117,8 @@ class LlamaPlugin : public pllm::ModelPlugin {
     }
     if (args.device.type == PLLM_DEVICE_CUDA) {
 #ifdef PAGEDLLM_HAVE_CUDA
-      return llama_cuda::load_cuda_llama(args.model_path, args.device.index, args.dtype, num_threads, collectives);
+      llama_cuda::check_cuda_dtype(args.dtype);
+      return;
 #else
       throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: cuda:" + std::to_string(args.device.index) +
                                                     " asked for, but this build has no CUDA (built without CUDA)");
@@ -114,6 +135,17 @@ class LlamaPlugin : public pllm::ModelPlugin {
                                                             "f16 (activations in f32); model dtype ") +
                                                     dtype_name(args.dtype) + " is not supported");
     }
+  }
+
+  static std::unique_ptr<llama::LlamaForward> load(const Options& options, const pllm_model_create_args& args) {
+    const int num_threads = plugins::resolve_num_threads(options.num_threads);
+    const pllm_collectives_ref* collectives =
+        PLLM_HAS_FIELD(pllm_model_create_args, &args, collectives) ? args.collectives : nullptr;
+#ifdef PAGEDLLM_HAVE_CUDA
+    if (args.device.type == PLLM_DEVICE_CUDA) {
+      return llama_cuda::load_cuda_llama(args.model_path, args.device.index, args.dtype, num_threads, collectives);
+    }
+#endif
     return std::make_unique<LlamaModel>(args.model_path, num_threads, args.dtype, options.int8_compute(), collectives,
                                         options.bf16_compute);
   }

@@ -380,14 +380,18 @@ pllm_tensor CudaLlama::tensor(std::string_view name) const {
 
 }  // namespace
 
-std::unique_ptr<llama::LlamaForward> load_cuda_llama(const std::filesystem::path& model_dir, int device_index,
-                                                     pllm_dtype dtype, int num_threads,
-                                                     const pllm_collectives_ref* collectives) {
+void check_cuda_dtype(pllm_dtype dtype) {
   if (dtype != PLLM_DTYPE_INVALID && dtype != PLLM_DTYPE_F32 && dtype != PLLM_DTYPE_F16 && dtype != PLLM_DTYPE_BF16) {
     throw pllm::Error(PLLM_ERROR_UNSUPPORTED, std::string("models_llama on CUDA computes in f32, f16 or bf16; model "
                                                           "dtype ") +
                                                   plugins::dtype_name(dtype) + " is not supported");
   }
+}
+
+std::unique_ptr<llama::LlamaForward> load_cuda_llama(const std::filesystem::path& model_dir, int device_index,
+                                                     pllm_dtype dtype, int num_threads,
+                                                     const pllm_collectives_ref* collectives) {
+  check_cuda_dtype(dtype);
   return std::make_unique<CudaLlama>(model_dir, device_index, dtype, num_threads, collectives);
 }
 

@@ -93,6 +93,15 @@ typedef struct pllm_model_api {
    * returns this rank's block of the tensor (sdk/speculator.h says which). */
   pllm_status (*get_tensor)(pllm_model* self, const char* name, pllm_tensor* out,
                             pllm_error* error);
+
+  /* SDK 2.3. Reads the model at args->model_path as far as create() does before it reads
+   * weights (its configuration: an HF directory's config.json, a GGUF file's metadata) and
+   * refuses what create() would refuse there, with the same status and message: an
+   * architecture, a feature or a configuration key it does not implement, a missing path.
+   * Reads no weights and touches no device; args->collectives is NULL. The host calls it for
+   * `--check` and before it loads a tokenizer or anything else. Optional (NULL): then only
+   * create() finds out. */
+  pllm_status (*check_model)(const pllm_model_create_args* args, pllm_error* error);
 } pllm_model_api;
 
 #ifdef __cplusplus

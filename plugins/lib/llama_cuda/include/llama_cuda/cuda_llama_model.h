@@ -14,6 +14,9 @@
 
 namespace pagedllm::llama_cuda {
 
+// Refuses (PLLM_ERROR_UNSUPPORTED) a model dtype other than F32/F16/BF16 or PLLM_DTYPE_INVALID (auto).
+void check_cuda_dtype(pllm_dtype dtype);
+
 // Loads `model_dir` onto CUDA device `device_index` in `dtype`
 // (PLLM_DTYPE_INVALID: as the checkpoint stores the embedding), converting on
 // the host with `num_threads` threads. Throws pllm::Error:

@@ -22,6 +22,7 @@
 //   ModelPlugin:      pllm_model_info info();
 //                     void forward(const pllm_batch&, const pllm_attention_ref&, pllm_forward_output&);
 //                     pllm_tensor get_tensor(const char* name);          (optional)
+//                     static void check_model(const Options&, const pllm_model_create_args&);  (optional, SDK 2.3)
 //   SamplerPlugin:    void sample(const pllm_sample_batch&, pllm_sample_output&);
 //                     void probabilities(const pllm_sample_batch&, const pllm_probabilities_output&);  (optional)
 //   SpeculatorPlugin: pllm_speculator_info info();
@@ -275,8 +276,24 @@ struct KindApi<T, PLLM_PLUGIN_KIND_MODEL> {
           });
         },
         get_tensor_slot(),
+        check_model_slot(),
     };
     return &api;
+  }
+  using CheckModel = pllm_status (*)(const pllm_model_create_args*, pllm_error*);
+  static constexpr CheckModel check_model_slot() {
+    if constexpr (requires(const typename T::Options& o, const pllm_model_create_args& a) {
+                    T::check_model(o, a);
+                  }) {
+      return [](const pllm_model_create_args* args, pllm_error* e) noexcept {
+        return guard(e, [&] {
+          const pllm_model_create_args& checked = require(args, std::string(plugin_name) + ": check_model args");
+          T::check_model(parse_options<T>(checked.options_json), checked);
+        });
+      };
+    } else {
+      return nullptr;
+    }
   }
   using GetTensor = pllm_status (*)(H*, const char*, pllm_tensor*, pllm_error*);
   static constexpr GetTensor get_tensor_slot() {
