@@ -1,6 +1,9 @@
 #include "core/tokenizer/gguf_vocabulary.h"
 
 #include <algorithm>
+#include <iterator>
+#include <set>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -27,7 +30,21 @@ class Metadata {
   [[noreturn]] void fail(std::string_view key, const std::string& message) const {
     throw TokenizerError(fmt::format("{}: metadata '{}' {}", file_.path().string(), key, message));
   }
-  const Value* find(std::string_view key) const { return file_.find_metadata(key); }
+  // Marks the key read.
+  const Value* find(std::string_view key) const {
+    read_.emplace(key);
+    return file_.find_metadata(key);
+  }
+
+  // Every tokenizer.* key is read above or cannot change how text becomes ids (kHarmlessTokenizerKeys);
+  // any other — a normalizer setting, a key llama.cpp adds later — is refused rather than ignored.
+  void refuse_unread_tokenizer_keys(bool spm) const {
+    for (const auto& [key, value] : file_.metadata()) {
+      if (key.rfind("tokenizer.", 0) != 0 || read_.count(key) || harmless(key, spm)) continue;
+      fail(key, "is not a tokenizer setting pagedllm reads, and it could change the token ids: refused rather than "
+                "ignored");
+    }
+  }
 
   std::string string(std::string_view key, const std::string& fallback) const {
     const Value* v = find(key);
@@ -67,7 +84,33 @@ class Metadata {
   }
 
  private:
+  // Keys llama.cpp writes that do not change a gpt2 (byte-level BPE) or llama (SentencePiece) file's ids:
+  // the ids of tokens the tokenizer never inserts by itself (separator, classifier, mask, end of turn or
+  // message, fill-in-the-middle pieces), pair-input and other tokenizer models' settings llama.cpp reads
+  // only for them (add_sep_token; remove_extra_whitespaces and precompiled_charsmap are the UGM / T5
+  // normalizer's, token_type_count BERT's, rwkv.world RWKV's), named chat templates besides the default
+  // (tokenizer.chat_template.NAME), and an embedded tokenizer.json llama.cpp does not read either.
+  static bool harmless(std::string_view key, bool spm) {
+    static constexpr std::string_view kKeys[] = {
+        "tokenizer.ggml.add_sep_token",         "tokenizer.ggml.cls_token_id",
+        "tokenizer.ggml.eom_token_id",          "tokenizer.ggml.eot_token_id",
+        "tokenizer.ggml.fim_mid_token_id",      "tokenizer.ggml.fim_pad_token_id",
+        "tokenizer.ggml.fim_pre_token_id",      "tokenizer.ggml.fim_rep_token_id",
+        "tokenizer.ggml.fim_sep_token_id",      "tokenizer.ggml.fim_suf_token_id",
+        "tokenizer.ggml.mask_token_id",         "tokenizer.ggml.middle_token_id",
+        "tokenizer.ggml.precompiled_charsmap",  "tokenizer.ggml.prefix_token_id",
+        "tokenizer.ggml.remove_extra_whitespaces", "tokenizer.ggml.seperator_token_id",
+        "tokenizer.ggml.suffix_token_id",       "tokenizer.ggml.token_type_count",
+        "tokenizer.huggingface.json",           "tokenizer.rwkv.world",
+    };
+    if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) return true;
+    // llama.cpp applies add_space_prefix to SentencePiece vocabularies only (read above for them).
+    if (!spm && key == "tokenizer.ggml.add_space_prefix") return true;
+    return key.rfind("tokenizer.chat_template.", 0) == 0;
+  }
+
   const pllm::gguf::File& file_;
+  mutable std::set<std::string, std::less<>> read_;
 };
 
 // HF's pre-tokenizer for llama.cpp's tokenizer.ggml.pre names (llama-vocab.cpp's
@@ -254,6 +297,8 @@ GgufTokenizerFiles gguf_tokenizer_files(const std::string& gguf_path) {
   single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
   if (add_eos) special_piece("tokenizer.ggml.eos_token_id", eos);
   root["post_processor"] = {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", special}};
+  (void)m.find("tokenizer.chat_template");  // read below
+  m.refuse_unread_tokenizer_keys(spm);
 
   GgufTokenizerFiles files;
   files.tokenizer_json = std::move(root);
