@@ -80,6 +80,29 @@ else
   echo "setup: .venv ready in $((SECONDS - start)) s"
 fi
 
+# transformers 5 beside 4.57.1 (requirements-transformers5.txt says why): its own venv, .venv's
+# site-packages after its own through a .pth file, its pins installed with --no-deps; stamped
+# with the digests of both requirement files.
+if ! $serve_only; then
+  venv5=$repo/.venv-transformers5
+  requirements5=$repo/requirements-transformers5.txt
+  stamp5=$venv5/.requirements.sha256
+  want5=$(cat "$requirements" "$requirements5" | sha256sum | cut -d' ' -f1)
+  if [[ -x $venv5/bin/python && -f $stamp5 && $(cat "$stamp5") == "$want5" ]]; then
+    echo "setup: .venv-transformers5 matches requirements-transformers5.txt"
+  else
+    echo "setup: installing requirements-transformers5.txt into .venv-transformers5 (transformers 5 over .venv)"
+    rm -rf "$venv5"
+    /usr/bin/python3 -m venv "$venv5"
+    site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    site5=$("$venv5/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    echo "$site" >"$site5/zz_project_venv.pth"
+    "$venv5/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-deps -r "$requirements5"
+    "$venv5/bin/python" -m pip check >/dev/null
+    echo "$want5" >"$stamp5"
+  fi
+fi
+
 # xgrammar (the structured-output plugin's grammar engine, plugins/constraint_xgrammar): its
 # C++ core is built from the pinned PyPI source distribution by CMake (cmake/PagedLLMXgrammar.cmake).
 # pip download --no-binary would build the Python package's metadata (it hangs without tvm_ffi), so

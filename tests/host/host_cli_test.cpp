@@ -3,6 +3,9 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "pagedllm/sdk/version.h"
@@ -119,7 +122,9 @@ TEST_CASE("a plugin of the wrong kind or a newer SDK exits 2 with the reason", "
 
 TEST_CASE("plugin option errors point at the option, in the file or in --set", "[host_cli]") {
   TempDir dir;
-  const auto config = dir.write("opts.yaml", "model: {plugin: models_llama, path: m}\nattention: {plugin: attention_cpu}\n"
+  // A model that exists: --check reads its configuration too.
+  const auto config = dir.write("opts.yaml", "model: {plugin: models_llama, path: " PAGEDLLM_SOURCE_DIR
+                                             "/models/pagedllm-tiny}\nattention: {plugin: attention_cpu}\n"
                                              "sampler:\n  plugin: " + kFixtures + "/fixture_sampler.so\n"
                                              "  options:\n    tie_brake: lowest\n");
   auto r = run_command(host("--config '" + config.string() + "' --check"));
@@ -308,4 +313,48 @@ TEST_CASE("cache.dtype by --set: the KV cache's element type in the startup log,
   r = run_command(host("--config '" + kTiny + "' --check --set cache.dtype=fp8"));
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("--set cache.dtype=fp8: cache.dtype: must be one of auto, f32, f16, bf16, got \"fp8\""));
+}
+
+TEST_CASE("check mode reads the model's configuration as serving would, and a missing model is said missing once",
+          "[host_cli]") {
+  TempDir dir;
+  // A model directory that needs no weights to be refused: config.json is read first.
+  const std::filesystem::path model = dir.path() / "qwen";
+  std::filesystem::create_directories(model);
+  for (const char* file : {"config.json", "tokenizer.json", "tokenizer_config.json"}) {
+    std::filesystem::copy_file(PAGEDLLM_SOURCE_DIR "/models/pagedllm-tiny/" + std::string(file), model / file);
+  }
+  const auto check = [&](const std::string& path) {
+    return run_command(host("--config '" + kTiny + "' --check --set model.path=" + path));
+  };
+  std::ifstream original(model / "config.json");
+  const std::string config((std::istreambuf_iterator<char>(original)), std::istreambuf_iterator<char>());
+  const auto edit = [&](const std::string& from, const std::string& to) {
+    std::string edited = config;
+    edited.replace(edited.find(from), from.size(), to);
+    std::ofstream(model / "config.json", std::ios::trunc) << edited;
+  };
+
+  edit("\"LlamaForCausalLM\"", "\"Qwen2ForCausalLM\"");
+  auto r = check(model.string());
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("plugin 'models_llama': check_model failed") &&
+                        Contains((model / "config.json").string() + ": 'architectures' is [\"Qwen2ForCausalLM\"]"));
+
+  edit("\"rope_scaling\": null", "\"rope_scaling\": null, \"sliding_window\": 4096");
+  r = check(model.string());
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("'sliding_window' is 4096"));
+
+  r = check((dir.path() / "nowhere").string());
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("model.path: " + (dir.path() / "nowhere").string() + " does not exist"));
+
+  // Serving a missing model: exit 1, the path named as missing, once (not as a missing tokenizer.json).
+  r = run_command(host("--config '" + kTiny + "' --set model.path=" + (dir.path() / "nowhere").string()));
+  CHECK(r.exit_code == 1);
+  const std::string missing = (dir.path() / "nowhere").string() + " does not exist";
+  CHECK_THAT(r.err, Contains(missing));
+  CHECK(r.err.find(missing) == r.err.rfind(missing));
+  CHECK_THAT(r.err, !Contains("tokenizer.json"));
 }

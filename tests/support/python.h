@@ -12,17 +12,20 @@
 namespace pagedllm::testing {
 
 inline constexpr const char* kPython = PAGEDLLM_PYTHON;
+// The same with transformers 5 instead of 4.57.1 (requirements-transformers5.txt).
+inline constexpr const char* kPythonTransformers5 = PAGEDLLM_PYTHON_TRANSFORMERS5;
 
-// Fails the running test case unless the project's Python imports every module listed
-// (space- or comma-separated, as an import statement takes them).
-inline void require_python_modules(const std::string& modules) {
+// Fails the running test case unless `python` (the project's Python by default) imports every
+// module listed (space- or comma-separated, as an import statement takes them).
+inline void require_python_modules(const std::string& modules, const char* python = kPython) {
   static std::string checked;
-  if (checked == modules) return;
-  const auto r = run_command(std::string(kPython) + " -c 'import " + modules + "'");
+  const std::string key = std::string(python) + ": " + modules;
+  if (checked == key) return;
+  const auto r = run_command(std::string(python) + " -c 'import " + modules + "'");
   if (r.exit_code != 0) {
-    FAIL(kPython << " cannot import " << modules << " (run scripts/setup.sh): " << r.err);
+    FAIL(python << " cannot import " << modules << " (run scripts/setup.sh): " << r.err);
   }
-  checked = modules;
+  checked = key;
 }
 
 }  // namespace pagedllm::testing

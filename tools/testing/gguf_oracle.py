@@ -120,7 +120,7 @@ def llama3_factors(base=10000.0, factor=8.0, low=1.0, high=4.0, original=64):
 
 
 def write_model(path, qtype, tokenizer, tied, rope_factors, seed, embed_qtype=None, arch="llama", skip=(),
-                hidden=HIDDEN, intermediate=INTERMEDIATE):
+                hidden=HIDDEN, intermediate=INTERMEDIATE, extra_floats=None):
     import gguf
 
     head_dim = hidden // HEADS
@@ -145,6 +145,8 @@ def write_model(path, qtype, tokenizer, tied, rope_factors, seed, embed_qtype=No
     w.add_rope_freq_base(10000.0)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_vocab_size(vocab)
+    for key, value in (extra_floats or {}).items():  # metadata the loader must read or refuse
+        w.add_float32(key, value)
     w.add_tokenizer_model(tokenizer["model"])
     if "pre" in tokenizer:
         w.add_tokenizer_pre(tokenizer["pre"])
@@ -219,6 +221,14 @@ def make(directory):
                 seed=4)
     write_model(directory / "bad-pre.gguf", f16, dict(bpe, pre="no-such-pre"), tied=True, rope_factors=False,
                 seed=4)
+    # Keys llama.cpp added or renamed: a soft-cap the Llama loader does not implement, and the old and new
+    # spellings of the linear RoPE factor disagreeing; a harmless note passes.
+    write_model(directory / "bad-softcap.gguf", f16, gpt2, tied=True, rope_factors=False, seed=4,
+                extra_floats={"llama.final_logit_softcapping": 30.0})
+    write_model(directory / "bad-rope-factor.gguf", f16, gpt2, tied=True, rope_factors=False, seed=4,
+                extra_floats={"llama.rope.scaling.factor": 4.0, "llama.rope.scale_linear": 2.0})
+    write_model(directory / "bad-tokenizer-key.gguf", f16, gpt2, tied=True, rope_factors=False, seed=4,
+                extra_floats={"tokenizer.ggml.normalizer_scale": 1.0, "llama.rope.scaling.finetuned": 0.0})
     # K-quants: gguf-py cannot write them, so llama.cpp's own quantizer makes them from an
     # F16 file whose rows are whole 256-element super-blocks; its _M mixes put attn_v,
     # some ffn_down and output.weight in Q6_K.

@@ -11,7 +11,9 @@ expected values of the fidelity tests come from transformers alone.
 
 make: LlamaForCausalLM(LlamaConfig(...)) with seeded random weights, written by
 `save_pretrained` (safetensors; sharded where the preset says so) in the
-preset's dtype, plus the byte-level tokenizer of
+preset's dtype, by whichever transformers runs this script: .venv's 4.57.1
+writes config.json's 4.x form (rope_theta, rope_scaling, torch_dtype),
+.venv-transformers5's 5.25.0 its 5.x form (rope_parameters, dtype), plus the byte-level tokenizer of
 tests/fixtures/tokenizer/bytelevel_llama3 (ids 0..963; every preset's
 vocabulary is at least that). The presets are scaled-down shapes of real
 checkpoints (few layers, small hidden) that keep their head ratios and features;
@@ -99,6 +101,13 @@ PRESETS = {
                     intermediate_size=384, num_hidden_layers=3, rope_theta=100000.0, rope_scaling=None,
                     tie_word_embeddings=True, rms_norm_eps=1e-5, max_position_embeddings=8192,
                     vocab_size=TOKENIZER_VOCAB, dtype="bfloat16"),
+    # Linear RoPE scaling over a base that is not the default (as long-context fine-tunes of
+    # Llama 2 ship it): factor 4, rope_theta 250000; 6 heads over 2, untied, f32.
+    "linear_rope": dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=2, head_dim=16,
+                        intermediate_size=256, num_hidden_layers=2, rope_theta=250000.0,
+                        rope_scaling={"rope_type": "linear", "factor": 4.0}, tie_word_embeddings=False,
+                        rms_norm_eps=1e-5, max_position_embeddings=16384, vocab_size=TOKENIZER_VOCAB,
+                        dtype="float32"),
     # An explicit head_dim != hidden / heads (as Qwen3 and Gemma configs have;
     # LlamaConfig honours it): hidden 96, 4 heads of 32 over 2 KV heads.
     "head_dim": dict(hidden_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=32,

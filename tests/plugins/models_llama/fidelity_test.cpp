@@ -426,6 +426,45 @@ TEST_CASE("models_llama: checkpoints written by transformers, shaped like real o
   }
 }
 
+TEST_CASE("models_llama: checkpoints written by transformers 5 (rope_parameters), non-default RoPE, at every "
+          "position", "[models_llama][fidelity][transformers5]") {
+  // transformers 5 writes the RoPE base and scaling into config.json's rope_parameters (and dtype for
+  // torch_dtype); the oracle is transformers 5 itself. Every preset has a base other than 10000, so a
+  // reader that missed rope_parameters would rotate by the default base and fail at every position past 0:
+  // llama32 (llama3 scaling, rope_theta 500000), smollm2 (100000), linear_rope (linear factor 4, 250000).
+  pagedllm::testing::require_python_modules("torch, transformers, numpy", kPythonTransformers5);
+  const char* presets[] = {"llama32", "smollm2", "linear_rope"};
+  TempDir dir;
+  nlohmann::json models = nlohmann::json::array();
+  std::vector<std::vector<std::vector<int32_t>>> sequences(std::size(presets));
+  for (std::size_t i = 0; i < std::size(presets); ++i) {
+    for (std::size_t s = 0; s < kMixedLengths.size(); ++s) {
+      sequences[i].push_back(random_tokens(kMixedLengths[s], uint32_t(130 + 10 * i + s)));
+    }
+    models.push_back({{"dir", (dir.path() / presets[i]).string()}, {"preset", presets[i]}, {"seed", i + 11},
+                      {"sequences", sequences[i]}});
+  }
+  const nlohmann::json out = run_oracle_suite({{"models", models}}, kPythonTransformers5);
+  for (std::size_t i = 0; i < std::size(presets); ++i) {
+    INFO(presets[i]);
+    std::ifstream config_file(dir.path() / presets[i] / "config.json");
+    const nlohmann::json written = nlohmann::json::parse(config_file);
+    REQUIRE(written.at("transformers_version").get<std::string>().rfind("5.", 0) == 0);
+    REQUIRE(written.contains("rope_parameters"));
+    REQUIRE_FALSE(written.contains("rope_theta"));
+    const nlohmann::json& o = out.at("models").at(i);
+    const OracleOutput oracle{o.at("logits").get<std::vector<Matrix>>(), o.at("hidden").get<std::vector<Matrix>>()};
+    PagedRunner runner(dir.path() / presets[i], kVariants[0].model, kVariants[0].attention);
+    for (const auto& s : sequences[i]) runner.add_sequence(s);
+    Checker checker = checker_for(dir.path() / presets[i], oracle);
+    for (std::size_t step = 0; step < kMixedSteps.size(); ++step) {
+      INFO("step " << step);
+      checker.check_all(runner.step(kMixedSteps[step]));
+    }
+    checker.require_within_tolerance();
+  }
+}
+
 TEST_CASE("models_llama: linear RoPE scaling", "[models_llama][fidelity]") {
   require_oracle();
   TempDir dir;

@@ -230,6 +230,18 @@ TEST_CASE("gguf: files the loader refuses, each error naming the file and what i
   CHECK_THAT(create_error(dir / "bad-q5_0.gguf"),
              Contains("bad-q5_0.gguf: tensor 'token_embd.weight' (model.embed_tokens.weight) is Q5_0, which is not "
                       "dequantized"));
+  CHECK_THAT(create_error(dir / "bad-softcap.gguf"),
+             Contains("bad-softcap.gguf: metadata 'llama.final_logit_softcapping' is not a setting models_llama "
+                      "reads, and it could change what the model computes: refused rather than ignored"));
+  CHECK_THAT(create_error(dir / "bad-rope-factor.gguf"),
+             Contains("bad-rope-factor.gguf: metadata 'llama.rope.scale_linear' is 2.000000 but "
+                      "llama.rope.scaling.factor is 4.000000: two spellings of one setting that disagree"));
+  // The model reads past the tokenizer's keys (and the harmless rope.scaling.finetuned); the tokenizer refuses
+  // one it does not know.
+  Model loads(dir / "bad-tokenizer-key.gguf");
+  CHECK_THROWS_WITH(pagedllm::tokenizer::Tokenizer::from_gguf((dir / "bad-tokenizer-key.gguf").string()),
+                    Contains("bad-tokenizer-key.gguf: metadata 'tokenizer.ggml.normalizer_scale' is not a tokenizer "
+                             "setting pagedllm reads"));
   CHECK_THROWS_WITH(pagedllm::tokenizer::Tokenizer::from_gguf((dir / "bad-pre.gguf").string()),
                     Contains("bad-pre.gguf: metadata 'tokenizer.ggml.pre' is \"no-such-pre\"; supported: gpt-2"));
 }

@@ -49,6 +49,7 @@ inline void expect(bool condition, const std::string& message) {
 }
 
 using pagedllm::testing::kPython;
+using pagedllm::testing::kPythonTransformers5;
 
 // ---- Python: generator and oracle --------------------------------------------
 
@@ -84,12 +85,13 @@ inline nlohmann::json run_oracle(const std::filesystem::path& model_dir, const c
   return nlohmann::json::parse(file);
 }
 
-// hf_oracle.py suite: several models made and answered by one process.
-inline nlohmann::json run_oracle_suite(const nlohmann::json& input) {
+// hf_oracle.py suite: several models made and answered by one process, run by `python` (kPython:
+// transformers 4.57.1; kPythonTransformers5: transformers 5, which also writes the checkpoints).
+inline nlohmann::json run_oracle_suite(const nlohmann::json& input, const char* python = kPython) {
   TempDir io;
   const auto in = io.write("in.json", input.dump());
   const auto out = io.path() / "out.json";
-  const auto r = run_command(std::string(kPython) + " " PAGEDLLM_SOURCE_DIR "/tools/testing/hf_oracle.py suite --input " +
+  const auto r = run_command(std::string(python) + " " PAGEDLLM_SOURCE_DIR "/tools/testing/hf_oracle.py suite --input " +
                              quote(in.string()) + " --output " + quote(out.string()));
   expect(r.exit_code == 0, "hf_oracle.py suite failed: " + r.err);
   std::ifstream file(out);

@@ -512,3 +512,93 @@ TEST_CASE("models_llama: bad config.json names the file and the key", "[models_l
   std::filesystem::remove(config);
   CHECK_THAT(load_error(dir.path()), Contains(config + ": cannot open"));
 }
+
+TEST_CASE("models_llama: config.json as transformers 4 and 5 write it, keys that could change the forward refused",
+          "[models_llama][weights]") {
+  require_generator();
+  TempDir dir;
+  make_model(dir.path(), "--num-layers 1");
+  const std::string config = (dir.path() / "config.json").string();
+  const nlohmann::json original = read_json(config);
+  const auto with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json edited = original;
+    edit(edited);
+    write_json(config, edited);
+  };
+  const nlohmann::json llama3 = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                                 {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
+  SECTION("loaded: transformers 5's rope_parameters (flat, or nested by layer type) and dtype, harmless keys") {
+    const std::function<void(nlohmann::json&)> loads[] = {
+        [&](auto& c) {  // as transformers 5.25 writes it
+          c.erase("rope_theta");
+          c.erase("rope_scaling");
+          c.erase("torch_dtype");
+          c["dtype"] = "float32";
+          c["rope_parameters"] = llama3;
+          c["rope_parameters"]["rope_theta"] = 500000.0;
+        },
+        [&](auto& c) {  // nested under the layer types transformers 5 lists
+          c["layer_types"] = {"full_attention"};
+          c["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+        },
+        [&](auto& c) {  // both spellings, agreeing
+          c["rope_scaling"] = llama3;
+          c["rope_parameters"] = llama3;
+          c["rope_parameters"]["rope_theta"] = c["rope_theta"];
+          c["dtype"] = c["torch_dtype"];
+        },
+        [&](auto& c) {  // keys that cannot change the forward, and an unknown one set to null (the default)
+          c["use_cache"] = false;
+          c["pretraining_tp"] = 2;
+          c["transformers.js_config"] = {{"kv_cache_dtype", {{"q4f16", "float16"}}}};
+          c["is_llama_config"] = true;
+          c["rope_interleaved"] = false;
+          c["attn_logit_softcapping"] = nullptr;
+          c["auto_map"] = {{"AutoTokenizer", "tokenization_x.XTokenizer"}};
+        },
+    };
+    for (const auto& edit : loads) {
+      with(edit);
+      Model ok(dir.path());
+    }
+  }
+  SECTION("refused, naming the key") {
+    struct Case {
+      const char* what;
+      std::function<void(nlohmann::json&)> edit;
+      const char* message;
+    };
+    const Case cases[] = {
+        {"an unknown key", [](auto& c) { c["attn_logit_softcapping"] = 50.0; },
+         "'attn_logit_softcapping' is not a setting models_llama reads, and it could change what the model computes"},
+        {"an unknown RoPE key", [&](auto& c) { c["rope_parameters"] = llama3; c["rope_parameters"]["beta_fast"] = 32; },
+         "'rope_parameters.beta_fast' is not read for rope_type llama3"},
+        {"an unsupported rope_type", [](auto& c) { c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
+         "'rope_parameters.rope_type' is \"yarn\""},
+        {"two RoPE bases", [](auto& c) { c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e5}}; },
+         "'rope_theta' is 10000.000000 but 'rope_parameters.rope_theta' is 100000.000000: two spellings of one "
+         "setting that disagree"},
+        {"two RoPE scalings", [&](auto& c) { c["rope_scaling"] = llama3; c["rope_parameters"] = {{"rope_type", "linear"}, {"factor", 2.0}}; },
+         "'rope_scaling' (llama3, factor 8, low/high 1/4, original_max_position_embeddings 64) disagrees with "
+         "'rope_parameters' (linear, factor 2)"},
+        {"two rope types in one object", [](auto& c) { c["rope_scaling"] = {{"rope_type", "linear"}, {"type", "dynamic"}, {"factor", 2.0}}; },
+         "'rope_scaling.type' is \"dynamic\" but 'rope_scaling.rope_type' is \"linear\""},
+        {"two dtypes", [](auto& c) { c["dtype"] = "bfloat16"; }, "'torch_dtype' is \"float32\" but 'dtype' is \"bfloat16\""},
+        {"a sliding layer", [](auto& c) { c["layer_types"] = {"sliding_attention"}; },
+         "'layer_types[0]' is \"sliding_attention\"; models_llama runs full attention in every Llama layer"},
+        {"a sliding window", [](auto& c) { c["sliding_window"] = 4096; }, "'sliding_window' is 4096"},
+        {"partial rotation", [](auto& c) { c["partial_rotary_factor"] = 0.5; }, "'partial_rotary_factor' is 0.500000"},
+        {"interleaved RoPE", [](auto& c) { c["rope_interleaved"] = true; }, "'rope_interleaved' is true"},
+        {"custom modeling code", [](auto& c) { c["auto_map"] = {{"AutoModelForCausalLM", "modeling_x.X"}}; },
+         "'auto_map.AutoModelForCausalLM' is \"modeling_x.X\": custom modeling code"},
+        {"another model type", [](auto& c) { c["model_type"] = "mistral"; }, "'model_type' is \"mistral\""},
+    };
+    for (const Case& c : cases) {
+      INFO(c.what);
+      with(c.edit);
+      const std::string e = load_error(dir.path());
+      CHECK_THAT(e, Contains(config + ": "));
+      CHECK_THAT(e, Contains(c.message));
+    }
+  }
+}
