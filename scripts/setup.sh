@@ -105,21 +105,22 @@ fi
 
 # xgrammar (the structured-output plugin's grammar engine, plugins/constraint_xgrammar): its
 # C++ core is built from the pinned PyPI source distribution by CMake (cmake/PagedLLMXgrammar.cmake).
-# pip download --no-binary would build the Python package's metadata (it hangs without tvm_ffi), so
-# the sdist is fetched from its files.pythonhosted.org URL, its sha256 checked, and unpacked into the
-# git-ignored .deps/ (kept across builds: every build tree compiles the same sources, which ccache
-# then serves to the ASan and TSan builds).
+# pip fetches the sdist itself (--no-binary xgrammar: that package as source, its build tools as
+# wheels, for the metadata pip prepares before it saves the file; --no-binary :all: would build
+# those tools, cmake among them, from source too); its sha256 is checked and it is unpacked into
+# the git-ignored .deps/ (kept across builds: every build tree compiles the same sources, which
+# ccache then serves to the ASan and TSan builds).
 xgrammar_version=0.2.8
 xgrammar_sha256=8305646fd2b319d6c3003f51a1665e54cbbe9cba1fb636bc41d0b46434ccbb80
-xgrammar_url=https://files.pythonhosted.org/packages/03/0f/29f521535729be740779c2c98b630ef6607cf28be9b669895dd2b821ff63/xgrammar-$xgrammar_version.tar.gz
 xgrammar_tar=$repo/.deps/xgrammar-$xgrammar_version.tar.gz
 xgrammar_dir=$repo/.deps/xgrammar-$xgrammar_version
 if [[ ! -f $xgrammar_dir/.sha256-verified ]]; then
   mkdir -p "$repo/.deps"
   if [[ ! -f $xgrammar_tar || $(sha256sum "$xgrammar_tar" | cut -d' ' -f1) != "$xgrammar_sha256" ]]; then
-    echo "setup: downloading the xgrammar $xgrammar_version source distribution (2.7 MB)"
-    curl -sSfL --retry 3 -o "$xgrammar_tar.part" "$xgrammar_url"
-    mv "$xgrammar_tar.part" "$xgrammar_tar"
+    echo "setup: downloading the xgrammar $xgrammar_version source distribution (pip download, 2.7 MB)"
+    rm -f "$xgrammar_tar"
+    "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-input --no-deps \
+      --no-binary xgrammar -d "$repo/.deps" "xgrammar==$xgrammar_version"
   fi
   if [[ $(sha256sum "$xgrammar_tar" | cut -d' ' -f1) != "$xgrammar_sha256" ]]; then
     echo "setup: $xgrammar_tar does not have the expected sha256 $xgrammar_sha256; removed" >&2
