@@ -253,9 +253,28 @@ def quantize_with_llama_cpp(source, target, ftype):
         raise RuntimeError(f"llama_model_quantize({source} -> {target}, {ftype}) returned {rc}")
 
 
+def plain_cpu_kernels(llama_cpp):
+    """Loads models without llama.cpp's extra buffer types (weights repacked for AMX tiles or interleaved
+    AVX layouts): on a CPU with AMX-INT8 (Sapphire Rapids and later) llama.cpp 0.3.36 moves Q4_0/Q4_1/Q8_0/
+    K-quant weights into AMX buffers, and its decode crashed there (SIGSEGV in llama_decode, 2026-12, on
+    this project's VM). The plain kernels are the ones every CPU runs, and compute the same products (the
+    activations quantized to the weight's dot type) in another order, within the tests' tolerances.
+    Llama() takes no such option: its model parameters start from llama_model_default_params()."""
+    defaults = llama_cpp.llama_model_default_params
+
+    def without_extra_buffers():
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    llama_cpp.llama_cpp.llama_model_default_params = without_extra_buffers
+    llama_cpp.llama_model_default_params = without_extra_buffers
+
+
 def run(request_path, output_path):
     import llama_cpp
 
+    plain_cpu_kernels(llama_cpp)
     request = json.loads(Path(request_path).read_text())
     results = []
     for entry in request["files"]:
