@@ -193,38 +193,52 @@ LanesBlocking lanes_blocking(int64_t m, int64_t words) {
           std::max<int64_t>(kTileCols, caches.l2 / 2 / (4 * depth) / kTileCols * kTileCols), depth};
 }
 
-// More than kDotRowsMaxRows rows of 16-bit weights: SGEMM over tiles of
-// columns widened to f32 once per call (~1 MiB, L2-sized: the widening costs
-// n x k element conversions against m x n x k multiply-adds) into a buffer of
-// the thread's own.
+// Past kDotRowsMaxRows rows every product that ends in OpenBLAS multiplies its
+// column slice in the same SGEMM calls of at most sgemm_tile_cols(k) columns:
+// f32 weights as stored, 16-bit and int8 ones widened into a tile of the
+// thread's own (~1 MiB, L2-sized: the widening costs n x k conversions against
+// m x n x k multiply-adds). So a 16-bit matrix gives the bits of its f32
+// widening whichever SGEMM kernel OpenBLAS picks for the CPU: its AVX2/FMA
+// kernels (Haswell, Zen) sum an output's products in an order that depends on
+// where the call's columns start and end, which a single call over the slice
+// and calls over its tiles would cut differently.
+int64_t sgemm_tile_cols(int64_t k) { return std::max<int64_t>(64, ((int64_t(1) << 18) / k + 15) / 16 * 16); }
+
+// out[:, j..j+cols) for each tile, from the f32 [cols, k] rows tile_weights(j, cols) returns.
+template <class TileWeights>
+void sgemm_tiles(const float* a, int64_t lda, int64_t m, int64_t n, int64_t k, float* out, int64_t ldc,
+                 bool accumulate, TileWeights&& tile_weights) {
+  const int64_t tile = sgemm_tile_cols(k);
+  for (int64_t j = 0; j < n; j += tile) {
+    const int64_t cols = std::min(tile, n - j);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(cols), int(k), 1.0f, a, int(lda),
+                tile_weights(j, cols), int(k), accumulate ? 1.0f : 0.0f, out + j, int(ldc));
+  }
+}
+
+// More than kDotRowsMaxRows rows of 16-bit weights: SGEMM over tiles widened to f32.
 template <class W>
 void gemm_widened(void (*widen)(const W*, int64_t, float*), const float* a, int64_t lda, int64_t m, const W* w,
                   int64_t n, int64_t k, float* out, int64_t ldc, bool accumulate) {
   thread_local Buffer tile_buf;
-  const int64_t tile = std::max<int64_t>(64, ((int64_t(1) << 18) / k + 15) / 16 * 16);
-  float* tile_f32 = tile_buf.reserve(std::size_t(std::min(tile, n) * k));
-  for (int64_t j = 0; j < n; j += tile) {
-    const int64_t cols = std::min(tile, n - j);
+  float* tile_f32 = tile_buf.reserve(std::size_t(std::min(sgemm_tile_cols(k), n) * k));
+  sgemm_tiles(a, lda, m, n, k, out, ldc, accumulate, [&](int64_t j, int64_t cols) {
     widen(w + j * k, cols * k, tile_f32);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(cols), int(k), 1.0f, a, int(lda), tile_f32,
-                int(k), accumulate ? 1.0f : 0.0f, out + j, int(ldc));
-  }
+    return tile_f32;
+  });
 }
 
 // More than kDotRowsMaxRows rows of int8 weights (weight-only): SGEMM over
-// tiles dequantized to f32 as gemm_widened does.
+// tiles dequantized to f32.
 void gemm_dequantized(const Kernels& kern, const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k,
                       float* out, int64_t ldc, bool accumulate) {
   thread_local Buffer tile_buf;
-  const int64_t tile = std::max<int64_t>(64, ((int64_t(1) << 18) / k + 15) / 16 * 16);
-  float* tile_f32 = tile_buf.reserve(std::size_t(std::min(tile, n) * k));
+  float* tile_f32 = tile_buf.reserve(std::size_t(std::min(sgemm_tile_cols(k), n) * k));
   const auto* q = static_cast<const I8*>(w.data);
-  for (int64_t j = 0; j < n; j += tile) {
-    const int64_t cols = std::min(tile, n - j);
+  sgemm_tiles(a, lda, m, n, k, out, ldc, accumulate, [&](int64_t j, int64_t cols) {
     kern.widen_i8(q + j * k, w.scales + j, cols, k, tile_f32);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(cols), int(k), 1.0f, a, int(lda), tile_f32,
-                int(k), accumulate ? 1.0f : 0.0f, out + j, int(ldc));
-  }
+    return tile_f32;
+  });
 }
 
 // The activations of a W8A8 product, quantized once per linear() call; past
@@ -258,8 +272,8 @@ void linear_slice(const Kernels& kern, const float* a, int64_t lda, int64_t m, c
       if (few) {
         kern.dot_rows_f32(a, lda, m, static_cast<const float*>(ws), cols, k, o, ldc, accumulate);
       } else {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(cols), int(k), 1.0f, a, int(lda),
-                    static_cast<const float*>(ws), int(k), accumulate ? 1.0f : 0.0f, o, int(ldc));
+        const auto* wf = static_cast<const float*>(ws);
+        sgemm_tiles(a, lda, m, cols, k, o, ldc, accumulate, [&](int64_t j, int64_t) { return wf + j * k; });
       }
       return;
     case PLLM_DTYPE_BF16:

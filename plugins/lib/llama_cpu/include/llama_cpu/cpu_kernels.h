@@ -45,7 +45,9 @@ constexpr int64_t kDotRowsMaxRows = 16;
 // ldc floats apart. The n output columns are split between the pool's
 // threads. Up to kDotRowsMaxRows rows each slice runs the kernel above of the
 // instruction set active_isa() picks (cpu_isa.h); past that, single-threaded
-// OpenBLAS sgemm, on tiles of 16-bit weights widened to f32 first. Except bf16
+// OpenBLAS sgemm over column tiles of the same width for every dtype (16-bit
+// weights widened to f32 first), so a 16-bit matrix gives the bits of its f32
+// widening on any of OpenBLAS's kernels. Except bf16
 // weights whose WeightsRef says Bf16Compute::kVdpbf16ps (the default) on
 // avx512bf16: the rows of `a` are rounded to bf16 once per call, then
 // multiplied on vdpbf16ps (exact products, f32 accumulation) by a few-row
