@@ -183,6 +183,7 @@ class XgrammarConstraint : public pllm::ConstraintPlugin {
   // Thread-safe (pllm_constraint_api): xgrammar's compiler guards its cache.
   pllm_constraint_grammar* compile(const pllm_constraint_spec& spec) {
     auto grammar = std::make_unique<Grammar>(Grammar{compile_spec(spec)});
+    require_some_output(grammar->compiled);
     return reinterpret_cast<pllm_constraint_grammar*>(grammar.release());
   }
 
@@ -203,12 +204,7 @@ class XgrammarConstraint : public pllm::ConstraintPlugin {
                                                          std::to_string((int64_t(vocab_size_) + 31) / 32));
     }
     int64_t shape[2] = {int64_t(matchers.size()), words};
-    DLTensor tensor{};
-    tensor.data = bitmask;
-    tensor.device = DLDevice{kDLCPU, 0};
-    tensor.ndim = 2;
-    tensor.dtype = DLDataType{kDLInt, 32, 1};
-    tensor.shape = shape;
+    DLTensor tensor = bitmask_tensor(bitmask, shape);
     for (std::size_t r = 0; r < matchers.size(); ++r) {
       if (!matchers[r]) throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, "constraint_xgrammar: null matcher");
       uint32_t* row = bitmask + int64_t(r) * words;
@@ -218,9 +214,7 @@ class XgrammarConstraint : public pllm::ConstraintPlugin {
         for (const int32_t id : stop_tokens_) row[id >> 5] |= 1u << (id & 31);
         continue;
       }
-      m.matcher.FillNextTokenBitmask(&tensor, int(r));
-      // A special token is never constrained output, even where its text would match.
-      for (const int32_t id : special_tokens_) row[id >> 5] &= ~(1u << (id & 31));
+      fill_row(m.matcher, tensor, int(r), row);
     }
   }
 
@@ -258,6 +252,39 @@ class XgrammarConstraint : public pllm::ConstraintPlugin {
   }
 
  private:
+  // xgrammar's view of shape[0] host rows of shape[1] int32 bitmask words at `data`.
+  static DLTensor bitmask_tensor(uint32_t* data, int64_t (&shape)[2]) {
+    DLTensor tensor{};
+    tensor.data = data;
+    tensor.device = DLDevice{kDLCPU, 0};
+    tensor.ndim = 2;
+    tensor.dtype = DLDataType{kDLInt, 32, 1};
+    tensor.shape = shape;
+    return tensor;
+  }
+
+  // Row `index` of `tensor` (at `row`): the tokens the matcher allows next; a special token is never
+  // constrained output, even where its text would match.
+  void fill_row(xgrammar::GrammarMatcher& matcher, DLTensor& tensor, int index, uint32_t* row) const {
+    matcher.FillNextTokenBitmask(&tensor, index);
+    for (const int32_t id : special_tokens_) row[id >> 5] &= ~(1u << (id & 31));
+  }
+
+  // A grammar whose first step allows no token, not even its end, admits no output at all (a schema whose
+  // $ref refers only to itself, say): the client's error, refused when it is compiled, at submit, rather
+  // than a request whose first row has every token masked.
+  void require_some_output(const xgrammar::CompiledGrammar& compiled) const {
+    xgrammar::GrammarMatcher probe(compiled, stop_tokens_);
+    const int32_t words = (vocab_size_ + 31) / 32;
+    std::vector<uint32_t> row(std::size_t(words), 0u);
+    int64_t shape[2] = {1, words};
+    DLTensor tensor = bitmask_tensor(row.data(), shape);
+    fill_row(probe, tensor, 0, row.data());
+    if (std::all_of(row.begin(), row.end(), [](uint32_t word) { return word == 0; })) {
+      bad_constraint("no output can match it (no token may start one: a $ref that refers only to itself, say)");
+    }
+  }
+
   xgrammar::CompiledGrammar compile_spec(const pllm_constraint_spec& spec) {
     const std::string text = spec.text ? spec.text : "";
     const std::optional<int> max_ws = options_.max_whitespace > 0 ? std::optional<int>(options_.max_whitespace)

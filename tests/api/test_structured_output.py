@@ -137,6 +137,9 @@ def test_400_naming_the_field_for_bad_constraints(client, model):
     bad_request(chat, "response_format.json_schema.schema", "response_format.json_schema.schema", **base,
                 response_format={"type": "json_schema", "json_schema": {
                     "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "no-such-type"}}}}})
+    # A schema no output can match (its $ref refers only to itself): a 400 at submit, not a 500 later.
+    bad_request(chat, "response_format.json_schema.schema", "no output can match it", **base,
+                response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": "#"}}})
     bad_request(chat, "guided_regex", "guided_regex", **base, extra_body={"guided_regex": "(unclosed"})
     bad_request(chat, "structured_outputs.regex", "structured_outputs.regex", **base,
                 extra_body={"structured_outputs": {"regex": "a{3"}})

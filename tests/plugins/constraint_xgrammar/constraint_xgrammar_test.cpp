@@ -200,6 +200,11 @@ TEST_CASE("constraint_xgrammar: bad constraints are INVALID_ARGUMENT with a mess
   CHECK_THAT(message, Contains("non-empty list"));
   CHECK(c.compile(PLLM_CONSTRAINT_CHOICE, R"(["a", 3])", &grammar, &message) == PLLM_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(message, Contains("choice 1"));
+  // A schema that admits no output at all: refused when compiled (at submit), not a request whose every token
+  // is masked.
+  CHECK(c.compile(PLLM_CONSTRAINT_JSON_SCHEMA, R"({"$ref": "#"})", &grammar, &message) ==
+        PLLM_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(message, Contains("no output can match it"));
   CHECK(c.compile(pllm_constraint_type(77), "x", &grammar, &message) == PLLM_ERROR_UNSUPPORTED);
   CHECK(grammar == nullptr);
 }
