@@ -62,8 +62,6 @@ class Fields {
     return keys;
   }
 
-  const json& object() const { return object_; }
-
   int64_t require_int(std::string_view key, int64_t lo, int64_t hi) const {
     const json* v = find(key);
     if (!v) fail(key, "is required");
