@@ -1,10 +1,12 @@
 #include "core/config/config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <limits>
 #include <optional>
+#include <regex>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -137,12 +139,54 @@ SchedulerConfig read_scheduler(YamlMapReader section) {
   return s;
 }
 
+// server.api_key: one key or a list of them (several clients, or a key being rotated), none empty.
+std::vector<std::string> read_api_keys(YamlMapReader& section) {
+  std::vector<std::string> keys;
+  if (section.is_list("api_key")) {
+    keys = section.get_string_list("api_key");
+    if (keys.empty()) section.fail("api_key", "is an empty list (leave it out, or null, for no key)");
+  } else if (auto key = section.get_optional_string("api_key")) {
+    keys.push_back(std::move(*key));
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].empty()) section.fail("api_key", "must not be empty (leave it out, or null, for no key)");
+    if (std::find(keys.begin(), keys.begin() + i, keys[i]) != keys.begin() + i) {
+      section.fail("api_key", fmt::format("lists the same key twice (entries {} and {})",
+                                          std::find(keys.begin(), keys.end(), keys[i]) - keys.begin(), i));
+    }
+  }
+  return keys;
+}
+
+// True for "*" and for scheme://host[:port] with scheme http or https, no path, query or trailing slash:
+// the form a browser sends in its Origin header.
+bool is_origin(const std::string& origin) {
+  if (origin == "*") return true;
+  static const std::regex form(R"(^https?://[A-Za-z0-9.\-]+(:[0-9]{1,5})?$|^https?://\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?$)");
+  return std::regex_match(origin, form);
+}
+
+CorsConfig read_cors(YamlMapReader section) {
+  CorsConfig c;
+  c.allowed_origins = section.get_string_list("allowed_origins");
+  for (std::size_t i = 0; i < c.allowed_origins.size(); ++i) {
+    if (!is_origin(c.allowed_origins[i])) {
+      section.fail("allowed_origins", fmt::format("entry {} '{}' is not an origin: scheme://host[:port] with scheme "
+                                                  "http or https and no path (as a browser sends it), or \"*\"",
+                                                  i, c.allowed_origins[i]));
+    }
+  }
+  c.max_age_s = static_cast<int>(section.get_int("max_age_s", c.max_age_s, 0, 86400));
+  section.finish();
+  return c;
+}
+
 ServerConfig read_server(YamlMapReader section) {
   ServerConfig s;
   s.host = section.get_string("host", s.host);
   s.port = static_cast<int>(section.get_int("port", s.port, 0, 65535));
-  s.api_key = section.get_optional_string("api_key");
-  if (s.api_key && s.api_key->empty()) section.fail("api_key", "must not be empty (leave it out, or null, for no key)");
+  s.api_keys = read_api_keys(section);
+  s.cors = read_cors(section.child("cors"));
   s.io_threads = static_cast<int>(section.get_int("io_threads", s.io_threads, 1, 256));
   s.max_request_body_bytes = section.get_bytes("max_request_body", s.max_request_body_bytes);
   if (s.max_request_body_bytes < 1024) {

@@ -71,11 +71,22 @@ struct ParallelConfig {
   std::vector<DeviceConfig> devices;
 };
 
+// Cross-origin requests from browsers (docs/server.md "CORS"): nothing is allowed unless origins are listed.
+struct CorsConfig {
+  // Exact origins ("https://app.example:8443", scheme://host[:port]) whose pages may call the API, or "*"
+  // for any; empty: no CORS headers, preflights refused.
+  std::vector<std::string> allowed_origins;
+  // How long a browser may cache a preflight's answer (Access-Control-Max-Age).
+  int max_age_s = 600;
+};
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0 = any free port (printed at start)
-  // When set, /v1/* requires "Authorization: Bearer <key>".
-  std::optional<std::string> api_key;
+  // When not empty, /v1/* requires "Authorization: Bearer <key>" with one of these keys: server.api_key
+  // (a key or a list), replaced by the host's --api-key options or PAGEDLLM_API_KEY (core/host/main.cpp).
+  std::vector<std::string> api_keys;
+  CorsConfig cors;
   // Threads running the HTTP event loop; connections and streams do not need one each.
   int io_threads = 2;
   // Larger request bodies are refused with 413.

@@ -145,6 +145,10 @@ bool YamlMapReader::is_set(std::string_view key) const {
   return v.IsDefined() && !v.IsNull() && !(v.IsScalar() && is_plain(v) && is_null_scalar(v.Scalar()));
 }
 
+bool YamlMapReader::is_list(std::string_view key) const {
+  return is_set(key) && node_[std::string(key)].IsSequence();
+}
+
 std::optional<YAML::Node> YamlMapReader::value(std::string_view key) {
   read_.insert(std::string(key));
   if (!is_set(key)) return std::nullopt;

@@ -42,6 +42,8 @@ class YamlMapReader {
   YamlMapReader child(std::string_view key);
   // True when the key is present and not null.
   bool is_set(std::string_view key) const;
+  // True when the key holds a list (a setting that takes one value or several).
+  bool is_list(std::string_view key) const;
 
   void finish() const;
 

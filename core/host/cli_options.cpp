@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <string_view>
 #include <type_traits>
 
 #include <fmt/format.h>
@@ -30,6 +31,9 @@ Options:
     --stop STR          stop before STR (repeatable)
     --ignore-eos        keep going past the end-of-sequence token
     --no-speculation    decode one token per step even with a speculative: section
+  --api-key KEY         require "Authorization: Bearer KEY" on /v1/* (repeatable: any of the
+                        keys; replaces server.api_key; PAGEDLLM_API_KEY=KEY1,KEY2 does the
+                        same without putting keys on the command line)
   --log-level LEVEL     trace, debug, info, warn, error or off (overrides logging.level)
   --version             print the host and SDK versions and exit
   --help                print this help and exit
@@ -84,6 +88,9 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       options.config_file = take_value();
     } else if (name == "--set") {
       options.overrides.push_back(take_value());
+    } else if (name == "--api-key") {
+      options.api_keys.push_back(take_value());
+      if (options.api_keys.back().empty()) throw UsageError("--api-key needs a non-empty key");
     } else if (name == "--log-level") {
       options.log_level = take_value();
     } else if (name == "--prompt") {
@@ -137,6 +144,27 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
     options.generate = std::move(generate);
   }
   return options;
+}
+
+std::pair<std::vector<std::string>, std::string> resolve_api_keys(const std::vector<std::string>& cli_keys,
+                                                                  const char* environment_keys,
+                                                                  const std::vector<std::string>& config_keys) {
+  if (!cli_keys.empty()) return {cli_keys, "--api-key"};
+  if (environment_keys) {
+    std::vector<std::string> keys;
+    std::string_view rest(environment_keys);
+    while (true) {
+      const std::size_t comma = rest.find(',');
+      const std::string_view key = rest.substr(0, comma);
+      if (key.empty()) throw UsageError(fmt::format("{} holds an empty key (keys are separated by commas)",
+                                                    kApiKeyEnvironment));
+      keys.emplace_back(key);
+      if (comma == std::string_view::npos) break;
+      rest.remove_prefix(comma + 1);
+    }
+    return {keys, kApiKeyEnvironment};
+  }
+  return {config_keys, config_keys.empty() ? "" : "server.api_key"};
 }
 
 }  // namespace pagedllm

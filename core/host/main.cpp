@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iostream>
 #include <string>
@@ -91,6 +92,14 @@ int run(const std::vector<std::string>& args) {
   }
   if (!options.log_level) {
     if (auto level = parse_log_level(config.log_level)) set_log_level(*level);
+  }
+  try {
+    auto [keys, source] = resolve_api_keys(options.api_keys, std::getenv(kApiKeyEnvironment), config.server.api_keys);
+    config.server.api_keys = std::move(keys);
+    if (!source.empty()) host_log().info("API keys: {} from {}", config.server.api_keys.size(), source);
+  } catch (const UsageError& e) {
+    fmt::print(stderr, "pagedllm-host: {}\n", e.what());
+    return kExitUsageError;
   }
 
   PluginRegistry registry = make_plugin_registry(config);

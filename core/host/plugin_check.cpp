@@ -73,8 +73,14 @@ void print_check_summary(const HostConfig& config, const ConfiguredPlugins& conf
              config.scheduler.max_num_seqs, config.scheduler.max_num_batched_tokens,
              config.scheduler.enable_chunked_prefill ? "on" : "off",
              config.scheduler.preemption_mode == PreemptionMode::kSwap ? "swap" : "recompute");
-  fmt::print(out, "server      {}:{}{}\n", config.server.host, config.server.port,
-             config.server.api_key ? " (API key required)" : "");
+  fmt::print(out, "server      {}:{}{}{}\n", config.server.host, config.server.port,
+             config.server.cors.allowed_origins.empty()
+                 ? ""
+                 : fmt::format(", CORS for {}", fmt::join(config.server.cors.allowed_origins, ", ")),
+             config.server.api_keys.empty() ? ""
+             : config.server.api_keys.size() == 1
+                 ? " (API key required)"
+                 : fmt::format(" (one of {} API keys required)", config.server.api_keys.size()));
 }
 
 }  // namespace pagedllm

@@ -121,18 +121,22 @@ RouteMatch match_route(http::verb method, std::string_view target, std::string& 
 
 bool requires_api_key(std::string_view path) { return path == "/v1" || path.starts_with("/v1/"); }
 
-void check_api_key(std::string_view authorization, const std::string& key) {
+void check_api_key(std::string_view authorization, std::span<const std::string> keys) {
   constexpr std::string_view kBearer = "Bearer ";
   if (!authorization.starts_with(kBearer)) {
     throw unauthorized("You didn't provide an API key. Send it as \"Authorization: Bearer <key>\".");
   }
   const std::string_view given = authorization.substr(kBearer.size());
-  // Constant time in the key's length: no early exit on the first difference.
-  unsigned char difference = given.size() == key.size() ? 0 : 1;
-  for (std::size_t i = 0; i < key.size(); ++i) {
-    difference |= static_cast<unsigned char>(key[i] ^ (i < given.size() ? given[i] : '\0'));
+  // Constant time in each key's length: no early exit on the first difference, nor on the key that matches.
+  bool matched = false;
+  for (const std::string& key : keys) {
+    unsigned char difference = given.size() == key.size() ? 0 : 1;
+    for (std::size_t i = 0; i < key.size(); ++i) {
+      difference |= static_cast<unsigned char>(key[i] ^ (i < given.size() ? given[i] : '\0'));
+    }
+    matched |= difference == 0;
   }
-  if (difference != 0) throw unauthorized("Incorrect API key provided.");
+  if (!matched) throw unauthorized("Incorrect API key provided.");
 }
 
 HttpReply error_reply(const ApiError& error) {

@@ -3,6 +3,7 @@
 // generation routes, which stream from the engine: http_session.cpp).
 
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -38,8 +39,9 @@ RouteMatch match_route(boost::beast::http::verb method, std::string_view target,
 
 // True for the paths an API key protects (/v1/...).
 bool requires_api_key(std::string_view path);
-// Checks "Authorization: Bearer <key>" (constant time in the key). Throws 401.
-void check_api_key(std::string_view authorization_header, const std::string& key);
+// Checks "Authorization: Bearer <key>" against every one of `keys` (constant time in each key: no early
+// exit on a difference, nor on a match). Throws 401.
+void check_api_key(std::string_view authorization_header, std::span<const std::string> keys);
 
 struct HttpReply {
   int status = 200;

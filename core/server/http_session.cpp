@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "core/common/logging.h"
+#include "core/server/cors.h"
 #include "core/server/openai_response.h"
 
 namespace pagedllm::server {
@@ -160,6 +161,10 @@ void HttpSession::handle_request() {
   keep_alive_ = request_.keep_alive() && !shutting_down_ && !state_->draining();
   std::string allow;
   try {
+    if (auto preflight = preflight_reply(state_->config().cors, request_)) {
+      write_reply(std::move(*preflight));
+      return;
+    }
     const RouteMatch match = route_request(request_, state_->config(), allow);
     if (match.route == Route::kCompletions || match.route == Route::kChatCompletions) {
       start_generation(match.route == Route::kChatCompletions ? ApiKind::kChat : ApiKind::kCompletion);
@@ -187,6 +192,9 @@ void HttpSession::write_reply(HttpReply reply) {
   response->set(http::field::server, kServerName);
   response->set(http::field::content_type, reply.content_type);
   for (const auto& [name, value] : reply.headers) response->set(name, value);
+  for (const auto& [name, value] : cors_headers(state_->config().cors, view(request_[http::field::origin]))) {
+    response->set(name, value);
+  }
   response->keep_alive(keep_alive_);
   response->body() = std::move(reply.body);
   response->prepare_payload();
@@ -291,6 +299,9 @@ void HttpSession::start_generation(ApiKind kind) {
     ex.header->set(http::field::server, kServerName);
     ex.header->set(http::field::content_type, "text/event-stream");
     ex.header->set(http::field::cache_control, "no-cache");
+    for (const auto& [name, value] : cors_headers(state_->config().cors, view(request_[http::field::origin]))) {
+      ex.header->set(name, value);
+    }
     ex.header->keep_alive(keep_alive_);
     if (ex.chunked) ex.header->chunked(true);
     ex.serializer = std::make_unique<http::response_serializer<http::empty_body>>(*ex.header);

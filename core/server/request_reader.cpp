@@ -38,8 +38,8 @@ std::optional<HttpReply> read_error_reply(const boost::beast::error_code& ec, co
 
 RouteMatch route_request(const HttpRequest& request, const ServerConfig& config, std::string& allow) {
   RouteMatch match = match_route(request.method(), view(request.target()), allow);
-  if (config.api_key && requires_api_key(match.path)) {
-    check_api_key(view(request[http::field::authorization]), *config.api_key);
+  if (!config.api_keys.empty() && requires_api_key(match.path)) {
+    check_api_key(view(request[http::field::authorization]), config.api_keys);
   }
   return match;
 }

@@ -47,7 +47,8 @@ TEST_CASE("a minimal config gets the documented defaults", "[config]") {
   CHECK(c.scheduler.max_num_batched_tokens == 8192);
   CHECK(c.scheduler.preemption_mode == PreemptionMode::kRecompute);
   CHECK(c.server.port == 8000);
-  CHECK_FALSE(c.server.api_key.has_value());
+  CHECK(c.server.api_keys.empty());
+  CHECK(c.server.cors.allowed_origins.empty());
   CHECK_FALSE(c.speculative.has_value());
   CHECK(c.log_level == "info");
   CHECK_FALSE(parse_config(kMinimal + "speculative: {plugin: spec_eagle, draft: d}\n", "/etc/x.yaml")
@@ -83,7 +84,7 @@ logging: {level: debug}
   CHECK(c.cache.dtype == "bf16");
   CHECK(c.scheduler.preemption_mode == PreemptionMode::kSwap);
   CHECK(c.scheduler.policy == SchedulingPolicy::kPriority);
-  CHECK(c.server.api_key == std::optional<std::string>("secret"));
+  CHECK(c.server.api_keys == std::vector<std::string>{"secret"});
   CHECK(c.plugin_search_paths == std::vector<std::filesystem::path>{"/etc/pagedllm/plugins", "/opt/plugins"});
   CHECK(c.log_level == "debug");
 }
@@ -191,6 +192,28 @@ TEST_CASE("the server section's limits and timeouts", "[config]") {
              Contains("server.keep_alive_timeout_s: must be in"));
   CHECK_THAT(config_error(kMinimal + "server: {send_timeout_s: soon}\n"), Contains("server.send_timeout_s"));
   CHECK_THAT(config_error(kMinimal + "server: {max_streams: 3}\n"), Contains("server.max_streams: unknown key"));
+}
+
+TEST_CASE("server.api_key takes one key or several, server.cors lists origins, none by default", "[config]") {
+  HostConfig c = parse_config(kMinimal + "server: {api_key: [one, two]}\n", "/etc/x.yaml");
+  CHECK(c.server.api_keys == std::vector<std::string>{"one", "two"});
+  CHECK_THAT(config_error(kMinimal + "server: {api_key: []}\n"), Contains("server.api_key: is an empty list"));
+  CHECK_THAT(config_error(kMinimal + "server: {api_key: [a, \"\"]}\n"), Contains("server.api_key: must not be empty"));
+  CHECK_THAT(config_error(kMinimal + "server: {api_key: [a, b, a]}\n"),
+             Contains("server.api_key: lists the same key twice (entries 0 and 2)"));
+  c = parse_config(kMinimal + "server: {cors: {allowed_origins: [\"http://localhost:5173\", \"https://app.example\", "
+                               "\"http://[::1]:8080\", \"*\"], max_age_s: 60}}\n",
+                   "/etc/x.yaml");
+  CHECK(c.server.cors.allowed_origins ==
+        std::vector<std::string>{"http://localhost:5173", "https://app.example", "http://[::1]:8080", "*"});
+  CHECK(c.server.cors.max_age_s == 60);
+  for (const char* bad : {"localhost:5173", "http://app.example/", "https://app.example/path", "ftp://x", ""}) {
+    INFO(bad);
+    CHECK_THAT(config_error(kMinimal + "server: {cors: {allowed_origins: [\"" + bad + "\"]}}\n"),
+               Contains("server.cors.allowed_origins: entry 0 '" + std::string(bad) + "' is not an origin"));
+  }
+  CHECK_THAT(config_error(kMinimal + "server: {cors: {allowed_origin: [x]}}\n"),
+             Contains("server.cors.allowed_origin: unknown key (did you mean 'allowed_origins'?)"));
 }
 
 TEST_CASE("required sections and keys are named when missing", "[config]") {

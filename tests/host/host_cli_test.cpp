@@ -211,6 +211,46 @@ TEST_CASE("serve mode: listens, answers, drains and exits 0 on SIGTERM", "[host_
   CHECK(server.wait(std::chrono::seconds(30)) == 0);
 }
 
+TEST_CASE("serve mode: API keys from --api-key, or PAGEDLLM_API_KEY, replace server.api_key, any listed key opens /v1",
+          "[host_cli]") {
+  TempDir dir;
+  const std::string config = write_rule_model_config(dir);
+  const auto status_with = [](unsigned short port, const std::string& key) {
+    pagedllm::testing::TestConnection c(port);
+    return c.request(pagedllm::testing::http::verb::get, "/v1/models", "", {{"Authorization", "Bearer " + key}})
+        .result_int();
+  };
+  struct Launch {
+    std::vector<std::string> argv;
+    std::vector<std::string> accepted, refused;
+  };
+  const std::vector<std::string> host_args = {kHost, "--config", config, "--set", "server.port=0", "--set",
+                                              "server.api_key=from-config"};
+  std::vector<Launch> launches;
+  launches.push_back({host_args, {"k1", "k2"}, {"from-config"}});
+  launches.back().argv.insert(launches.back().argv.end(), {"--api-key", "k1", "--api-key=k2"});
+  launches.push_back({{"/usr/bin/env", "PAGEDLLM_API_KEY=e1,e2"}, {"e1", "e2"}, {"from-config", "e1,e2"}});
+  launches.back().argv.insert(launches.back().argv.end(), host_args.begin(), host_args.end());
+  launches.push_back({host_args, {"from-config"}, {"k1"}});
+  for (const Launch& launch : launches) {
+    INFO(launch.argv.back());
+    pagedllm::testing::ChildProcess server(launch.argv);
+    const std::string line = server.read_line();
+    REQUIRE_THAT(line, Contains("pagedllm-host: listening on http://127.0.0.1:"));
+    const auto port = static_cast<unsigned short>(std::stoi(line.substr(line.rfind(':') + 1)));
+    for (const std::string& key : launch.accepted) CHECK(status_with(port, key) == 200);
+    for (const std::string& key : launch.refused) CHECK(status_with(port, key) == 401);
+    server.signal(SIGTERM);
+    CHECK(server.wait(std::chrono::seconds(30)) == 0);
+  }
+  auto r = run_command(host("--config '" + config + "' --api-key ''"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("--api-key needs a non-empty key"));
+  r = run_command("PAGEDLLM_API_KEY=a,,b " + host("--config '" + config + "'"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("PAGEDLLM_API_KEY holds an empty key"));
+}
+
 namespace {
 
 // A serving host on the rule model with fault_token 900 (see fixture_rule_model's

@@ -56,9 +56,18 @@ TEST_CASE("API keys guard /v1 only", "[server][routes]") {
   CHECK_FALSE(requires_api_key("/health"));
   CHECK_FALSE(requires_api_key("/metrics"));
   CHECK_FALSE(requires_api_key("/v10/x"));
-  CHECK_NOTHROW(check_api_key("Bearer s3cret", "s3cret"));
-  for (const char* header : {"", "s3cret", "Bearer s3cre", "Bearer s3cret2", "Bearer S3cret", "Basic s3cret"}) {
-    const ApiError e = error_of([&] { check_api_key(header, "s3cret"); });
+  const std::vector<std::string> key = {"s3cret"}, keys = {"first-key", "s3cret", "another"};
+  CHECK_NOTHROW(check_api_key("Bearer s3cret", key));
+  // Several keys: any of them, whatever its place in the list.
+  for (const char* header : {"Bearer first-key", "Bearer s3cret", "Bearer another"}) {
+    INFO(header);
+    CHECK_NOTHROW(check_api_key(header, keys));
+  }
+  CHECK(error_of([&] { check_api_key("Bearer first-key", key); }).status() == 401);
+  for (const char* header : {"", "s3cret", "Bearer s3cre", "Bearer s3cret2", "Bearer S3cret", "Basic s3cret",
+                             "Bearer first-keys", "Bearer "}) {
+    CHECK(error_of([&] { check_api_key(header, keys); }).status() == 401);
+    const ApiError e = error_of([&] { check_api_key(header, key); });
     INFO(header);
     CHECK(e.status() == 401);
     CHECK(e.code() == std::optional<std::string>("invalid_api_key"));

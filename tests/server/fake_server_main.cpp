@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     } else if (flag == "--grace") {
       config.shutdown_grace_period_s = std::stod(value);
     } else if (flag == "--api-key") {
-      config.api_key = value;
+      config.api_keys.push_back(value);
     } else {
       std::fprintf(stderr, "pagedllm-fake-server: unknown flag %s\n", flag.c_str());
       return 2;

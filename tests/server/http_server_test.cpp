@@ -186,7 +186,7 @@ TEST_CASE("bodies over the limit get 413, headers over the limit 431", "[server]
 
 TEST_CASE("API key: 401 without it or with a wrong one, /health stays open", "[server][http]") {
   ServerConfig config = test_config();
-  config.api_key = "s3cret";
+  config.api_keys = {"s3cret"};
   Served s(config);
   TestConnection c(s.port());
   HttpResponse r = c.post("/v1/completions", kHello);
@@ -199,6 +199,71 @@ TEST_CASE("API key: 401 without it or with a wrong one, /health stays open", "[s
   CHECK(r.result_int() == 200);
   CHECK(c.request(http::verb::get, "/health").result_int() == 200);
   CHECK(s.engine.requests().size() == 1);
+}
+
+TEST_CASE("CORS: nothing allowed by default, listed origins get preflights and headers without the API key",
+          "[server][http][cors]") {
+  const std::vector<std::pair<std::string, std::string>> preflight = {
+      {"Origin", "http://app.example:3000"},
+      {"Access-Control-Request-Method", "POST"},
+      {"Access-Control-Request-Headers", "authorization, content-type"}};
+  {
+    // Default: a preflight is an OPTIONS like any other (405), and no response names an origin.
+    Served s;
+    TestConnection c(s.port());
+    HttpResponse r = c.request(http::verb::options, "/v1/chat/completions", "", preflight);
+    CHECK(r.result_int() == 405);
+    CHECK(r[http::field::access_control_allow_origin].empty());
+    r = c.post("/v1/completions", kHello, {{"Origin", "http://app.example:3000"}});
+    CHECK(r.result_int() == 200);
+    CHECK(r[http::field::access_control_allow_origin].empty());
+  }
+  ServerConfig config = test_config();
+  config.api_keys = {"s3cret"};
+  config.cors.allowed_origins = {"http://app.example:3000"};
+  config.cors.max_age_s = 120;
+  Served s(config);
+  TestConnection c(s.port());
+  // The preflight carries no API key (browsers never send one there) and is answered.
+  HttpResponse r = c.request(http::verb::options, "/v1/chat/completions", "", preflight);
+  CHECK(r.result_int() == 204);
+  CHECK(r[http::field::access_control_allow_origin] == "http://app.example:3000");
+  CHECK(r[http::field::access_control_allow_methods] == "GET, POST, OPTIONS");
+  CHECK(r[http::field::access_control_allow_headers] == "authorization, content-type");
+  CHECK(r[http::field::access_control_max_age] == "120");
+  CHECK(r[http::field::vary] == "Origin");
+  // Another origin's preflight: 403 naming it; the request then never comes (the browser stops).
+  auto other = preflight;
+  other[0].second = "http://evil.example";
+  r = c.request(http::verb::options, "/v1/chat/completions", "", other);
+  CHECK(r.result_int() == 403);
+  CHECK_THAT(body_of(r)["error"]["message"].get<std::string>(), Contains("http://evil.example"));
+  CHECK(r[http::field::access_control_allow_origin].empty());
+  // The actual request: allowed origin, with the key -> the header; errors carry it too, so the page reads them.
+  r = c.post("/v1/completions", kHello, {{"Origin", "http://app.example:3000"}, {"Authorization", "Bearer s3cret"}});
+  CHECK(r.result_int() == 200);
+  CHECK(r[http::field::access_control_allow_origin] == "http://app.example:3000");
+  r = c.post("/v1/completions", kHello, {{"Origin", "http://app.example:3000"}});
+  CHECK(r.result_int() == 401);
+  CHECK(r[http::field::access_control_allow_origin] == "http://app.example:3000");
+  r = c.post("/v1/completions", kHello, {{"Origin", "http://evil.example"}, {"Authorization", "Bearer s3cret"}});
+  CHECK(r.result_int() == 200);
+  CHECK(r[http::field::access_control_allow_origin].empty());
+  // A streamed response carries it in its header.
+  TestConnection streaming(s.port());
+  http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::content_type, "application/json");
+  req.set(http::field::origin, "http://app.example:3000");
+  req.set(http::field::authorization, "Bearer s3cret");
+  req.body() = json{{"model", "fake-model"}, {"prompt", "Hello"}, {"max_tokens", 2}, {"stream", true}}.dump();
+  req.prepare_payload();
+  streaming.send_request(req);
+  TestConnection::Stream stream{streaming, {}};
+  streaming.read_stream_header(stream);
+  CHECK(stream.parser.get().result_int() == 200);
+  CHECK(stream.parser.get()[http::field::access_control_allow_origin] == "http://app.example:3000");
+  CHECK(sse_events(stream.read_all()).back() == "[DONE]");
 }
 
 TEST_CASE("404 for unknown routes and models, 405 with Allow", "[server][http]") {

@@ -21,6 +21,7 @@
 
 #include "core/server/api_error.h"
 #include "core/server/api_routes.h"
+#include "core/server/cors.h"
 #include "core/server/openai_request.h"
 #include "core/server/request_reader.h"
 #include "core/server/server_state.h"
@@ -66,7 +67,8 @@ class ChunkedInput {
 
 ServerConfig fuzz_server_config() {
   ServerConfig config;
-  config.api_key = "sk-fuzz";
+  config.api_keys = {"sk-fuzz", "sk-second"};
+  config.cors.allowed_origins = {"http://localhost:5173"};
   config.max_request_body_bytes = 64 * 1024;
   return config;
 }
@@ -98,6 +100,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     const server::HttpRequest request = parser.release();
     std::string allow;
+    if (const auto preflight = server::preflight_reply(state.config().cors, request)) {
+      if (preflight->status != 204 && preflight->status != 403) __builtin_trap();
+      (void)server::cors_headers(state.config().cors, server::view(request[http::field::origin]));
+      if (!request.keep_alive()) return 0;
+      continue;
+    }
     try {
       const server::RouteMatch match = server::route_request(request, state.config(), allow);
       if (match.route == server::Route::kCompletions || match.route == server::Route::kChatCompletions) {
