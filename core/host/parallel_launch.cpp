@@ -71,8 +71,20 @@ void relaunch_under_mpi_if_needed(const HostConfig& config, const std::vector<st
 
   std::string shown;
   for (const std::string& word : command) shown += (shown.empty() ? "" : " ") + shell_quoted(word);
-  std::fprintf(stderr, "pagedllm-host: parallel.tensor_parallel_size is %d: starting the ranks with: %s\n", ranks,
-               shown.c_str());
+  // Open MPI's mpirun refuses to start ranks as root (as in a container) unless told twice; the operator who
+  // runs pagedllm-host as root has chosen that already. Other launchers ignore these variables.
+  std::string as_root;
+  if (geteuid() == 0) {
+    for (const char* variable : {"OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"}) {
+      if (std::getenv(variable) == nullptr) {
+        setenv(variable, "1", 1);
+        as_root += std::string(as_root.empty() ? "" : " ") + variable + "=1";
+      }
+    }
+    if (!as_root.empty()) as_root = " (running as root: set " + as_root + ", which Open MPI needs for that)";
+  }
+  std::fprintf(stderr, "pagedllm-host: parallel.tensor_parallel_size is %d: starting the ranks with: %s%s\n", ranks,
+               shown.c_str(), as_root.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
   setenv(kRelaunchedVariable, "1", 1);

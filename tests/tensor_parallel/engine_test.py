@@ -18,7 +18,8 @@ stuck worker: rank 1 stopped (SIGSTOP) mid-stream, timeout_seconds 3: rank 0's s
   (MPI_Abort), non-zero, no hang.
 clean stop: SIGTERM to rank 0: it drains, stops rank 1, and the job exits 0.
 single command: pagedllm-host alone relaunches itself under the launcher (PAGEDLLM_MPIRUN) and
-  matches TP = 1; a launcher that does not exist is a config error naming it.
+  matches TP = 1 (as root, also without --allow-run-as-root: it sets Open MPI's variables and says so);
+  a launcher that does not exist is a config error naming it.
 speculation: EAGLE over TP = 2 (the embedded model's trained head, split like the model) against the
   model alone over TP = 1: every greedy completion equal (lossless) under swap preemption and with a
   regex grammar, a seeded sampled request reproduced, the acceptance length within 5% of TP = 1
@@ -319,6 +320,16 @@ def check_single_command(runner, tmp, tiny):
         fail(f"single command: exit {done.returncode}; expected both ranks started by the relaunch", output)
     if done.stdout != whole:
         fail(f"single command: TP = 2 differs from TP = 1\nTP = 1: {whole!r}\nTP = 2: {done.stdout!r}")
+    if os.geteuid() == 0:
+        # As root, as in a container: the self-launch lets Open MPI start ranks as root by itself (the
+        # tests' launcher line without --allow-run-as-root, none of its variables set) and says so.
+        plain = {k: v for k, v in os.environ.items() if not k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+        plain["PAGEDLLM_MPIRUN"] = " ".join(w for w in runner.mpiexec if w != "--allow-run-as-root")
+        as_root = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=plain)
+        if (as_root.returncode != 0 or as_root.stdout != whole or "(running as root: set OMPI_ALLOW_RUN_AS_ROOT=1 "
+                "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1, which Open MPI needs for that)" not in as_root.stderr):
+            fail(f"single command as root: exit {as_root.returncode}; expected the ranks started and the variables "
+                 "named", as_root.stdout + as_root.stderr)
     missing = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
                              env={**os.environ, "PAGEDLLM_MPIRUN": str(tmp / "no-such-mpirun")})
     if missing.returncode != 2 or "no-such-mpirun" not in missing.stderr or "No such file" not in missing.stderr:
