@@ -187,6 +187,7 @@ ServerConfig read_server(YamlMapReader section) {
   s.port = static_cast<int>(section.get_int("port", s.port, 0, 65535));
   s.api_keys = read_api_keys(section);
   s.cors = read_cors(section.child("cors"));
+  s.reasoning_parser = section.get_choice("reasoning_parser", s.reasoning_parser, {"none", "deepseek_r1", "qwen3"});
   s.io_threads = static_cast<int>(section.get_int("io_threads", s.io_threads, 1, 256));
   s.max_request_body_bytes = section.get_bytes("max_request_body", s.max_request_body_bytes);
   if (s.max_request_body_bytes < 1024) {

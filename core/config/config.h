@@ -87,6 +87,9 @@ struct ServerConfig {
   // (a key or a list), replaced by the host's --api-key options or PAGEDLLM_API_KEY (core/host/main.cpp).
   std::vector<std::string> api_keys;
   CorsConfig cors;
+  // How chat responses split a reasoning model's thinking into reasoning_content: none, deepseek_r1 or
+  // qwen3 (core/server/reasoning_parser.h).
+  std::string reasoning_parser = "none";
   // Threads running the HTTP event loop; connections and streams do not need one each.
   int io_threads = 2;
   // Larger request bodies are refused with 413.

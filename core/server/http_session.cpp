@@ -256,7 +256,8 @@ void HttpSession::start_generation(ApiKind kind) {
   Exchange& ex = *exchange_;
   ex.serial = ++last_serial_;
   ex.plan = std::move(plan);
-  ex.builder = std::make_unique<ResponseBuilder>(ex.plan, engine.tokenizer(), response_id(kind), unix_now());
+  ex.builder = std::make_unique<ResponseBuilder>(ex.plan, engine.tokenizer(), response_id(kind), unix_now(),
+                                                 *parse_reasoning_format(state_->config().reasoning_parser));
   state_->exchange_started();
   self_ = shared_from_this();
 

@@ -46,11 +46,12 @@ json finish_reason_json(std::optional<FinishReason> reason) {
 }
 
 ResponseBuilder::ResponseBuilder(const GenerationPlan& plan, const tokenizer::Tokenizer& tokenizer, std::string id,
-                                 std::int64_t created)
+                                 std::int64_t created, ReasoningFormat reasoning)
     : plan_(plan),
       tokenizer_(tokenizer),
       id_(std::move(id)),
       created_(created),
+      reasoning_(plan.kind == ApiKind::kChat ? reasoning : ReasoningFormat::kNone),
       choices_(static_cast<std::size_t>(plan.num_sequences())),
       usage_(plan.prompts.size()) {}
 
@@ -177,7 +178,19 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
     const bool first = !choice.started;
     const PromptInput* echoed = plan_.echo && first ? &plan_.prompts[prompt_index] : nullptr;
     choice.started = true;
-    const std::string text = echoed ? echoed->text + delta.text : delta.text;
+    std::string text = echoed ? echoed->text + delta.text : delta.text;
+    std::string reasoning;
+    if (reasoning_ != ReasoningFormat::kNone) {
+      if (!choice.splitter) choice.splitter.emplace(reasoning_);
+      ReasoningSplitter::Parts parts = choice.splitter->add(text);
+      if (delta.finish_reason) {
+        ReasoningSplitter::Parts rest = choice.splitter->finish();
+        parts.reasoning += rest.reasoning;
+        parts.content += rest.content;
+      }
+      reasoning = std::move(parts.reasoning);
+      text = std::move(parts.content);
+    }
     if (delta.finish_reason) {
       choice.finish_reason = delta.finish_reason;
       choice.stop_reason = stop_reason(delta);
@@ -188,6 +201,7 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
     if (sends_prompt_logprobs) choice.prompt_logprobs = prompt_logprobs_json(output.prompt_logprobs);
     if (!plan_.stream) {
       choice.text += text;
+      choice.reasoning += reasoning;
       if (plan_.return_token_ids) {
         choice.token_ids.insert(choice.token_ids.end(), delta.token_ids.begin(), delta.token_ids.end());
       }
@@ -196,13 +210,14 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
     }
     const bool has_tokens = !delta.token_ids.empty() || echoed;
     const bool sends_token_ids = plan_.return_token_ids && has_tokens;
-    if (text.empty() && !delta.finish_reason && !(plan_.logprobs && has_tokens) && !sends_prompt_logprobs &&
-        !sends_token_ids) {
+    if (text.empty() && reasoning.empty() && !delta.finish_reason && !(plan_.logprobs && has_tokens) &&
+        !sends_prompt_logprobs && !sends_token_ids) {
       continue;
     }
     json c = {{"index", index}};
     if (plan_.kind == ApiKind::kChat) {
       json message = json::object();
+      if (!reasoning.empty()) message["reasoning_content"] = reasoning;
       if (!text.empty()) message["content"] = text;
       c["delta"] = std::move(message);
     } else {
@@ -277,6 +292,9 @@ std::string ResponseBuilder::response_body() const {
     json c = {{"index", i}};
     if (chat) {
       c["message"] = {{"role", "assistant"}, {"content", choice.text}};
+      if (reasoning_ != ReasoningFormat::kNone) {
+        c["message"]["reasoning_content"] = choice.reasoning.empty() ? json(nullptr) : json(choice.reasoning);
+      }
     } else {
       c["text"] = choice.text;
     }

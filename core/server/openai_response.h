@@ -20,15 +20,17 @@
 
 #include "core/engine/engine.h"
 #include "core/server/openai_request.h"
+#include "core/server/reasoning_parser.h"
 
 namespace pagedllm::server {
 
 class ResponseBuilder {
  public:
   // `plan` and `tokenizer` must outlive the builder. `id` is the response id
-  // ("cmpl-…", "chatcmpl-…"), `created` its Unix time.
+  // ("cmpl-…", "chatcmpl-…"), `created` its Unix time. `reasoning`: how a chat
+  // choice's text splits into reasoning_content and content (reasoning_parser.h).
   ResponseBuilder(const GenerationPlan& plan, const tokenizer::Tokenizer& tokenizer, std::string id,
-                  std::int64_t created);
+                  std::int64_t created, ReasoningFormat reasoning = ReasoningFormat::kNone);
 
   // Records one engine output of prompt `prompt_index`. Streaming: returns the
   // SSE events it makes (possibly none); otherwise accumulates and returns "".
@@ -49,7 +51,9 @@ class ResponseBuilder {
  private:
   // One generated sequence: a choice, or with best_of > n a candidate for one.
   struct Choice {
-    std::string text;  // not streaming: all of it (after the echoed prompt)
+    std::string text;  // not streaming: all of it (after the echoed prompt); the content when split
+    std::string reasoning;  // not streaming, with a reasoning format: the reasoning_content
+    std::optional<ReasoningSplitter> splitter;  // chat with a reasoning format
     double cumulative_logprob = 0;  // of the sampled tokens (best_of's ranking)
     bool started = false;
     std::size_t text_offset = 0;  // completions logprobs: code points before the next token
@@ -81,6 +85,7 @@ class ResponseBuilder {
   const tokenizer::Tokenizer& tokenizer_;
   std::string id_;
   std::int64_t created_;
+  ReasoningFormat reasoning_;
   std::vector<Choice> choices_;
   std::vector<PromptUsage> usage_;
 };

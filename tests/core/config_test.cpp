@@ -214,6 +214,10 @@ TEST_CASE("server.api_key takes one key or several, server.cors lists origins, n
   }
   CHECK_THAT(config_error(kMinimal + "server: {cors: {allowed_origin: [x]}}\n"),
              Contains("server.cors.allowed_origin: unknown key (did you mean 'allowed_origins'?)"));
+  CHECK(parse_config(kMinimal + "server: {reasoning_parser: qwen3}\n", "/etc/x.yaml").server.reasoning_parser ==
+        "qwen3");
+  CHECK(parse_config(kMinimal, "/etc/x.yaml").server.reasoning_parser == "none");
+  CHECK_THAT(config_error(kMinimal + "server: {reasoning_parser: granite}\n"), Contains("server.reasoning_parser"));
 }
 
 TEST_CASE("required sections and keys are named when missing", "[config]") {
