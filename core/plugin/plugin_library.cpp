@@ -234,6 +234,8 @@ std::shared_ptr<PluginLibrary> PluginLibrary::load(const fs::path& file, SdkVers
                              "that the libraries it needs are installed (ldd {})",
                              e.what(), file.string()));
   }
+  // At once: its constructors have registered its device code already, and a refusal below would
+  // otherwise unload it again.
   const bool kept_loaded = keep_loaded_if_cuda(file);
   if (!library.has(PLLM_PLUGIN_ENTRY_SYMBOL)) {
     refuse(file, "not a pagedllm plugin: it does not export '" PLLM_PLUGIN_ENTRY_SYMBOL
