@@ -1,13 +1,16 @@
 #include "core/plugin/plugin_library.h"
 
+#include <dlfcn.h>
 #include <elf.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -92,6 +95,102 @@ void require_elf_shared_object(const fs::path& file) {
   }
 }
 
+template <class T>
+bool read_at(std::ifstream& in, std::uint64_t offset, T& out) {
+  in.clear();
+  in.seekg(static_cast<std::streamoff>(offset));
+  in.read(reinterpret_cast<char*>(&out), sizeof out);
+  return in.gcount() == sizeof out;
+}
+
+// The bytes of `section`, at most 64 MiB (a string table; empty when it cannot be read).
+std::string section_bytes(std::ifstream& in, const Elf64_Shdr& section) {
+  if (section.sh_type == SHT_NOBITS || section.sh_size > (std::uint64_t(64) << 20)) return {};
+  std::string bytes(section.sh_size, '\0');
+  in.clear();
+  in.seekg(static_cast<std::streamoff>(section.sh_offset));
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return in.gcount() == static_cast<std::streamsize>(bytes.size()) ? bytes : std::string();
+}
+
+std::string_view string_at(const std::string& table, std::uint64_t offset) {
+  if (offset >= table.size()) return {};
+  const std::string_view rest = std::string_view(table).substr(offset);
+  return rest.substr(0, rest.find('\0'));
+}
+
+// Whether the shared object at `file` carries CUDA device code or links a library that does:
+// a .nv_fatbin section (what nvcc puts kernels in, whichever cudart the object links), or a
+// DT_NEEDED entry naming the CUDA runtime, the driver, cuBLAS, NCCL, or the emulator that stands
+// in for cudart and cuBLAS in the emulated build (so CI loads plugins as a GPU machine does).
+// Read from the section headers; an object without them reads as carrying none.
+bool links_cuda(const fs::path& file) {
+  constexpr std::string_view kCudaLibraries[] = {"libcudart.so", "libcuda.so",  "libcublas.so",
+                                                 "libcublasLt.so", "libnccl.so", "libpagedllm_cuda_emulation.so"};
+  std::ifstream in(file, std::ios::binary);
+  Elf64_Ehdr header{};
+  if (!read_at(in, 0, header) || header.e_shoff == 0 || header.e_shentsize != sizeof(Elf64_Shdr)) return false;
+  Elf64_Shdr first{};
+  if (!read_at(in, header.e_shoff, first)) return false;
+  // Past SHN_LORESERVE sections the counts live in section 0 (ELF's extended numbering).
+  const std::uint64_t count = header.e_shnum != 0 ? header.e_shnum : first.sh_size;
+  const std::uint64_t names_index = header.e_shstrndx != SHN_XINDEX ? header.e_shstrndx : first.sh_link;
+  if (count > 0x10000 || names_index >= count) return false;
+  std::vector<Elf64_Shdr> sections(count);
+  for (std::uint64_t i = 0; i < count; ++i) {
+    if (!read_at(in, header.e_shoff + i * sizeof(Elf64_Shdr), sections[i])) return false;
+  }
+  const std::string names = section_bytes(in, sections[names_index]);
+  for (const Elf64_Shdr& section : sections) {
+    if (string_at(names, section.sh_name) == ".nv_fatbin") return true;
+    if (section.sh_type != SHT_DYNAMIC || section.sh_link >= count) continue;
+    const std::string strings = section_bytes(in, sections[section.sh_link]);
+    for (std::uint64_t at = 0; at + sizeof(Elf64_Dyn) <= section.sh_size; at += sizeof(Elf64_Dyn)) {
+      Elf64_Dyn entry{};
+      if (!read_at(in, section.sh_offset + at, entry) || entry.d_tag == DT_NULL) break;
+      if (entry.d_tag != DT_NEEDED) continue;
+      const std::string_view needed = string_at(strings, entry.d_un.d_val);
+      for (const std::string_view cuda : kCudaLibraries) {
+        if (needed.starts_with(cuda)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Keeps the library at `file`, which was just loaded, mapped until the process exits, and with it
+// everything it links. Why: unloading a library with CUDA code and loading it again, in a process
+// whose CUDA runtime and driver stay, is what crashed on an H100. Mapping it registers its device code (nvcc's
+// __cudaRegisterFatBinary, from a constructor) and unmapping it unregisters the code. In a static-cudart
+// build, the library's own runtime is loaded and unloaded with it. The CUDA libraries it pulls in are
+// loaded and unloaded with it too: cuBLAS (with a static cudart of its own), NCCL. On an H100
+// (docs/gpu-validation.md, 2026-11-26) test_engine_cuda's CPU engine loaded models_llama.so (in a
+// CUDA build it also holds the CUDA forward and links cudart and cuBLAS) and the sampler, and unloaded
+// them when it was destroyed. The CUDA engine that loaded them again then died with SIGSEGV while
+// uploading its weights, right after "loading weights: 0%", where models_llama launches its first
+// kernel. That happened with cudart linked static and with cudart linked shared. Under the emulator,
+// which registers no device code, it never happens. So the library is pinned: a second dlopen with
+// RTLD_NODELETE (glibc lets RTLD_NOLOAD add flags to a loaded object). The next engine then finds it
+// mapped: its code is registered once, its CUDA libraries loaded once, and its init() runs again
+// over the statics its shutdown() left. Plugins without CUDA unload as before.
+// PAGEDLLM_UNLOAD_CUDA_PLUGINS=1 turns the pinning off; it is only for the GPU diagnostic
+// (tools/gpu/validate.sh's crash stage), which runs the crash with the pinning and without it.
+bool keep_loaded_if_cuda(const fs::path& file) {
+  if (!links_cuda(file)) return false;
+  const char* off = std::getenv("PAGEDLLM_UNLOAD_CUDA_PLUGINS");
+  if (off != nullptr && std::string_view(off) == "1") return false;
+  void* pinned = dlopen(file.c_str(), RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  if (pinned == nullptr) {
+    const char* error = dlerror();
+    host_log().warn("{}: links CUDA but could not be kept loaded ({}); it unloads with its last user",
+                    file.string(), error ? error : "not loaded");
+    return false;
+  }
+  // The reference this took is given back: RTLD_NODELETE outlives it.
+  dlclose(pinned);
+  return true;
+}
+
 // The plugin's table in the host's layout. Refuses a table without SDK 2.0's
 // slots: no plugin of this major can have one.
 template <class Api>
@@ -135,6 +234,9 @@ std::shared_ptr<PluginLibrary> PluginLibrary::load(const fs::path& file, SdkVers
                              "that the libraries it needs are installed (ldd {})",
                              e.what(), file.string()));
   }
+  // At once: its constructors have registered its device code already, and a refusal below would
+  // otherwise unload it again.
+  const bool kept_loaded = keep_loaded_if_cuda(file);
   if (!library.has(PLLM_PLUGIN_ENTRY_SYMBOL)) {
     refuse(file, "not a pagedllm plugin: it does not export '" PLLM_PLUGIN_ENTRY_SYMBOL
                  "'. Export the plugin with PAGEDLLM_PLUGIN(...) from <pagedllm/sdk.hpp>");
@@ -142,6 +244,7 @@ std::shared_ptr<PluginLibrary> PluginLibrary::load(const fs::path& file, SdkVers
   auto entry = library.get<const pllm_plugin_descriptor*()>(PLLM_PLUGIN_ENTRY_SYMBOL);
 
   std::shared_ptr<PluginLibrary> plugin(new PluginLibrary(file, std::move(library)));
+  plugin->kept_loaded_ = kept_loaded;
   const pllm_plugin_descriptor* d = entry();
   if (!d) refuse(file, "'" PLLM_PLUGIN_ENTRY_SYMBOL "' returned no descriptor");
   // Every major so far starts its descriptor with struct_size, the SDK version,
@@ -244,8 +347,9 @@ std::shared_ptr<PluginLibrary> PluginLibrary::load(const fs::path& file, SdkVers
                              error.message));
   }
   plugin->initialised_ = true;
-  host_log().debug("loaded plugin '{}' {} ({} plugin, SDK {}) from {}", name, d->version,
-                   plugin_kind_name(d->kind), plugin_sdk.str(), file.string());
+  host_log().debug("loaded plugin '{}' {} ({} plugin, SDK {}) from {}{}", name, d->version,
+                   plugin_kind_name(d->kind), plugin_sdk.str(), file.string(),
+                   kept_loaded ? " (links CUDA: kept loaded until the process exits)" : "");
   return plugin;
 }
 

@@ -3,6 +3,7 @@
 // the host services it was initialised with. Shared ownership: every object
 // created from the plugin holds a reference, so the code stays mapped for as
 // long as anything from it lives (Boost.DLL's library_holding_deleter idea).
+// A library with CUDA code stays mapped until the process exits (kept_loaded()).
 
 #include <filesystem>
 #include <memory>
@@ -35,6 +36,10 @@ class PluginLibrary {
   std::string version() const { return descriptor_->version; }
   pllm_plugin_kind kind() const { return descriptor_->kind; }
   SdkVersion sdk_version() const { return {descriptor_->sdk_major, descriptor_->sdk_minor}; }
+  // Whether the library stays mapped until the process exits: one that carries CUDA code or
+  // links a CUDA library (plugin_library.cpp, keep_loaded_if_cuda, says why). Any other unloads
+  // when the last object from it is gone.
+  bool kept_loaded() const { return kept_loaded_; }
 
   // The kind's function table as this host's SDK declares it. It is a copy of
   // the plugin's table padded with zeros: slots appended after the minor the
@@ -58,6 +63,7 @@ class PluginLibrary {
       table_;
   std::unique_ptr<HostServices> host_services_;
   bool initialised_ = false;
+  bool kept_loaded_ = false;
 };
 
 }  // namespace pagedllm

@@ -50,7 +50,7 @@ class PluginRegistry {
   std::vector<std::filesystem::path> search_paths_;
   SdkVersion host_sdk_;
   // Loaded libraries by canonical path; weak, so a plugin unloads when nothing
-  // from it is alive any more.
+  // from it is alive any more (except one with CUDA code: PluginLibrary::kept_loaded).
   std::map<std::filesystem::path, std::weak_ptr<PluginLibrary>> loaded_;
 };
 

@@ -10,7 +10,9 @@
 // Both engines get the same pool in blocks and the same scheduler limits, and
 // the requests are queued before they start, so they schedule the same steps;
 // each path checks that it happened (chunks, hits, preemptions, swapped blocks)
-// and happened alike on both.
+// and happened alike on both. One case runs a CPU, a CUDA and again a CPU engine in
+// one process: the plugins with CUDA stay loaded from one engine to the next (what
+// crashed on an H100 when they did not: docs/gpu-validation.md, "The H100 crash").
 //
 // What is compared: greedy output token for token, and the full-vocabulary
 // logprobs of every generated token (model.max_logprobs -1, logprobs = 8192:
@@ -29,6 +31,8 @@
 // what f32 reordering can flip.
 
 #include <catch2/catch.hpp>
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
@@ -97,12 +101,8 @@ logging: {{level: warn}}
   return testing::serve_in_rounds(*engine, testing::tiny_prompts(), repeats, kNewTokens, speculative);
 }
 
-// Both engines along one path: the CUDA engine's greedy tokens equal the CPU
-// engine's, every logprob within tolerance. Returns both runs for the path's own checks.
-std::pair<EngineRun, EngineRun> compare(const std::string& path, const std::vector<std::string>& overrides,
-                                        int repeats = 1) {
-  const EngineRun cpu = run_engine(false, overrides, repeats);
-  const EngineRun gpu = run_engine(true, overrides, repeats);
+// The CUDA engine's greedy tokens equal the CPU engine's, every logprob within tolerance.
+void check_equal(const std::string& path, const EngineRun& cpu, const EngineRun& gpu) {
   double worst_abs = 0.0, worst_ratio = 0.0, smallest_margin = std::numeric_limits<double>::infinity();
   for (std::size_t i = 0; i < cpu.tokens.size(); ++i) {
     CAPTURE(i);
@@ -134,7 +134,23 @@ std::pair<EngineRun, EngineRun> compare(const std::string& path, const std::vect
               path.c_str(), worst_abs, worst_ratio, smallest_margin);
   CHECK(worst_ratio <= 1.0);
   CHECK(smallest_margin > kMinMargin);
-  return {cpu, gpu};
+}
+
+// Both engines along one path, the CPU engine first (check_equal). Returns both runs for the
+// path's own checks.
+std::pair<EngineRun, EngineRun> compare(const std::string& path, const std::vector<std::string>& overrides,
+                                        int repeats = 1) {
+  EngineRun cpu = run_engine(false, overrides, repeats);
+  EngineRun gpu = run_engine(true, overrides, repeats);
+  check_equal(path, cpu, gpu);
+  return {std::move(cpu), std::move(gpu)};
+}
+
+// Whether the plugin `name` is mapped in this process (dlopen with RTLD_NOLOAD loads nothing).
+bool plugin_mapped(const std::string& name) {
+  void* handle = dlopen((std::string(PAGEDLLM_PLUGIN_DIR) + "/" + name + ".so").c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (handle != nullptr) dlclose(handle);
+  return handle != nullptr;
 }
 
 // 8 blocks: fewer than the 12 the 4 requests need at full length, enough for the
@@ -149,6 +165,33 @@ std::vector<std::string> preemption(const std::string& mode) {
 TEST_CASE("engine on CUDA equals the CPU engine: one prefill per prompt, then decodes", "[engine][cuda][cpu_equal]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();
   compare("prefill + decode", {});
+}
+
+// Engines one after another in one process, as in each case here: the CPU engine's
+// models_llama.so (which in a CUDA build holds the CUDA forward too) and sampler.so outlive it, so
+// the CUDA engine finds them loaded, and the CPU engine after it finds them again. On an H100 the
+// CUDA engine that loaded them again after the CPU engine had unloaded them crashed
+// (core/plugin/plugin_library.cpp, keep_loaded_if_cuda). attention_cpu, without CUDA, unloads with
+// its engine. The last CPU engine gives the first one's output exactly.
+TEST_CASE("engines on the CPU, on CUDA, then on the CPU again in one process: plugins with CUDA stay loaded",
+          "[engine][cuda][cpu_equal]") {
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  const EngineRun cpu = run_engine(false, {}, 1);
+  CHECK(plugin_mapped("models_llama"));
+  CHECK(plugin_mapped("sampler"));
+  CHECK_FALSE(plugin_mapped("attention_cpu"));
+  const EngineRun gpu = run_engine(true, {}, 1);
+  check_equal("CPU, then CUDA", cpu, gpu);
+  CHECK(plugin_mapped("attention_cuda"));
+  const EngineRun cpu_again = run_engine(false, {}, 1);
+  CHECK(cpu_again.tokens == cpu.tokens);
+  for (std::size_t i = 0; i < cpu.logprobs.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(cpu_again.logprobs[i].size() == cpu.logprobs[i].size());
+    for (std::size_t t = 0; t < cpu.logprobs[i].size(); ++t) {
+      CHECK(cpu_again.logprobs[i][t].top == cpu.logprobs[i][t].top);
+    }
+  }
 }
 
 TEST_CASE("engine on CUDA equals the CPU engine: chunked prefill with a 16-token budget",

@@ -7,7 +7,8 @@
 # where its numbers are recorded.
 #
 #   tools/gpu/validate.sh [STAGE...]      # default: env deps configure build test attn e2e eagle tp
-#   stages: unpack env deps configure build test attn e2e eagle tp sanitize
+#   stages: unpack env deps configure build test crash attn e2e eagle tp sanitize
+#   (crash: the H100 crash's diagnostic, about a minute; run it alone: unpack crash)
 #
 # Two ways to get the build. `deps configure build` make it on the GPU machine (minutes of
 # device time). `unpack` takes the one tools/gpu/pack_build.sh built on the dev machine and the
@@ -16,9 +17,9 @@
 #   run(command="tools/gpu/validate.sh unpack env test e2e eagle tp attn sanitize", carry=[".gpu-build"])
 #
 # Results go to $OUT (the device tool's folder; default build-gpu/out), as at most
-# 8 files: summary.md (one line per stage and the numbers), build.log, test.log,
-# attn_bench.log, attn_bench_quick.json, attn_bench_decode.json, e2e.log (the
-# e2e, eagle and tp stages write there), sanitize.log.
+# 8 files: summary.md (one line per stage and the numbers), build.log (configure and
+# build only: not with unpack), test.log, crash.log, attn_bench.log, attn_bench_quick.json,
+# attn_bench_decode.json, e2e.log (the e2e, eagle and tp stages write there), sanitize.log.
 # A failing stage is marked FAIL in the summary and the run goes on to the next
 # one; the exit status is 1 when any stage failed.
 #
@@ -242,6 +243,90 @@ test_stage() {
   return "$status"
 }
 
+# The H100 crash (docs/gpu-validation.md, "The H100 crash"): test_engine_cuda's first CPU-then-CUDA
+# case died with SIGSEGV in 2026-11-26's calls after its CPU engine had unloaded models_llama.so and
+# its CUDA engine had loaded it again. The host now keeps plugins that link CUDA loaded
+# (core/plugin/plugin_library.cpp); PAGEDLLM_UNLOAD_CUDA_PLUGINS=1 unloads them as before. About a
+# minute: the case and the case that hung after it with the fix, then the case without it (as it
+# was; with CUDA_MODULE_LOADING=EAGER; with one OpenBLAS thread), each 30 s at most with its .so
+# loads and unloads (LD_DEBUG=files), then the first run that failed under cuda-gdb, which prints
+# every thread's stack at the fault (or at 45 s, for a hang). Everything goes to crash.log.
+CRASH_CASE='engine on CUDA equals the CPU engine: one prefill per prompt, then decodes'
+HANG_CASE='engine on CUDA equals the CPU engine: chunked prefill with a 16-token budget'
+RELOAD_CASE='engines on the CPU, on CUDA, then on the CPU again in one process: plugins with CUDA stay loaded'
+
+# crash_run LABEL CASE [VAR=VALUE...]: runs CASE of test_engine_cuda once with the variables set
+# and prints LABEL and how it ended; its output tail and .so loads and unloads go to crash.log.
+crash_run() {
+  local label=$1 name=$2 debug=/tmp/pagedllm-ld-debug.$1
+  shift 2
+  rm -f "$debug".*
+  local t0=$SECONDS output status
+  # test_engine_cuda's ctest environment (tests/fidelity/CMakeLists.txt) plus the run's own.
+  output=$(timeout 30 env PAGEDLLM_CPU_ISA=avx512vnni LD_DEBUG=files LD_DEBUG_OUTPUT="$debug" "$@" \
+    "$BUILD/bin/test_engine_cuda" "${name//,/\\,}" 2>&1)
+  status=$?
+  local outcome="exit $status"
+  case $status in
+    0) outcome=passed ;;
+    124) outcome="hung (stopped after 30 s)" ;;
+    134) outcome=SIGABRT ;;
+    139) outcome=SIGSEGV ;;
+  esac
+  {
+    echo "== crash $label: $outcome in $((SECONDS - t0)) s: ${*:-no variables}, case \"$name\""
+    printf '%s\n' "$output" | tail -n 12
+    echo "-- its plugins' and CUDA's libraries loaded (init) and unloaded (fini), in order:"
+    cat "$debug".* 2>/dev/null |
+      grep -E 'calling (init|fini): .*(models_llama|sampler|attention_c|libcudart|libcublas|libcuda\.so|libopenblas)' |
+      sed -E 's/^ *[0-9]+: *//'
+  } >>"$OUT/crash.log"
+  rm -f "$debug".*
+  echo "$label: $outcome"
+  [[ $status -eq 0 ]]
+}
+
+crash_stage() {
+  [[ -x $BUILD/bin/test_engine_cuda ]] || { echo "$BUILD/bin/test_engine_cuda not built"; return 1; }
+  echo "== crash stage (docs/gpu-validation.md, \"The H100 crash\")" >"$OUT/crash.log"
+  local unpin=PAGEDLLM_UNLOAD_CUDA_PLUGINS=1 results="" pinned_failed=0 debug_label="" debug_case="" debug_vars=()
+  local item label name r
+  # With the fix, the crash's case, the case that hung after it, and CPU, CUDA, CPU again: all must pass.
+  for item in "pinned|$CRASH_CASE" "pinned-chunked|$HANG_CASE" "pinned-reload|$RELOAD_CASE"; do
+    label=${item%%|*} name=${item#*|}
+    if ! r=$(crash_run "$label" "$name"); then
+      pinned_failed=1
+      [[ -n $debug_label ]] || { debug_label=$label debug_case=$name; }
+    fi
+    results+="$r; "
+  done
+  # Without it: the crash as it was, then with eager module loading, then with one OpenBLAS thread.
+  if ! r=$(crash_run unpinned "$CRASH_CASE" "$unpin"); then
+    [[ -n $debug_label ]] || { debug_label=unpinned debug_case=$CRASH_CASE debug_vars=("$unpin"); }
+  fi
+  results+="$r; "
+  r=$(crash_run unpinned-eager "$CRASH_CASE" "$unpin" CUDA_MODULE_LOADING=EAGER)
+  results+="$r; "
+  r=$(crash_run unpinned-1-blas-thread "$CRASH_CASE" "$unpin" OPENBLAS_NUM_THREADS=1)
+  results+="$r"
+  if [[ -n $debug_label ]]; then
+    # The first run that failed, again under cuda-gdb, with the carried libraries on the loader
+    # path (use_deps exported LD_LIBRARY_PATH): at the fault it prints the faulting instructions,
+    # that thread's stack, where each library is mapped and every thread's stack. A hang is
+    # interrupted after 45 s (SIGINT stops the program; the batch goes on).
+    # shellcheck disable=SC2016  # $pc is cuda-gdb's
+    {
+      echo "== crash $debug_label under cuda-gdb: ${debug_vars[*]:-no variables}, case \"$debug_case\""
+      timeout -s INT -k 20 45 env PAGEDLLM_CPU_ISA=avx512vnni "${debug_vars[@]}" \
+        cuda-gdb -batch -ex 'set pagination off' -ex 'set confirm off' -ex run -ex 'x/4i $pc' -ex bt \
+        -ex 'info sharedlibrary' -ex 'thread apply all bt' \
+        --args "$BUILD/bin/test_engine_cuda" "${debug_case//,/\\,}"
+    } >>"$OUT/crash.log" 2>&1
+  fi
+  echo "$results (crash.log)"
+  ((pinned_failed == 0))
+}
+
 attn_stage() {
   local bench=$BUILD/bin/pagedllm-attn-bench
   [[ -x $bench ]] || { echo "$bench not built"; return 1; }
@@ -387,12 +472,12 @@ note "| --- | --- | --- | --- |"
 use_deps
 for s in "${stages[@]}"; do
   case $s in
-    unpack | env | deps | configure | build | test | attn | e2e | eagle | tp | sanitize)
+    unpack | env | deps | configure | build | test | crash | attn | e2e | eagle | tp | sanitize)
       stage "$s" "${s}_stage"
       [[ $s == deps ]] && use_deps
       ;;
     *)
-      note "| $s | **FAIL** | 0 s | unknown stage (unpack env deps configure build test attn e2e eagle tp sanitize) |"
+      note "| $s | **FAIL** | 0 s | unknown stage (unpack env deps configure build test crash attn e2e eagle tp sanitize) |"
       FAILED=1
       ;;
   esac
