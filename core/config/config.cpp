@@ -218,8 +218,21 @@ HostConfig read_root(const YAML::Node& root_node, SourceMap sources) {
     config.model.max_logprobs =
         static_cast<int>(model.get_int("max_logprobs", config.model.max_logprobs, -1, 1 << 24));
     if (model.is_set("chat_template")) {
-      config.model.chat_template =
-          model.get_choice("chat_template", "", {"chatml", "llama2", "llama3", "mistral", "zephyr"});
+      // A built-in format's name, or a Jinja file that replaces the model's template.
+      const std::string value = model.require_string("chat_template");
+      constexpr std::string_view kFormats[] = {"chatml", "llama2", "llama3", "mistral", "zephyr"};
+      if (std::find(std::begin(kFormats), std::end(kFormats), value) != std::end(kFormats)) {
+        config.model.chat_template = value;
+      } else {
+        const fs::path file = resolve_path(value, model, "chat_template");
+        std::error_code error;
+        if (!fs::is_regular_file(file, error)) {
+          model.fail("chat_template", fmt::format("'{}' is neither a Jinja file (no file at {}) nor a built-in "
+                                                  "format (chatml, llama2, llama3, mistral, zephyr)",
+                                                  value, file.string()));
+        }
+        config.model.chat_template = file.string();
+      }
     }
     model.finish();
   }

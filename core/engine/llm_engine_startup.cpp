@@ -4,6 +4,8 @@
 #include "core/engine/llm_engine.h"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <span>
 
 #include <fmt/format.h>
@@ -15,6 +17,7 @@
 #include "core/engine/model_check.h"
 #include "core/engine/plugin_args.h"
 #include "core/engine/tensor_parallel.h"
+#include "core/tokenizer/tokenizer_error.h"
 #include "core/plugin/configured_plugins.h"
 
 namespace pagedllm {
@@ -97,10 +100,21 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorP
     throw ConfigError(fmt::format("{}: the tokenizer has {} tokens but the model's vocabulary has {}",
                                   tokenizer_.source(), tokenizer_.vocab_size(), model_info_.vocab_size));
   }
-  std::optional<tokenizer::ChatFormat> chat_override;
-  if (config.model.chat_template) chat_override = tokenizer::parse_chat_format(*config.model.chat_template);
-  if (chat_override || tokenizer_.config().chat_template) {
-    chat_template_ = tokenizer::ChatTemplate::from_config(tokenizer_.config(), chat_override);
+  const std::optional<tokenizer::ChatFormat> chat_format =
+      config.model.chat_template ? tokenizer::parse_chat_format(*config.model.chat_template) : std::nullopt;
+  if (config.model.chat_template && !chat_format) {
+    // model.chat_template names a Jinja file (the config checked that it is one).
+    std::ifstream file(*config.model.chat_template, std::ios::binary);
+    std::stringstream text;
+    text << file.rdbuf();
+    if (!file) throw ConfigError(fmt::format("model.chat_template: cannot read {}", *config.model.chat_template));
+    try {
+      chat_template_.emplace(text.str(), *config.model.chat_template, tokenizer_.config());
+    } catch (const tokenizer::TokenizerError& template_error) {
+      throw ConfigError(fmt::format("model.chat_template: {}", template_error.what()));
+    }
+  } else if (chat_format || tokenizer_.config().chat_template) {
+    chat_template_ = tokenizer::ChatTemplate::from_config(tokenizer_.config(), chat_format);
   }
   defaults_ = read_generation_defaults(
       config.model.path,

@@ -31,6 +31,9 @@ Options:
     --stop STR          stop before STR (repeatable)
     --ignore-eos        keep going past the end-of-sequence token
     --no-speculation    decode one token per step even with a speculative: section
+  --chat-template FILE  render chat prompts with the Jinja template FILE instead of the model's
+                        own (or a built-in format: chatml, llama2, llama3, mistral, zephyr);
+                        the same as --set model.chat_template=FILE
   --api-key KEY         require "Authorization: Bearer KEY" on /v1/* (repeatable: any of the
                         keys; replaces server.api_key; PAGEDLLM_API_KEY=KEY1,KEY2 does the
                         same without putting keys on the command line)
@@ -88,6 +91,11 @@ CliOptions parse_cli(const std::vector<std::string>& args) {
       options.config_file = take_value();
     } else if (name == "--set") {
       options.overrides.push_back(take_value());
+    } else if (name == "--chat-template") {
+      // A YAML single-quoted string (quotes doubled), so any path reads back as itself.
+      std::string quoted = "'";
+      for (const char c : take_value()) quoted += c == '\'' ? std::string("''") : std::string(1, c);
+      options.overrides.push_back("model.chat_template=" + quoted + "'");
     } else if (name == "--api-key") {
       options.api_keys.push_back(take_value());
       if (options.api_keys.back().empty()) throw UsageError("--api-key needs a non-empty key");

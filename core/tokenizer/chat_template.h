@@ -1,24 +1,30 @@
 #pragma once
-// Chat templates: the common formats, detected from a model's Jinja
-// chat_template and rendered natively (no Jinja interpreter).
-//
-// Formats and the exact text they produce (docs/tokenizer.md has examples):
+// Chat templates: the model's own Jinja `chat_template` (tokenizer_config.json,
+// chat_template.jinja or a GGUF file's tokenizer.chat_template), executed by the
+// Jinja engine (core/tokenizer/jinja) as transformers' apply_chat_template runs it,
+// so the prompt is byte-equal to transformers'. A serving config may replace it
+// with a Jinja file of its own or with one of five built-in formats, for models
+// that ship no template:
 //   chatml  <|im_start|>{role}\n{content}<|im_end|>\n ... ; prompt: <|im_start|>assistant\n
-//           (a default system message found in the template is added when the
-//           conversation has none, like Qwen's)
 //   llama3  {bos}<|start_header_id|>{role}<|end_header_id|>\n\n{content|trim}<|eot_id|> ... ;
 //           prompt: <|start_header_id|>assistant<|end_header_id|>\n\n
 //   llama2  {bos}[INST] <<SYS>>\n{system}\n<</SYS>>\n\n{user|trim} [/INST] {assistant|trim} {eos} ...
 //   mistral {bos}[INST] {user} [/INST]{assistant}{eos}[INST] ...
 //   zephyr  <|{role}|>\n{content}{eos}\n ... ; prompt: <|assistant|>\n
+// (each is the template its family published: docs/tokenizer.md).
 // The rendered prompt contains special tokens: encode it with parse_special.
 
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "core/tokenizer/tokenizer_config.h"
+
+namespace pagedllm::jinja {
+class Template;
+}
 
 namespace pagedllm::tokenizer {
 
@@ -32,32 +38,36 @@ struct ChatMessage {
 // "chatml", "llama2", "llama3", "mistral", "zephyr".
 std::optional<ChatFormat> parse_chat_format(std::string_view name);
 std::string_view chat_format_name(ChatFormat format);
-
-// The format of a Jinja chat template; TokenizerError naming `source` when it
-// is none of the known ones.
-ChatFormat detect_chat_format(std::string_view jinja, const std::string& source);
+// The built-in format's Jinja source.
+std::string_view chat_format_template(ChatFormat format);
 
 class ChatTemplate {
  public:
-  ChatTemplate(ChatFormat format, std::string bos_token, std::string eos_token,
-               std::optional<std::string> default_system_message = std::nullopt);
+  // TokenizerError naming `source` (and the line) when `jinja` is not a template
+  // the engine runs. The special tokens are the template's bos_token, eos_token,
+  // unk_token and pad_token, as transformers passes them.
+  ChatTemplate(std::string_view jinja, std::string source, const TokenizerConfig& special_tokens);
+  ~ChatTemplate();
+  ChatTemplate(ChatTemplate&&) noexcept;
+  ChatTemplate& operator=(ChatTemplate&&) noexcept;
 
-  // The model's template from tokenizer_config.json (or chat_template.jinja);
-  // `override_format` (from the serving config) skips detection and also
-  // works for models without a template.
+  // The model's template; `override_format` (from the serving config) replaces it
+  // with a built-in one, and also works for models without a template.
   static ChatTemplate from_config(const TokenizerConfig& config, std::optional<ChatFormat> override_format);
 
-  // TokenizerError for conversations the format cannot express (no messages, roles
-  // that do not alternate in llama2/mistral, a system message in mistral).
+  // TokenizerError for a conversation the template refuses (its raise_exception, an
+  // error of the template, no messages), naming the template and the line.
   std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
 
-  ChatFormat format() const { return format_; }
+  const std::string& source() const { return source_; }
 
  private:
-  ChatFormat format_;
-  std::string bos_token_;
-  std::string eos_token_;
-  std::optional<std::string> default_system_message_;
+  std::unique_ptr<jinja::Template> template_;
+  std::string source_;
+  std::optional<std::string> bos_token_;
+  std::optional<std::string> eos_token_;
+  std::optional<std::string> unk_token_;
+  std::optional<std::string> pad_token_;
 };
 
 }  // namespace pagedllm::tokenizer

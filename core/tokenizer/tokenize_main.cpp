@@ -10,10 +10,21 @@
 // --jsonl: many inputs, one JSON value per stdin line (a string to encode, or an
 // array of ids to decode), one JSON line out for each (the ids, or the text as a
 // JSON string): what the large-corpus comparison against HF feeds it.
+//
+//   pagedllm-tokenize --render-template FILE
+//
+// Runs a Jinja chat template (a .jinja file, as the model ships it) on each stdin
+// line, a JSON object of the template's variables (messages, tools,
+// add_generation_prompt, bos_token, ...), and prints one JSON line each:
+// {"text": the rendered prompt} or {"error": why the template failed}. It shows
+// what the server will send the model, and is how the tests compare the engine
+// with transformers' apply_chat_template.
 // Exit status: 0 ok, 2 bad usage or bad input (files, stdin), 1 other errors.
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <iterator>
 #include <optional>
 #include <string>
@@ -23,6 +34,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/tokenizer/jinja/template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/tokenizer_error.h"
 
@@ -34,10 +46,13 @@ using pagedllm::tokenizer::TokenizerError;
 
 constexpr std::string_view kUsage =
     "usage: pagedllm-tokenize --tokenizer PATH [--decode] [--no-special] [--parse-special] [--jsonl]\n"
+    "       pagedllm-tokenize --render-template FILE\n"
     "  reads text on stdin and prints its token ids as a JSON array;\n"
     "  with --decode reads a JSON array of ids and prints the text.\n"
     "  --jsonl: one JSON string (or, with --decode, array of ids) per line in, one JSON line out each.\n"
-    "  PATH: a tokenizer.json file, a model directory or a GGUF file.\n";
+    "  PATH: a tokenizer.json file, a model directory or a GGUF file.\n"
+    "  --render-template: renders the Jinja template FILE once per stdin line (a JSON object of its\n"
+    "  variables), printing {\"text\": ...} or {\"error\": ...} per line.\n";
 
 class UsageError : public std::runtime_error {
  public:
@@ -50,6 +65,7 @@ struct Options {
   bool no_special = false;
   bool parse_special = false;
   bool jsonl = false;
+  std::string template_path;
 };
 
 Options parse_arguments(int argc, char** argv) {
@@ -65,6 +81,9 @@ Options parse_arguments(int argc, char** argv) {
       options.no_special = true;
     } else if (argument == "--parse-special") {
       options.parse_special = true;
+    } else if (argument == "--render-template") {
+      if (i + 1 >= argc) throw UsageError("--render-template needs a FILE");
+      options.template_path = argv[++i];
     } else if (argument == "--jsonl") {
       options.jsonl = true;
     } else if (argument == "--help" || argument == "-h") {
@@ -74,7 +93,9 @@ Options parse_arguments(int argc, char** argv) {
       throw UsageError(fmt::format("unknown argument '{}'", argument));
     }
   }
-  if (options.tokenizer_path.empty()) throw UsageError("--tokenizer PATH is required");
+  if (options.tokenizer_path.empty() && options.template_path.empty()) {
+    throw UsageError("--tokenizer PATH or --render-template FILE is required");
+  }
   return options;
 }
 
@@ -116,11 +137,47 @@ void run_jsonl(const Tokenizer& tokenizer, const Options& options) {
   }
 }
 
+void run_template(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw TokenizerError(fmt::format("{}: cannot read the template", path));
+  std::stringstream source;
+  source << file.rdbuf();
+  std::optional<pagedllm::jinja::Template> chat_template;
+  std::string parse_error;
+  try {
+    chat_template.emplace(source.str());
+  } catch (const pagedllm::jinja::TemplateError& error) {
+    parse_error = error.what();
+  }
+  std::string line;
+  for (std::size_t number = 1; std::getline(std::cin, line); ++number) {
+    const auto variables = nlohmann::ordered_json::parse(line, nullptr, false);
+    if (variables.is_discarded()) throw TokenizerError(fmt::format("stdin line {}: not JSON", number));
+    if (!variables.is_object()) throw TokenizerError(fmt::format("stdin line {}: expected a JSON object", number));
+    nlohmann::json result;
+    if (!chat_template) {
+      result["error"] = parse_error;
+    } else {
+      try {
+        result["text"] = chat_template->render(pagedllm::jinja::Value::from_json(variables));
+      } catch (const pagedllm::jinja::TemplateError& error) {
+        result["error"] = error.what();
+      }
+    }
+    std::cout << result.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << '\n';
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const Options options = parse_arguments(argc, argv);
+    if (!options.template_path.empty()) {
+      run_template(options.template_path);
+      std::cout.flush();
+      return std::cout ? 0 : 1;
+    }
     const Tokenizer tokenizer = Tokenizer::from_path(options.tokenizer_path);
     if (options.jsonl) {
       run_jsonl(tokenizer, options);

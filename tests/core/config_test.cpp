@@ -364,3 +364,26 @@ TEST_CASE("parallel: tensor_parallel_size and the collectives backend, checked s
   CHECK_THAT(config_error(kMinimal + "parallel: {tensor_parallel_size: 2, devices: [cuda:0, cuda:1]}\n"),
              Contains("parallel.devices: a device per rank is for CUDA ranks; device is cpu"));
 }
+
+TEST_CASE("model.chat_template: a built-in format's name or a Jinja file, relative to the config", "[config]") {
+  const std::string with_format = R"(model:
+  plugin: models_llama
+  path: ../models/tiny
+  chat_template: llama3
+attention:
+  plugin: attention_cpu
+sampler:
+  plugin: sampler
+)";
+  CHECK(parse_config(with_format, "/etc/x.yaml").model.chat_template == "llama3");
+  CHECK_THAT(config_error(kMinimal, {"model.chat_template=/no/such/template.jinja"}),
+             Contains("model.chat_template: '/no/such/template.jinja' is neither a Jinja file (no file at "
+                      "/no/such/template.jinja) nor a built-in format"));
+  // A file relative to the config file's directory.
+  const std::string source_dir = PAGEDLLM_SOURCE_DIR;
+  const std::string with_file = kMinimal.substr(0, kMinimal.find("attention:")) +
+                                "  chat_template: tests/fixtures/tokenizer/texts.json\n" +
+                                kMinimal.substr(kMinimal.find("attention:"));
+  CHECK(parse_config(with_file, source_dir + "/serve.yaml").model.chat_template ==
+        source_dir + "/tests/fixtures/tokenizer/texts.json");
+}

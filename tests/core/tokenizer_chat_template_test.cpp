@@ -52,33 +52,35 @@ TokenizerConfig config_with(const char* jinja) {
 const std::vector<ChatMessage> kConversation = {
     {"system", "Be brief."}, {"user", " Hi! "}, {"assistant", "Hello."}, {"user", "2+2?"}};
 
-TEST_CASE("chat formats are detected from the model's Jinja template", "[chat_template]") {
-  const std::string source = "m/tokenizer_config.json";
-  CHECK(detect_chat_format(kLlama2Template, source) == ChatFormat::kLlama2);
-  CHECK(detect_chat_format(kMistralTemplate, source) == ChatFormat::kMistral);
-  CHECK(detect_chat_format(kQwenTemplate, source) == ChatFormat::kChatMl);
-  const auto llama3 = nlohmann::json::parse(testing::read_file(testing::fixture_dir("bytelevel_llama3") +
-                                                               "/tokenizer_config.json"));
-  CHECK(detect_chat_format(llama3.at("chat_template").get<std::string>(), source) == ChatFormat::kLlama3);
-  const auto zephyr =
-      nlohmann::json::parse(testing::read_file(testing::fixture_dir("spm_llama2") + "/tokenizer_config.json"));
-  CHECK(detect_chat_format(zephyr.at("chat_template").get<std::string>(), source) == ChatFormat::kZephyr);
-}
-
-TEST_CASE("an unknown template is an error naming the file, an override bypasses it", "[chat_template]") {
-  TokenizerConfig config = config_with("{{ messages | tojson }}");
+TEST_CASE("a template that cannot be parsed is an error naming the file and line, an override replaces it",
+          "[chat_template]") {
+  TokenizerConfig config = config_with("{% for message in messages %}\n{{ message['content'] }}\n{% endfor");
   try {
     (void)ChatTemplate::from_config(config, std::nullopt);
-    FAIL("accepted an unknown template");
+    FAIL("accepted a broken template");
   } catch (const TokenizerError& error) {
     CHECK(std::string(error.what()).find("model/tokenizer_config.json") != std::string::npos);
-    CHECK(std::string(error.what()).find("unrecognised chat_template") != std::string::npos);
+    CHECK(std::string(error.what()).find("line 3") != std::string::npos);
   }
-  CHECK(ChatTemplate::from_config(config, ChatFormat::kChatMl).format() == ChatFormat::kChatMl);
+  const ChatTemplate chatml = ChatTemplate::from_config(config, ChatFormat::kChatMl);
+  CHECK(chatml.render({{{"user", "Hi"}}}, true) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   config.chat_template.reset();
   CHECK_THROWS_AS(ChatTemplate::from_config(config, std::nullopt), TokenizerError);
   CHECK(parse_chat_format("llama3") == ChatFormat::kLlama3);
   CHECK_FALSE(parse_chat_format("vicuna").has_value());
+}
+
+TEST_CASE("any template runs, not only the known formats, and its errors name the template", "[chat_template]") {
+  const ChatTemplate json_dump = ChatTemplate::from_config(config_with("{{ messages | tojson }}"), std::nullopt);
+  CHECK(json_dump.render({{{"user", "Hi \"you\""}}}, true) == R"([{"role": "user", "content": "Hi \"you\""}])");
+  const ChatTemplate broken = ChatTemplate::from_config(config_with("{{ messages[0].content.nope() }}"), std::nullopt);
+  try {
+    (void)broken.render({{{"user", "Hi"}}}, true);
+    FAIL("rendered a call of an undefined method");
+  } catch (const TokenizerError& error) {
+    CHECK(std::string(error.what()).find("model/tokenizer_config.json") != std::string::npos);
+    CHECK(std::string(error.what()).find("'str object' has no attribute 'nope'") != std::string::npos);
+  }
 }
 
 TEST_CASE("rendered prompts are exactly the templates' output", "[chat_template]") {
@@ -100,9 +102,9 @@ TEST_CASE("rendered prompts are exactly the templates' output", "[chat_template]
   // transformers cannot render an empty conversation; neither does pagedllm.
   CHECK_THROWS_AS(qwen.render({}, true), TokenizerError);
 
-  TokenizerConfig llama3_config = config_with("{{ '<|start_header_id|>' }}");
+  TokenizerConfig llama3_config = config_with("");
   llama3_config.bos_token = "<|begin_of_text|>";
-  const ChatTemplate llama3 = ChatTemplate::from_config(llama3_config, std::nullopt);
+  const ChatTemplate llama3 = ChatTemplate::from_config(llama3_config, ChatFormat::kLlama3);
   CHECK(llama3.render(kConversation, true) ==
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
@@ -110,7 +112,7 @@ TEST_CASE("rendered prompts are exactly the templates' output", "[chat_template]
         "<|start_header_id|>user<|end_header_id|>\n\n2+2?<|eot_id|>"
         "<|start_header_id|>assistant<|end_header_id|>\n\n");
 
-  const ChatTemplate zephyr = ChatTemplate(ChatFormat::kZephyr, "<s>", "</s>");
+  const ChatTemplate zephyr = ChatTemplate::from_config(config_with(""), ChatFormat::kZephyr);
   CHECK(zephyr.render(kConversation, true) ==
         "<|system|>\nBe brief.</s>\n<|user|>\n Hi! </s>\n<|assistant|>\nHello.</s>\n<|user|>\n2+2?</s>\n"
         "<|assistant|>\n");

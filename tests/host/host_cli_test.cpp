@@ -398,3 +398,19 @@ TEST_CASE("check mode reads the model's configuration as serving would, and a mi
   CHECK(r.err.find(missing) == r.err.rfind(missing));
   CHECK_THAT(r.err, !Contains("tokenizer.json"));
 }
+
+TEST_CASE("serve mode: --chat-template FILE replaces the model's template, a missing or broken one exits 2 naming it", "[host_cli]") {
+  TempDir dir;
+  const std::string path =
+      dir.write("it's mine.jinja", "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}\n");
+  auto r = run_command(host("--config '" + kTiny + "' --check --chat-template \"" + path + "\""));
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  r = run_command(host("--config '" + kTiny + "' --check --chat-template '" + dir.path().string() + "/missing.jinja'"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("model.chat_template: '" + dir.path().string() + "/missing.jinja' is neither a Jinja file"));
+  const std::string broken = dir.write("broken.jinja", "{% for m in messages %}\n{{ m.content }\n");
+  r = run_command(host("--config '" + kTiny + "' --prompt hi --max-tokens 1 --chat-template '" + broken + "'"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("broken.jinja: the chat template cannot be parsed: line 2"));
+}

@@ -1,13 +1,14 @@
 // Chat-template rendering with hostile templates and messages: the input up
 // to its first NUL byte is a tokenizer_config.json (its chat_template, BOS and
 // EOS), the rest a chat request body whose "messages" the server parses
-// (parse_chat_messages). The template is detected (ChatTemplate::from_config;
-// when it is none of the known formats, each format is forced, as the
-// serving config's model.chat_template does), the messages rendered with and
-// without the generation prompt, and the result encoded as the server does
-// (special tokens parsed) by the embedded model's tokenizer.
-// Properties: refusals are TokenizerError (template, conversation) or a 4xx
-// ApiError (messages); whatever renders encodes.
+// (parse_chat_messages). The template runs on the Jinja engine
+// (ChatTemplate::from_config; when it does not parse, each built-in format is
+// forced, as the serving config's model.chat_template does), the messages
+// rendered with and without the generation prompt, and the result encoded as
+// the server does (special tokens parsed) by the embedded model's tokenizer.
+// Properties: refusals are TokenizerError (a template that does not parse,
+// fails or loops past its bounds; a conversation it refuses) or a 4xx ApiError
+// (messages); whatever renders encodes; no template crashes or hangs.
 
 #include <cstdint>
 #include <optional>

@@ -183,6 +183,11 @@ def main():
         if cfg.exists():
             for r in chats():
                 seeds["chat_template"].append(cfg.read_bytes() + b"\0" + json.dumps(r).encode())
+    # Real models' Jinja templates (scripts/setup.sh unpacks llama.cpp's into .deps/chat-templates).
+    first_chat = json.dumps(chats()[0]).encode()
+    for template in sorted((ROOT / ".deps" / "chat-templates").glob("*.jinja")):
+        config = {"bos_token": "<s>", "eos_token": "</s>", "chat_template": template.read_text()}
+        seeds["chat_template"].append(json.dumps(config).encode() + b"\0" + first_chat)
     texts = [read("README.md")[:1500], read("core/tokenizer/utf8.cpp")[:1500], "héllo wörld — 世界 🙂\t\r\n  x".encode(),
              b"<|endoftext|><|im_start|>user\n<s></s>[INST]", b""]
     expected = json.loads(read(FIXTURES / "bytelevel_llama3/expected.json"))
