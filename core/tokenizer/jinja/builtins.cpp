@@ -196,7 +196,8 @@ class Params {
       throw TemplateError(fmt::format("{}() takes at most {} argument(s) ({} given)", function, names_.size(),
                                       args.positional.size()));
     }
-    for (const auto& [key, value] : args.keyword) {
+    for (const auto& keyword : args.keyword) {  // not a structured binding: clang 14 cannot capture one
+      const std::string& key = keyword.first;
       if (std::find_if(names_.begin(), names_.end(), [&](const char* n) { return key == n; }) == names_.end()) {
         throw TemplateError(fmt::format("{}() got an unexpected keyword argument '{}'", function, key));
       }

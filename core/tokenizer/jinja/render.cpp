@@ -245,7 +245,8 @@ class Renderer final : public Evaluator {
           }
           call_scope.set(name, std::move(value));
         }
-        for (const auto& [name, value] : args.keyword) {
+        for (const auto& keyword : args.keyword) {  // not a structured binding: clang 14 cannot capture one
+          const std::string& name = keyword.first;
           if (std::none_of(parameters.begin(), parameters.end(), [&](const auto& p) { return p.first == name; })) {
             throw TemplateError(fmt::format("macro '{}' takes no keyword argument '{}'", definition->name, name),
                                 definition->line);
