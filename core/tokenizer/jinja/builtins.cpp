@@ -897,7 +897,7 @@ Value string_method(Evaluator& evaluator, const std::string& s, const std::strin
   if (name == "find" || name == "rfind" || name == "count" || name == "index") {
     return method([s, name](Arguments& args) {
       Params p(args, name.c_str(), {"sub"});
-      const std::string& sub = require_string(p.get(0), name.c_str());
+      const std::string sub = require_string(p.get(0), name.c_str());
       if (name == "count") {
         if (sub.empty()) return Value(static_cast<std::int64_t>(characters(s).size() + 1));
         std::int64_t n = 0;
@@ -1357,7 +1357,7 @@ Value global_function(const std::string& name) {
   if (name == "strftime_now") {
     return Value::function("strftime_now", [](Arguments& args) {
       Params p(args, "strftime_now", {"format"});
-      const std::string& format = require_string(p.get(0), "strftime_now format");
+      const std::string format = require_string(p.get(0), "strftime_now format");
       const std::time_t now = std::time(nullptr);
       std::tm local{};
       localtime_r(&now, &local);
