@@ -453,8 +453,8 @@ const std::unordered_map<std::string_view, Filter>& filters() {
       std::vector<Value> pairs;
       for (const auto& [key, value] : v.dict_entries().entries) pairs.push_back(Value::tuple({Value(key), value}));
       const bool case_sensitive = p.get(0, Value(false)).truthy();
-      Value index(static_cast<std::int64_t>(by_value ? 1 : 0));
-      return sorted(e, std::move(pairs), p.get(2, Value(false)).truthy(), case_sensitive, Value(index.str()));
+      // Sorted by the pair's item 0 (key) or 1 (value), as attribute_of reads a digit.
+      return sorted(e, std::move(pairs), p.get(2, Value(false)).truthy(), case_sensitive, Value(by_value ? "1" : "0"));
     };
     t["escape"] = [](Evaluator&, Value v, Arguments& args) {
       Params(args, "escape", {});
@@ -559,7 +559,7 @@ const std::unordered_map<std::string_view, Filter>& filters() {
       return [want_max](Evaluator& e, Value v, Arguments& args) {
         Params p(args, want_max ? "max" : "min", {"case_sensitive", "attribute"});
         auto items = iterate(v, 0);
-        if (items.empty()) return Value::undefined(want_max ? "No aggregated item, sequence was empty." : "No aggregated item, sequence was empty.");
+        if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
         Value list = sorted(e, items, want_max, p.get(0, Value(false)).truthy(), p.get(1));
         return list.items().front();
       };
