@@ -58,7 +58,7 @@ class LlamaPlugin : public pllm::ModelPlugin {
     model_ = load(options, args);  // reads the configuration as check_model does
     const LlamaConfig& c = model_->config();
     info_.struct_size = sizeof info_;
-    info_.architecture = "LlamaForCausalLM";
+    info_.architecture = llama::architecture_class(c.architecture).data();
     info_.vocab_size = c.vocab_size;
     info_.hidden_size = c.hidden_size;
     info_.num_layers = c.num_layers;
@@ -70,7 +70,7 @@ class LlamaPlugin : public pllm::ModelPlugin {
     info_.bos_token_id = c.bos_token_id;
     info_.num_eos_token_ids = static_cast<int32_t>(c.eos_token_ids.size());
     info_.eos_token_ids = c.eos_token_ids.data();
-    pllm::log_info("models_llama: ", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_heads, " heads / ",
+    pllm::log_info("models_llama: ", info_.architecture, ", ", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_heads, " heads / ",
                    c.num_kv_heads, " kv heads x ", c.head_dim, ", vocab ", c.vocab_size, ", on ", model_->describe());
   }
 

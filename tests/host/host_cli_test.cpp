@@ -375,11 +375,11 @@ TEST_CASE("check mode reads the model's configuration as serving would, and a mi
     std::ofstream(model / "config.json", std::ios::trunc) << edited;
   };
 
-  edit("\"LlamaForCausalLM\"", "\"Qwen2ForCausalLM\"");
+  edit("\"LlamaForCausalLM\"", "\"Gemma2ForCausalLM\"");
   auto r = check(model.string());
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("plugin 'models_llama': check_model failed") &&
-                        Contains((model / "config.json").string() + ": 'architectures' is [\"Qwen2ForCausalLM\"]"));
+                        Contains((model / "config.json").string() + ": 'architectures' is [\"Gemma2ForCausalLM\"]"));
 
   edit("\"rope_scaling\": null", "\"rope_scaling\": null, \"sliding_window\": 4096");
   r = check(model.string());

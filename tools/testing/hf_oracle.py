@@ -9,7 +9,9 @@ expected values of the fidelity tests come from transformers alone.
     scripts/python.sh tools/testing/hf_oracle.py suite --input IN.json --output OUT.json
     scripts/python.sh tools/testing/hf_oracle.py presets
 
-make: LlamaForCausalLM(LlamaConfig(...)) with seeded random weights, written by
+make: the preset's family's model (LlamaForCausalLM, MistralForCausalLM,
+Qwen2ForCausalLM, Qwen3ForCausalLM: "family" in the preset, llama when absent)
+with seeded random weights, written by
 `save_pretrained` (safetensors; sharded where the preset says so) in the
 preset's dtype, by whichever transformers runs this script: .venv's 4.57.1
 writes config.json's 4.x form (rope_theta, rope_scaling, torch_dtype),
@@ -22,7 +24,8 @@ near-constant logits at these sizes, so initializer_range is 1/sqrt(hidden)
 (unit-variance projections), the norm weights are drawn from [0.6, 1.4] (never
 all ones, so a forgotten norm weight shows) and the output embedding is scaled
 so logits have a standard deviation of about 3: greedy continuations depend on
-the prompt and top-2 margins are rarely near ties.
+the prompt and top-2 margins are rarely near ties. Biases (HF initialises them
+to zero) are drawn from normal(0, 0.5), so a forgotten bias shows too.
 
 logits: IN.json {"sequences": [[ids...], ...], "rows": [[first, end], ...]?}.
 Runs each sequence through the model (one forward, no cache) and writes
@@ -114,6 +117,45 @@ PRESETS = {
                      intermediate_size=256, num_hidden_layers=2, rope_theta=10000.0, rope_scaling=None,
                      tie_word_embeddings=False, rms_norm_eps=1e-6, max_position_embeddings=2048,
                      vocab_size=TOKENIZER_VOCAB, dtype="float32"),
+    # Qwen/Qwen2.5-0.5B-Instruct: hidden 896, 14 heads / 2 KV heads (7:1), head_dim 64, intermediate
+    # 4864, q/k/v biases, rope_theta 1000000, tied, rms_norm_eps 1e-6, sliding_window 32768 with
+    # use_sliding_window false (as its config.json has it), bf16.
+    "qwen25": dict(family="qwen2", hidden_size=224, num_attention_heads=14, num_key_value_heads=2,
+                   intermediate_size=608, num_hidden_layers=2, rope_theta=1000000.0, rope_scaling=None,
+                   tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=32768,
+                   use_sliding_window=False, sliding_window=32768, max_window_layers=21,
+                   vocab_size=TOKENIZER_VOCAB, dtype="bfloat16"),
+    # Qwen/Qwen3-0.6B: hidden 1024, 16 heads / 8 KV heads, head_dim 128 (not hidden / heads), per-head
+    # q/k RMSNorm, no biases, intermediate 3072, rope_theta 1000000, tied, rms_norm_eps 1e-6, bf16.
+    "qwen3": dict(family="qwen3", hidden_size=128, num_attention_heads=8, num_key_value_heads=4, head_dim=32,
+                  intermediate_size=384, num_hidden_layers=2, rope_theta=1000000.0, rope_scaling=None,
+                  tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=40960,
+                  attention_bias=False, vocab_size=TOKENIZER_VOCAB, dtype="bfloat16"),
+    # Qwen3 with attention_bias (q/k/v and o_proj biases next to the q/k norms), f32. This and the next
+    # have head_dim 32, one of attention_cuda's head sizes, for the CUDA tests.
+    "qwen3_bias": dict(family="qwen3", hidden_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                       intermediate_size=256, num_hidden_layers=2, rope_theta=1000000.0, rope_scaling=None,
+                       tie_word_embeddings=False, rms_norm_eps=1e-6, max_position_embeddings=40960,
+                       attention_bias=True, vocab_size=TOKENIZER_VOCAB, dtype="float32"),
+    # mistralai/Mistral-7B-Instruct-v0.3: hidden 4096, 32 heads / 8 KV heads, head_dim 128,
+    # intermediate 14336, rope_theta 1000000, sliding_window null, untied, rms_norm_eps 1e-5, bf16.
+    "mistral": dict(family="mistral", hidden_size=128, num_attention_heads=8, num_key_value_heads=2, head_dim=16,
+                    intermediate_size=448, num_hidden_layers=2, rope_theta=1000000.0, sliding_window=None,
+                    tie_word_embeddings=False, rms_norm_eps=1e-5, max_position_embeddings=32768,
+                    vocab_size=TOKENIZER_VOCAB, dtype="bfloat16"),
+    # A Llama with attention_bias and mlp_bias (q/k/v/o and gate/up/down biases), f32.
+    "llama_bias": dict(hidden_size=96, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                       intermediate_size=256, num_hidden_layers=2, rope_theta=10000.0, rope_scaling=None,
+                       tie_word_embeddings=False, rms_norm_eps=1e-5, max_position_embeddings=4096,
+                       attention_bias=True, mlp_bias=True, vocab_size=TOKENIZER_VOCAB, dtype="float32"),
+}
+
+# The transformers classes of each preset family: (config, model).
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
 }
 
 
@@ -125,20 +167,25 @@ def import_torch(threads):
 
 def make(preset_name, out_dir, seed, threads):
     torch = import_torch(threads)
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
 
     preset = dict(PRESETS[preset_name])
     dtype = preset.pop("dtype")
     max_shard_size = preset.pop("max_shard_size", "5GB")
+    config_class, model_class = (getattr(transformers, name) for name in FAMILIES[preset.pop("family", "llama")])
     hidden = preset["hidden_size"]
-    config = LlamaConfig(**preset, hidden_act="silu", attention_bias=False, mlp_bias=False,
-                         initializer_range=1.0 / math.sqrt(hidden), bos_token_id=BOS, eos_token_id=EOS)
+    if config_class is transformers.LlamaConfig:
+        preset = {"attention_bias": False, "mlp_bias": False, **preset}
+    config = config_class(**preset, hidden_act="silu", initializer_range=1.0 / math.sqrt(hidden), bos_token_id=BOS,
+                          eos_token_id=EOS)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
+    model = model_class(config).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
                 param.uniform_(0.6, 1.4)
+            elif name.endswith(".bias"):
+                param.normal_(0.0, 0.5)
         # Logits of standard deviation ~3 over unit-RMS normed hidden states.
         model.lm_head.weight.normal_(0.0, 3.0 / math.sqrt(hidden))
         if not config.tie_word_embeddings:
@@ -151,7 +198,7 @@ def make(preset_name, out_dir, seed, threads):
 
 def load(model_dir, dtype_name, threads, dense_activations=False):
     torch = import_torch(threads)
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
     dtype = {"float32": torch.float32, "float64": torch.float64}[dtype_name]
     # eager: the attention equations written out (softmax(QK^T / sqrt(d) + mask) V). A compressed-tensors
     # checkpoint (config.json's quantization_config) is decompressed by transformers through the
@@ -164,7 +211,7 @@ def load(model_dir, dtype_name, threads, dense_activations=False):
         if "quantization_config" in json.load(f):
             from transformers import CompressedTensorsConfig
             extra["quantization_config"] = CompressedTensorsConfig(run_compressed=False)
-    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="eager", **extra).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, attn_implementation="eager", **extra).eval()
     if dense_activations:
         from compressed_tensors.quantization import disable_quantization
         model.apply(disable_quantization)

@@ -133,15 +133,97 @@ class Fields {
   mutable std::set<std::string, std::less<>> read_;
 };
 
-void check_architecture(const Fields& f, std::string_view who) {
+// The families config.json's `architectures` can name, each with the model_type transformers pairs it with.
+struct ArchitectureName {
+  std::string_view hf_class;
+  Architecture architecture;
+};
+constexpr ArchitectureName kArchitectures[] = {
+    {"LlamaForCausalLM", Architecture::kLlama},
+    {"MistralForCausalLM", Architecture::kMistral},
+    {"Qwen2ForCausalLM", Architecture::kQwen2},
+    {"Qwen3ForCausalLM", Architecture::kQwen3},
+};
+
+std::string supported_classes() {
+  std::string names;
+  for (const ArchitectureName& a : kArchitectures) names += (names.empty() ? "" : ", ") + std::string(a.hf_class);
+  return names;
+}
+
+Architecture read_architecture(const Fields& f, std::string_view who) {
   const json* archs = f.find("architectures");
-  if (!archs) f.fail("architectures", "is required (" + std::string(who) + " loads LlamaForCausalLM)");
+  if (!archs) f.fail("architectures", "is required (" + std::string(who) + " loads " + supported_classes() + ")");
   if (!archs->is_array() || archs->empty()) f.fail("architectures", "must be a non-empty list, got " + archs->dump());
+  std::optional<Architecture> found;
   for (const auto& a : *archs) {
-    if (a.is_string() && a.get<std::string>() == "LlamaForCausalLM") return;
+    for (const ArchitectureName& known : kArchitectures) {
+      if (!found && a.is_string() && a.get<std::string>() == known.hf_class) found = known.architecture;
+    }
   }
-  f.fail("architectures", "is " + archs->dump() + "; " + std::string(who) + " loads LlamaForCausalLM only",
-         PLLM_ERROR_UNSUPPORTED);
+  if (!found) {
+    f.fail("architectures", "is " + archs->dump() + "; " + std::string(who) + " loads " + supported_classes(),
+           PLLM_ERROR_UNSUPPORTED);
+  }
+  if (const json* type = f.find("model_type");
+      type && !(type->is_string() && type->get<std::string>() == architecture_name(*found))) {
+    f.fail("model_type", "is " + type->dump() + " next to " + archs->dump() + "; transformers would build that "
+                         "model type's configuration, which " + std::string(who) + " does not read",
+           PLLM_ERROR_UNSUPPORTED);
+  }
+  return *found;
+}
+
+// The optional parts of the layer each family's config.json turns on, and its sliding-window keys: what a
+// window would change is refused (the attention contract has no window yet), what cannot change anything is
+// read and passed.
+void read_family_features(const Fields& f, LlamaConfig& c, std::string_view who) {
+  const std::string by = "; " + std::string(who);
+  switch (c.architecture) {
+    case Architecture::kLlama:
+      c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
+      c.mlp_bias = f.get_bool("mlp_bias", false);
+      if (const json* window = f.find("sliding_window")) {
+        f.fail("sliding_window", "is " + window->dump() + by + " has no sliding-window attention for a Llama",
+               PLLM_ERROR_UNSUPPORTED);
+      }
+      if (f.get_bool("use_sliding_window", false)) {
+        f.fail("use_sliding_window", "is true" + by + " has no sliding-window attention for a Llama",
+               PLLM_ERROR_UNSUPPORTED);
+      }
+      break;
+    case Architecture::kMistral:
+      // A window at least as long as the context never masks anything (Mistral v0.2 on write null).
+      if (const json* window = f.find("sliding_window")) {
+        const int64_t w = f.check_int("sliding_window", *window, 1, std::numeric_limits<int32_t>::max());
+        if (w < c.max_position_embeddings) {
+          f.fail("sliding_window", "is " + std::to_string(w) + ", below max_position_embeddings = " +
+                                       std::to_string(c.max_position_embeddings) + by +
+                                       " has no sliding-window attention yet", PLLM_ERROR_UNSUPPORTED);
+        }
+      }
+      break;
+    case Architecture::kQwen2:
+    case Architecture::kQwen3: {
+      c.qkv_bias = true;
+      if (c.architecture == Architecture::kQwen3) {
+        c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
+        c.qk_norm = true;
+      }
+      // transformers windows layers max_window_layers.. only when use_sliding_window is true; Qwen2.5's
+      // files carry sliding_window and max_window_layers with use_sliding_window false.
+      const bool windowed = f.get_bool("use_sliding_window", false);
+      const json* window = f.find("sliding_window");
+      if (window) f.check_int("sliding_window", *window, 1, std::numeric_limits<int32_t>::max());
+      const int64_t first_windowed = f.get_int("max_window_layers", c.num_layers, 0, 4096);
+      if (windowed && window && first_windowed < c.num_layers) {
+        f.fail("use_sliding_window", "is true with sliding_window " + window->dump() + " from layer " +
+                                         std::to_string(first_windowed) + by +
+                                         " has no sliding-window attention yet", PLLM_ERROR_UNSUPPORTED);
+      }
+      break;
+    }
+  }
 }
 
 // Features of HF's LlamaConfig this plugin does not implement: refused, never ignored.
@@ -150,22 +232,6 @@ void check_unsupported_features(const Fields& f, std::string_view who) {
   if (const json* act = f.find("hidden_act"); act && !(act->is_string() && act->get<std::string>() == "silu")) {
     f.fail("hidden_act", "is " + act->dump() + by + " implements silu only", PLLM_ERROR_UNSUPPORTED);
   }
-  for (const char* key : {"attention_bias", "mlp_bias"}) {
-    if (f.get_bool(key, false)) f.fail(key, "is true" + by + " has no projection biases", PLLM_ERROR_UNSUPPORTED);
-  }
-  if (const json* type = f.find("model_type"); type && !(type->is_string() && type->get<std::string>() == "llama")) {
-    f.fail("model_type", "is " + type->dump() + " next to LlamaForCausalLM; transformers would build that model "
-                         "type's configuration, which " + std::string(who) + " does not read",
-           PLLM_ERROR_UNSUPPORTED);
-  }
-  if (const json* window = f.find("sliding_window")) {
-    f.fail("sliding_window", "is " + window->dump() + by + " has no sliding-window attention for a Llama",
-           PLLM_ERROR_UNSUPPORTED);
-  }
-  if (f.get_bool("use_sliding_window", false)) {
-    f.fail("use_sliding_window", "is true" + by + " has no sliding-window attention for a Llama",
-           PLLM_ERROR_UNSUPPORTED);
-  }
   // nanotron's flag: true means the weights were trained with interleaved pairs, which transformers does not
   // apply (and pagedllm follows transformers); false is transformers' rotate-half.
   if (f.get_bool("rope_interleaved", false)) {
@@ -173,7 +239,7 @@ void check_unsupported_features(const Fields& f, std::string_view who) {
            PLLM_ERROR_UNSUPPORTED);
   }
   if (f.get_bool("is_encoder_decoder", false)) {
-    f.fail("is_encoder_decoder", "is true; a LlamaForCausalLM is a decoder", PLLM_ERROR_UNSUPPORTED);
+    f.fail("is_encoder_decoder", "is true; " + std::string(who) + " serves decoders", PLLM_ERROR_UNSUPPORTED);
   }
   if (const json* pruned = f.find("pruned_heads"); pruned && !(pruned->is_object() && pruned->empty())) {
     f.fail("pruned_heads", "is " + pruned->dump() + by + " has no pruned attention heads", PLLM_ERROR_UNSUPPORTED);
@@ -213,7 +279,7 @@ void check_layer_types(const Fields& f, int32_t num_layers, std::string_view who
     const json& t = (*types)[i];
     if (!(t.is_string() && t.get<std::string>() == "full_attention")) {
       f.fail("layer_types[" + std::to_string(i) + "]", "is " + t.dump() + "; " + std::string(who) +
-                                                       " runs full attention in every Llama layer",
+                                                       " runs full attention in every layer",
              PLLM_ERROR_UNSUPPORTED);
     }
   }
@@ -490,6 +556,23 @@ std::optional<Int8Checkpoint> parse_quantization_config(const Fields& f, std::st
 
 }  // namespace
 
+std::string_view architecture_name(Architecture a) {
+  switch (a) {
+    case Architecture::kLlama: return "llama";
+    case Architecture::kMistral: return "mistral";
+    case Architecture::kQwen2: return "qwen2";
+    case Architecture::kQwen3: return "qwen3";
+  }
+  return "unknown";
+}
+
+std::string_view architecture_class(Architecture a) {
+  for (const ArchitectureName& known : kArchitectures) {
+    if (known.architecture == a) return known.hf_class;
+  }
+  return "unknown";
+}
+
 LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::string_view who,
                               std::span<const std::string_view> caller_keys) {
   std::error_code regular_ec;
@@ -497,10 +580,9 @@ LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::strin
   const std::filesystem::path path = model_dir / "config.json";
   const json object = Fields::parse_file(path);
   const Fields f(path, object);
-  check_architecture(f, who);
-  check_unsupported_features(f, who);
-
   LlamaConfig c;
+  c.architecture = read_architecture(f, who);
+  check_unsupported_features(f, who);
   c.vocab_size = int32_t(f.require_int("vocab_size", 1, std::numeric_limits<int32_t>::max()));
   c.hidden_size = int32_t(f.require_int("hidden_size", 1, kMaxSize));
   c.intermediate_size = int32_t(f.require_int("intermediate_size", 1, kMaxSize));
@@ -526,6 +608,7 @@ LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::strin
   check_layer_types(f, c.num_layers, who);
   resolve_rope(f, c, who);
   c.tie_word_embeddings = f.get_bool("tie_word_embeddings", false);
+  read_family_features(f, c, who);
   const std::vector<int32_t> bos = f.token_ids("bos_token_id", c.vocab_size);
   if (bos.size() > 1) f.fail("bos_token_id", "must be one token id");
   c.bos_token_id = bos.empty() ? -1 : bos.front();

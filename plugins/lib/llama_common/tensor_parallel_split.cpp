@@ -54,6 +54,16 @@ TensorParallelSplit::TensorParallelSplit(const LlamaConfig& full, int32_t rank, 
   vocab_rows_ = std::min<int64_t>(vocab_shard_, full.vocab_size - vocab_first_);
 }
 
+namespace {
+
+// `rows` rows of the slot's width: [rows, width] for a matrix, [rows] for a vector (a bias).
+std::vector<int64_t> rows_of(const WeightSlot& slot, int64_t rows) {
+  if (slot.shape.size() == 1) return {rows};
+  return {rows, slot.width()};
+}
+
+}  // namespace
+
 ShardBlock TensorParallelSplit::block(const WeightSlot& slot) const {
   ShardBlock block{slot.shape, slot.first_row};
   const int64_t d = full_.head_dim;
@@ -66,12 +76,13 @@ ShardBlock TensorParallelSplit::block(const WeightSlot& slot) const {
       block.source_first_row = vocab_first_;
       break;
     case Matrix::kQkv:
-      // The fused matrix holds q | k | v rows; slot.first_row says which one this is.
+    case Matrix::kQkvBias:
+      // The fused matrix (vector) holds q | k | v rows; slot.first_row says which one this is.
       if (slot.first_row == 0) {
-        block.shape = {q_local, slot.width()};
+        block.shape = rows_of(slot, q_local);
         block.source_first_row = rank_ * q_local;
       } else {
-        block.shape = {kv_local, slot.width()};
+        block.shape = rows_of(slot, kv_local);
         block.source_first_row = int64_t(kv_head_first_) * d;
         block.first_row = slot.first_row == full_.q_size() ? q_local : q_local + kv_local;
       }
@@ -81,8 +92,9 @@ ShardBlock TensorParallelSplit::block(const WeightSlot& slot) const {
       block.source_first_col = rank_ * q_local;
       break;
     case Matrix::kGateUp:
+    case Matrix::kGateUpBias:
       // gate | up rows: each rank's intermediate columns of both.
-      block.shape = {inter_local, slot.width()};
+      block.shape = rows_of(slot, inter_local);
       block.source_first_row = rank_ * inter_local;
       block.first_row = slot.first_row == 0 ? 0 : inter_local;
       break;
@@ -93,6 +105,11 @@ ShardBlock TensorParallelSplit::block(const WeightSlot& slot) const {
     case Matrix::kNorm:
     case Matrix::kInputNorm:
     case Matrix::kPostNorm:
+    case Matrix::kQNorm:
+    case Matrix::kKNorm:
+    // The row-parallel products' biases are added once, to the sum of the ranks' partials.
+    case Matrix::kOBias:
+    case Matrix::kDownBias:
       block.whole = true;
       break;
   }

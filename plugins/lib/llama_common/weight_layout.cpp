@@ -15,6 +15,21 @@ std::vector<WeightSlot> decoder_layer_slots(const LlamaConfig& c, const std::str
   slots.push_back({prefix + "mlp.gate_proj.weight", {inter, h}, Matrix::kGateUp, layer, 0});
   slots.push_back({prefix + "mlp.up_proj.weight", {inter, h}, Matrix::kGateUp, layer, inter});
   slots.push_back({prefix + "mlp.down_proj.weight", {h, inter}, Matrix::kDown, layer, 0});
+  if (c.qkv_bias) {
+    slots.push_back({prefix + "self_attn.q_proj.bias", {q}, Matrix::kQkvBias, layer, 0});
+    slots.push_back({prefix + "self_attn.k_proj.bias", {kv}, Matrix::kQkvBias, layer, q});
+    slots.push_back({prefix + "self_attn.v_proj.bias", {kv}, Matrix::kQkvBias, layer, q + kv});
+  }
+  if (c.o_bias) slots.push_back({prefix + "self_attn.o_proj.bias", {h}, Matrix::kOBias, layer, 0});
+  if (c.mlp_bias) {
+    slots.push_back({prefix + "mlp.gate_proj.bias", {inter}, Matrix::kGateUpBias, layer, 0});
+    slots.push_back({prefix + "mlp.up_proj.bias", {inter}, Matrix::kGateUpBias, layer, inter});
+    slots.push_back({prefix + "mlp.down_proj.bias", {h}, Matrix::kDownBias, layer, 0});
+  }
+  if (c.qk_norm) {
+    slots.push_back({prefix + "self_attn.q_norm.weight", {c.head_dim}, Matrix::kQNorm, layer, 0});
+    slots.push_back({prefix + "self_attn.k_norm.weight", {c.head_dim}, Matrix::kKNorm, layer, 0});
+  }
   return slots;
 }
 

@@ -52,6 +52,28 @@ void rms_norm(ThreadPool& pool, const float* x, int64_t ld_x, int64_t rows, int6
   });
 }
 
+void head_rms_norm(ThreadPool& pool, float* x, int64_t rows, int64_t row_stride, int64_t first_head, int64_t heads,
+                   int64_t head_dim, const float* weight, float eps) {
+  parallel_rows(pool, rows, heads * head_dim, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      for (int64_t j = first_head; j < first_head + heads; ++j) {
+        float* head = x + t * row_stride + j * head_dim;
+        const double mean_square = sum_of_squares(head, head_dim) / double(head_dim);
+        scale_row(head, weight, static_cast<float>(1.0 / std::sqrt(mean_square + double(eps))), head, head_dim);
+      }
+    }
+  });
+}
+
+void add_bias(ThreadPool& pool, float* out, int64_t ld_out, int64_t rows, int64_t n, const float* bias) {
+  parallel_rows(pool, rows, n, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = out + t * ld_out;
+      for (int64_t i = 0; i < n; ++i) row[i] += bias[i];
+    }
+  });
+}
+
 void swiglu(ThreadPool& pool, const float* gate_up, int64_t rows, int64_t inter, float* out) {
   parallel_rows(pool, rows, inter * 4, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {

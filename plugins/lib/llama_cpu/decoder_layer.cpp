@@ -2,6 +2,7 @@
 
 #include "pagedllm/sdk.hpp"
 #include "llama_common/attention_call.h"
+#include "llama_common/decoder_layer_definition.h"
 #include "llama_cpu/cpu_kernels.h"
 #include "llama_cpu/rope.h"
 #include "llama_cpu/tensor_parallel_shard.h"
@@ -23,11 +24,11 @@ void DecoderScratch::prepare(plugins::ThreadPool& pool, const LlamaConfig& c, co
   const auto n = [](int64_t count) { return static_cast<std::size_t>(count); };
   const int64_t h = c.hidden_size, inter = c.intermediate_size, half = c.head_dim / 2;
   tokens_ = tokens;
-  normed_ = normed_buf_.reserve(n(tokens * h));
-  qkv_ = qkv_buf_.reserve(n(tokens * (c.q_size() + 2 * c.kv_size())));
-  attn_ = attn_buf_.reserve(n(tokens * c.q_size()));
-  gate_up_ = gate_up_buf_.reserve(n(tokens * 2 * inter));
-  act_ = act_buf_.reserve(n(tokens * inter));
+  buffers_.normed = normed_buf_.reserve(n(tokens * h));
+  buffers_.qkv = qkv_buf_.reserve(n(tokens * (c.q_size() + 2 * c.kv_size())));
+  buffers_.attn = attn_buf_.reserve(n(tokens * c.q_size()));
+  buffers_.gate_up = gate_up_buf_.reserve(n(tokens * 2 * inter));
+  buffers_.act = act_buf_.reserve(n(tokens * inter));
   cos_ = cos_buf_.reserve(n(tokens * half));
   sin_ = sin_buf_.reserve(n(tokens * half));
   parallel_rows(pool, tokens, half * 40, [&](int64_t begin, int64_t end) {
@@ -35,35 +36,90 @@ void DecoderScratch::prepare(plugins::ThreadPool& pool, const LlamaConfig& c, co
   });
 }
 
-void decoder_layer_forward(plugins::ThreadPool& pool, const LlamaConfig& c, const DecoderLayerWeights& layer, float* x,
-                           DecoderScratch& s, const pllm_attention_ref& attention, int32_t kv_layer,
-                           std::string_view who, const TensorParallelRank* tensor_parallel) {
-  const int64_t tokens = s.tokens_, h = c.hidden_size, inter = c.intermediate_size, d = c.head_dim;
-  const int64_t q = c.q_size(), kv = c.kv_size(), qkv_width = q + 2 * kv, half = d / 2;
-  if (tokens <= 0) return;
-  const auto eps = static_cast<float>(c.rms_norm_eps);
+namespace {
 
-  const float* attn_in = x;
-  if (!layer.input_norm.empty()) {
-    rms_norm(pool, x, h, tokens, h, layer.input_norm.f32(), eps, s.normed_, h);
-    attn_in = s.normed_;
+// The definition's operations on host f32 rows (decoder_layer_definition.h).
+class CpuOps {
+ public:
+  using Layer = DecoderLayerWeights;
+
+  CpuOps(plugins::ThreadPool& pool, const LlamaConfig& c, float* x, const DecoderScratch& scratch,
+         const pllm_attention_ref& attention, int32_t kv_layer, std::string_view who,
+         const TensorParallelRank* tensor_parallel)
+      : pool_(pool), c_(c), x_(x), scratch_(scratch), attention_(attention), kv_layer_(kv_layer), who_(who),
+        tensor_parallel_(tensor_parallel), tokens_(scratch.tokens()), eps_(static_cast<float>(c.rms_norm_eps)) {}
+
+  bool has(const WeightStorage& w) const { return !w.empty(); }
+  const float* residual() const { return x_; }
+  const DecoderScratch::Buffers& buffers() const { return scratch_.buffers(); }
+
+  const float* residual_norm(const WeightStorage& weight, float* out) {
+    const int64_t h = c_.hidden_size;
+    rms_norm(pool_, x_, h, tokens_, h, weight.f32(), eps_, out, h);
+    return out;
   }
-  linear(pool, attn_in, h, tokens, layer.qkv.ref(), qkv_width, h, s.qkv_, qkv_width, false);
-  parallel_rows(pool, tokens, q + kv, [&](int64_t begin, int64_t end) {
-    apply_rope(s.qkv_ + begin * qkv_width, end - begin, qkv_width, c.num_heads + c.num_kv_heads, d,
-               s.cos_ + begin * half, s.sin_ + begin * half);
-  });
 
-  llama::run_attention_layer(attention, kv_layer, c, s.qkv_, s.attn_, tokens, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0},
-                             nullptr, who);
-  const bool add_to_residual = !tensor_parallel || tensor_parallel->rank == 0;
-  linear(pool, s.attn_, q, tokens, layer.o.ref(), h, q, x, h, add_to_residual);
-  if (tensor_parallel) tensor_parallel->all_reduce(x, tokens * h, "o_proj");
-  rms_norm(pool, x, h, tokens, h, layer.post_norm.f32(), eps, s.normed_, h);
-  linear(pool, s.normed_, h, tokens, layer.gate_up.ref(), 2 * inter, h, s.gate_up_, 2 * inter, false);
-  swiglu(pool, s.gate_up_, tokens, inter, s.act_);
-  linear(pool, s.act_, inter, tokens, layer.down.ref(), h, inter, x, h, add_to_residual);
-  if (tensor_parallel) tensor_parallel->all_reduce(x, tokens * h, "down_proj");
+  void linear(const float* in, int64_t k, const WeightStorage& matrix, const WeightStorage& bias, int64_t n,
+              float* out) {
+    llama_cpu::linear(pool_, in, k, tokens_, matrix.ref(), n, k, out, n, false);
+    if (has(bias)) add_bias(pool_, out, n, tokens_, n, bias.f32());
+  }
+
+  void head_norm(float* qkv, int64_t first_head, int64_t heads, const WeightStorage& weight) {
+    head_rms_norm(pool_, qkv, tokens_, qkv_width(), first_head, heads, c_.head_dim, weight.f32(), eps_);
+  }
+
+  void rope(float* qkv, int64_t heads) {
+    const int64_t half = c_.head_dim / 2, width = qkv_width();
+    parallel_rows(pool_, tokens_, heads * c_.head_dim, [&](int64_t begin, int64_t end) {
+      apply_rope(qkv + begin * width, end - begin, width, heads, c_.head_dim, scratch_.cos() + begin * half,
+                 scratch_.sin() + begin * half);
+    });
+  }
+
+  void attention(float* qkv, float* out) {
+    llama::run_attention_layer(attention_, kv_layer_, c_, qkv, out, tokens_, PLLM_DTYPE_F32, {PLLM_DEVICE_CPU, 0},
+                               nullptr, who_);
+  }
+
+  // Rank 0 adds its partial product (and the bias) to the residual, the others write theirs in its place, so
+  // that the all-reduce leaves residual + bias + every rank's partial.
+  void add_to_residual(const float* in, int64_t k, const WeightStorage& matrix, const WeightStorage& bias,
+                       const char* what) {
+    const int64_t h = c_.hidden_size;
+    const bool first_rank = !tensor_parallel_ || tensor_parallel_->rank == 0;
+    llama_cpu::linear(pool_, in, k, tokens_, matrix.ref(), h, k, x_, h, first_rank);
+    if (first_rank && has(bias)) add_bias(pool_, x_, h, tokens_, h, bias.f32());
+    if (tensor_parallel_) tensor_parallel_->all_reduce(x_, tokens_ * h, what);
+  }
+
+  void swiglu(const float* gate_up, int64_t inter, float* out) {
+    llama_cpu::swiglu(pool_, gate_up, tokens_, inter, out);
+  }
+
+ private:
+  int64_t qkv_width() const { return c_.q_size() + 2 * int64_t(c_.kv_size()); }
+
+  plugins::ThreadPool& pool_;
+  const LlamaConfig& c_;
+  float* x_;
+  const DecoderScratch& scratch_;
+  const pllm_attention_ref& attention_;
+  int32_t kv_layer_;
+  std::string_view who_;
+  const TensorParallelRank* tensor_parallel_;
+  int64_t tokens_;
+  float eps_;
+};
+
+}  // namespace
+
+void decoder_layer_forward(plugins::ThreadPool& pool, const LlamaConfig& c, const DecoderLayerWeights& layer, float* x,
+                           DecoderScratch& scratch, const pllm_attention_ref& attention, int32_t kv_layer,
+                           std::string_view who, const TensorParallelRank* tensor_parallel) {
+  if (scratch.tokens() <= 0) return;
+  CpuOps ops(pool, c, x, scratch, attention, kv_layer, who, tensor_parallel);
+  llama::decoder_layer_definition(ops, c, layer);
 }
 
 }  // namespace pagedllm::llama_cpu

@@ -172,18 +172,14 @@ void CudaLlama::load_weights(const std::vector<llama::WeightSlot>& slots, const 
   layers_.assign(std::size_t(config_.num_layers), DecoderLayerWeights{});
   for (const auto& [key, base] : bases) {
     const auto [layer, matrix] = key;
-    switch (matrix) {
-      case Matrix::kEmbed: embed_ = base; break;
-      case Matrix::kNorm: norm_ = base; break;
-      case Matrix::kLmHead: lm_head_ = base; break;
-      case Matrix::kInputNorm:
-      case Matrix::kQkv:
-      case Matrix::kO:
-      case Matrix::kPostNorm:
-      case Matrix::kGateUp:
-      case Matrix::kDown:
-        layers_[std::size_t(layer)].matrix(matrix) = base;
-        break;
+    if (matrix == Matrix::kEmbed) {
+      embed_ = base;
+    } else if (matrix == Matrix::kNorm) {
+      norm_ = base;
+    } else if (matrix == Matrix::kLmHead) {
+      lm_head_ = base;
+    } else {
+      layers_[std::size_t(layer)].matrix(matrix) = base;
     }
   }
   if (config_.tie_word_embeddings) lm_head_ = embed_;

@@ -159,6 +159,23 @@ void launch_add_rms_norm(void* residual, const void* delta, const int32_t* row_i
   }
 }
 
+// One block per (row, head): the head normalised in place.
+template <class T>
+__global__ void head_rms_norm_kernel(T* data, int64_t row_stride, int64_t first_head, int64_t heads, int64_t head_dim,
+                                     const T* weight, float eps) {
+  const int64_t row = int64_t(blockIdx.x) / heads, head = first_head + int64_t(blockIdx.x) % heads;
+  T* x = data + row * row_stride + head * head_dim;
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) sum_sq += to_float(x[i]) * to_float(x[i]);
+  __shared__ float inv_rms;
+  const float total = block_sum(sum_sq);
+  if (threadIdx.x == 0) inv_rms = 1.0f / sqrtf(total / float(head_dim) + eps);
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
+    x[i] = from_float<T>(to_float(x[i]) * inv_rms * to_float(weight[i]));
+  }
+}
+
 // ---- RoPE -------------------------------------------------------------------------
 
 __global__ void rope_tables_kernel(const int32_t* positions, const double* inv_freq, int64_t rows, int64_t half,
@@ -308,6 +325,18 @@ void add_rms_norm(pllm_dtype dtype, void* residual, const void* delta, const int
     } else {
       throw pllm::Error(PLLM_ERROR_INTERNAL, "llama_cuda: add_rms_norm writes its own dtype or F32");
     }
+  });
+}
+
+void head_rms_norm(pllm_dtype dtype, void* data, int64_t rows, int64_t row_stride, int64_t first_head, int64_t heads,
+                   int64_t head_dim, const void* weight, float eps, cudaStream_t stream) {
+  if (rows <= 0 || heads <= 0) return;
+  cuda::visit_storage_type(dtype, "llama_cuda: head_rms_norm", [&](auto zero) {
+    using T = decltype(zero);
+    cuda::launch<head_rms_norm_kernel<T>>(unsigned(rows * heads), block_threads(head_dim), 0, stream,
+                                          static_cast<T*>(data), row_stride, first_head, heads, head_dim,
+                                          static_cast<const T*>(weight), eps);
+    PAGEDLLM_CUDA_CHECK_LAUNCH();
   });
 }
 

@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/plugins/models_llama/cuda_placement.h"
@@ -147,6 +148,28 @@ TEST_CASE("models_llama on CUDA matches the oracle: prefill, chunked prefill, de
       }
       run_cuda_scenario(dir.path(), c, sequences, kMixedSteps);
     }
+  }
+}
+
+TEST_CASE("models_llama on CUDA: Qwen3 (q/k norms), biases of every projection, through the one decoder layer",
+          "[models_llama][cuda][families]") {
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  require_oracle();
+  // hf_oracle.py's presets with head_dim 32: Qwen3-0.6B's shape (bf16), Qwen3 with attention_bias and a Llama
+  // with attention_bias and mlp_bias (f32), each in its stored dtype, in mixed steps of prefill chunks and decodes.
+  const std::pair<const char*, const DtypeCase*> presets[] = {
+      {"qwen3", &kDtypes[1]}, {"qwen3_bias", &kDtypes[0]}, {"llama_bias", &kDtypes[0]}};
+  for (const auto& [preset, dtype_case] : presets) {
+    INFO(preset);
+    TempDir dir;
+    const auto r = run_command(std::string(kPython) + " " PAGEDLLM_SOURCE_DIR "/tools/testing/hf_oracle.py make "
+                               "--preset " + preset + " " + quote(dir.path().string()));
+    REQUIRE(r.exit_code == 0);
+    std::vector<std::vector<int32_t>> sequences;
+    for (std::size_t i = 0; i < kMixedLengths.size(); ++i) {
+      sequences.push_back(random_tokens(kMixedLengths[i], 40 + uint32_t(i)));
+    }
+    run_cuda_scenario(dir.path(), *dtype_case, sequences, kMixedSteps);
   }
 }
 

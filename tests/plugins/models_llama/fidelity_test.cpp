@@ -426,6 +426,44 @@ TEST_CASE("models_llama: checkpoints written by transformers, shaped like real o
   }
 }
 
+TEST_CASE("models_llama: Qwen2.5, Qwen3 and Mistral checkpoints and Llama biases, written by transformers, at every "
+          "position", "[models_llama][fidelity][families]") {
+  require_oracle();
+  // hf_oracle.py's presets of the families through the one decoder layer: Qwen2.5-0.5B (q/k/v biases, 14
+  // heads over 2, tied, bf16), Qwen3-0.6B (per-head q/k RMSNorm, head_dim 32 != 128 / 8, tied, bf16), Qwen3
+  // with attention_bias (q/k/v/o biases next to the norms), Mistral-7B-v0.3 (no window, 8 heads over 2, bf16)
+  // and a Llama with attention_bias and mlp_bias. Every bias is random (hf_oracle.py), so a forgotten or
+  // misplaced one moves the logits by far more than the tolerance.
+  const char* presets[] = {"qwen25", "qwen3", "qwen3_bias", "mistral", "llama_bias"};
+  TempDir dir;
+  nlohmann::json models = nlohmann::json::array();
+  std::vector<std::vector<std::vector<int32_t>>> sequences(std::size(presets));
+  for (std::size_t i = 0; i < std::size(presets); ++i) {
+    for (std::size_t s = 0; s < kMixedLengths.size(); ++s) {
+      sequences[i].push_back(random_tokens(kMixedLengths[s], uint32_t(230 + 10 * i + s)));
+    }
+    models.push_back({{"dir", (dir.path() / presets[i]).string()}, {"preset", presets[i]}, {"seed", i + 21},
+                      {"sequences", sequences[i]}});
+  }
+  const nlohmann::json out = run_oracle_suite({{"models", models}});
+  for (std::size_t i = 0; i < std::size(presets); ++i) {
+    INFO(presets[i]);
+    const nlohmann::json& o = out.at("models").at(i);
+    const OracleOutput oracle{o.at("logits").get<std::vector<Matrix>>(), o.at("hidden").get<std::vector<Matrix>>()};
+    for (const Variant& v : kVariants) {
+      INFO(v.name);
+      PagedRunner runner(dir.path() / presets[i], v.model, v.attention);
+      for (const auto& s : sequences[i]) runner.add_sequence(s);
+      Checker checker = checker_for(dir.path() / presets[i], oracle);
+      for (std::size_t step = 0; step < kMixedSteps.size(); ++step) {
+        INFO("step " << step);
+        checker.check_all(runner.step(kMixedSteps[step]));
+      }
+      checker.require_within_tolerance();
+    }
+  }
+}
+
 TEST_CASE("models_llama: checkpoints written by transformers 5 (rope_parameters), non-default RoPE, at every "
           "position", "[models_llama][fidelity][transformers5]") {
   // transformers 5 writes the RoPE base and scaling into config.json's rope_parameters (and dtype for

@@ -488,13 +488,13 @@ TEST_CASE("models_llama: bad config.json names the file and the key", "[models_l
       {"odd head_dim", [](auto& c) { c["head_dim"] = 15; }, "'head_dim' = 15 must be even"},
       {"eos outside the vocabulary", [](auto& c) { c["eos_token_id"] = {960, 5000}; },
        "'eos_token_id' holds token id 5000, outside the vocabulary [0, 964)"},
-      {"unknown architecture", [](auto& c) { c["architectures"] = {"MistralForCausalLM"}; },
-       "'architectures' is [\"MistralForCausalLM\"]; models_llama loads LlamaForCausalLM only"},
+      {"unknown architecture", [](auto& c) { c["architectures"] = {"Gemma2ForCausalLM"}; },
+       "'architectures' is [\"Gemma2ForCausalLM\"]; models_llama loads LlamaForCausalLM, MistralForCausalLM, "
+       "Qwen2ForCausalLM, Qwen3ForCausalLM"},
       {"unsupported rope scaling", [](auto& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
        "'rope_scaling.rope_type' is \"yarn\""},
       {"incomplete llama3 scaling", [](auto& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; },
        "'rope_scaling.low_freq_factor' is required for rope_type llama3"},
-      {"biases", [](auto& c) { c["attention_bias"] = true; }, "'attention_bias' is true"},
       {"activation", [](auto& c) { c["hidden_act"] = "gelu"; }, "'hidden_act' is \"gelu\""},
   };
   const nlohmann::json original = read_json(config);
@@ -585,13 +585,14 @@ TEST_CASE("models_llama: config.json as transformers 4 and 5 write it, keys that
          "'rope_scaling.type' is \"dynamic\" but 'rope_scaling.rope_type' is \"linear\""},
         {"two dtypes", [](auto& c) { c["dtype"] = "bfloat16"; }, "'torch_dtype' is \"float32\" but 'dtype' is \"bfloat16\""},
         {"a sliding layer", [](auto& c) { c["layer_types"] = {"sliding_attention"}; },
-         "'layer_types[0]' is \"sliding_attention\"; models_llama runs full attention in every Llama layer"},
+         "'layer_types[0]' is \"sliding_attention\"; models_llama runs full attention in every layer"},
         {"a sliding window", [](auto& c) { c["sliding_window"] = 4096; }, "'sliding_window' is 4096"},
         {"partial rotation", [](auto& c) { c["partial_rotary_factor"] = 0.5; }, "'partial_rotary_factor' is 0.500000"},
         {"interleaved RoPE", [](auto& c) { c["rope_interleaved"] = true; }, "'rope_interleaved' is true"},
         {"custom modeling code", [](auto& c) { c["auto_map"] = {{"AutoModelForCausalLM", "modeling_x.X"}}; },
          "'auto_map.AutoModelForCausalLM' is \"modeling_x.X\": custom modeling code"},
         {"another model type", [](auto& c) { c["model_type"] = "mistral"; }, "'model_type' is \"mistral\""},
+
     };
     for (const Case& c : cases) {
       INFO(c.what);
@@ -600,5 +601,50 @@ TEST_CASE("models_llama: config.json as transformers 4 and 5 write it, keys that
       CHECK_THAT(e, Contains(config + ": "));
       CHECK_THAT(e, Contains(c.message));
     }
+  }
+}
+
+TEST_CASE("models_llama: the families' config.json as their real files write them, and what is still refused",
+          "[models_llama][weights][families]") {
+  require_oracle();
+  TempDir dir;
+  const auto make = [&](const char* preset) {
+    const auto r = run_command(std::string(kPython) + " " PAGEDLLM_SOURCE_DIR
+                                                  "/tools/testing/hf_oracle.py make --preset " + preset + " " +
+                                                  quote((dir.path() / preset).string()));
+    REQUIRE(r.exit_code == 0);
+    return dir.path() / preset;
+  };
+  const auto edited = [](const std::filesystem::path& model, const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json c = read_json(model / "config.json");
+    edit(c);
+    write_json(model / "config.json", c);
+  };
+  const std::filesystem::path qwen = make("qwen25"), mistral = make("mistral"), llama = make("llama_bias");
+
+  SECTION("Qwen2.5's file: sliding_window and max_window_layers next to use_sliding_window false") {
+    edited(qwen, [](auto& c) { c["sliding_window"] = 32768; c["max_window_layers"] = 21; });
+    Model ok(qwen);
+    CHECK(std::string(ok.info().architecture) == "Qwen2ForCausalLM");
+  }
+  SECTION("a window that would mask, or a model_type of another family, is refused naming the key") {
+    edited(qwen, [](auto& c) { c["use_sliding_window"] = true; c["sliding_window"] = 4096; c["max_window_layers"] = 1; });
+    CHECK_THAT(load_error(qwen), Contains("'use_sliding_window' is true with sliding_window 4096 from layer 1"));
+    edited(mistral, [](auto& c) { c["sliding_window"] = 4096; });
+    CHECK_THAT(load_error(mistral), Contains("'sliding_window' is 4096, below max_position_embeddings = 32768"));
+    edited(mistral, [](auto& c) { c["sliding_window"] = 32768; });
+    Model window_as_long_as_the_context(mistral);
+    edited(mistral, [](auto& c) { c["model_type"] = "llama"; });
+    CHECK_THAT(load_error(mistral), Contains("'model_type' is \"llama\" next to [\"MistralForCausalLM\"]"));
+  }
+  SECTION("a key another family reads is refused on this one") {
+    edited(mistral, [](auto& c) { c["attention_bias"] = true; });
+    CHECK_THAT(load_error(mistral), Contains("'attention_bias' is not a setting models_llama reads"));
+  }
+  SECTION("tensors the config promises and the checkpoint lacks are named, extra ones are logged") {
+    edited(llama, [](auto& c) { c["mlp_bias"] = false; });
+    Model without_mlp_bias(llama);
+    edited(qwen, [](auto& c) { c["architectures"] = {"Qwen3ForCausalLM"}; c["model_type"] = "qwen3"; });
+    CHECK_THAT(load_error(qwen), Contains("model.layers.0.self_attn.q_norm.weight"));
   }
 }

@@ -51,7 +51,19 @@ struct Int8Checkpoint {
   bool dynamic_int8_activations = false;
 };
 
+// The decoder-only families models_llama serves. All share one decoder layer
+// (llama_common/decoder_layer_definition.h); a family differs in which of its
+// optional parts it has (the fields of LlamaConfig below) and in how its
+// config.json and GGUF metadata spell them.
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3 };
+
+// "llama", "mistral", "qwen2", "qwen3": the model_type (and GGUF general.architecture) of `a`.
+std::string_view architecture_name(Architecture a);
+// "LlamaForCausalLM", ...: the class config.json's `architectures` names for `a`.
+std::string_view architecture_class(Architecture a);
+
 struct LlamaConfig {
+  Architecture architecture = Architecture::kLlama;
   int32_t vocab_size = 0;
   int32_t hidden_size = 0;
   int32_t intermediate_size = 0;
@@ -64,6 +76,11 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
+  // The optional parts of the decoder layer:
+  bool qkv_bias = false;  // q/k/v projections add a bias (Qwen2 always; Llama's and Qwen3's attention_bias)
+  bool o_bias = false;    // o_proj adds one (Llama's and Qwen3's attention_bias)
+  bool mlp_bias = false;  // gate/up/down add one (Llama's mlp_bias)
+  bool qk_norm = false;   // q and k heads RMS-normalised (weights [head_dim]) before RoPE (Qwen3)
   int32_t bos_token_id = -1;  // -1: none
   // config.json's eos_token_id (an id or a list), then generation_config.json's
   // ids not already listed (Llama 3 instruct models add <|eot_id|> there).

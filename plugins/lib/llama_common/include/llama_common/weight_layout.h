@@ -1,8 +1,9 @@
 #pragma once
-// Where the checkpoint tensors of an HF LlamaForCausalLM go in the fused
-// layout both forwards keep (the CPU one in f32 host memory, the CUDA one in
-// the compute dtype on the device), and the check of a checkpoint against a
-// list of wanted tensors made before anything is allocated:
+// Where the checkpoint tensors of an HF checkpoint of any family models_llama
+// serves (llama_config.h's Architecture) go in the fused layout both forwards
+// keep (the CPU one in host memory, the CUDA one in the compute dtype on the
+// device), and the check of a checkpoint against a list of wanted tensors made
+// before anything is allocated:
 //
 //   embed      [vocab, hidden]                                 model.embed_tokens.weight
 //   per layer  qkv      [(heads + 2 kv_heads) * head_dim, hidden]  q_proj | k_proj | v_proj rows
@@ -10,11 +11,15 @@
 //              gate_up  [2 * intermediate, hidden]                  gate_proj | up_proj rows
 //              down     [hidden, intermediate]
 //              input_norm, post_norm [hidden]
+//              where the family has them (LlamaConfig's optional parts):
+//              qkv_bias [(heads + 2 kv_heads) * head_dim], o_bias [hidden],
+//              gate_up_bias [2 * intermediate], down_bias [hidden],
+//              q_norm, k_norm [head_dim]
 //   norm       [hidden]
 //   lm_head    [vocab, hidden]  (absent when tied to the embedding)
 //
 // Fusing q/k/v and gate/up makes one GEMM of each group; every HF tensor is a
-// contiguous row range of a fused matrix.
+// contiguous row range of a fused matrix (a bias: of a fused vector).
 
 #include <cstdint>
 #include <set>
@@ -28,7 +33,11 @@
 
 namespace pagedllm::llama {
 
-enum class Matrix { kEmbed, kNorm, kLmHead, kInputNorm, kQkv, kO, kPostNorm, kGateUp, kDown };
+enum class Matrix {
+  kEmbed, kNorm, kLmHead,
+  kInputNorm, kQkv, kO, kPostNorm, kGateUp, kDown,
+  kQkvBias, kOBias, kGateUpBias, kDownBias, kQNorm, kKNorm,
+};
 
 // One checkpoint tensor: rows [first_row, first_row + shape[0]) of `matrix`
 // (of decoder layer `layer`; -1 for embed, norm and lm_head), whose rows are
@@ -43,9 +52,9 @@ struct WeightSlot {
   int64_t width() const { return shape.size() > 1 ? shape[1] : 1; }
 };
 
-// The member of a decoder layer's weights (any struct with input_norm, qkv,
-// o, post_norm, gate_up and down: the CPU's f32 vectors, the CUDA device
-// pointers) that holds matrix `m`; PLLM_ERROR_INTERNAL for embed, norm, lm_head.
+// The member of a decoder layer's weights (any struct with a member of each
+// per-layer name above: the CPU's weight storage, the CUDA device pointers)
+// that holds matrix `m`; PLLM_ERROR_INTERNAL for embed, norm, lm_head.
 template <class Layer>
 auto& decoder_layer_matrix(Layer& layer, Matrix m) {
   switch (m) {
@@ -55,6 +64,12 @@ auto& decoder_layer_matrix(Layer& layer, Matrix m) {
     case Matrix::kPostNorm: return layer.post_norm;
     case Matrix::kGateUp: return layer.gate_up;
     case Matrix::kDown: return layer.down;
+    case Matrix::kQkvBias: return layer.qkv_bias;
+    case Matrix::kOBias: return layer.o_bias;
+    case Matrix::kGateUpBias: return layer.gate_up_bias;
+    case Matrix::kDownBias: return layer.down_bias;
+    case Matrix::kQNorm: return layer.q_norm;
+    case Matrix::kKNorm: return layer.k_norm;
     case Matrix::kEmbed:
     case Matrix::kNorm:
     case Matrix::kLmHead:

@@ -85,6 +85,15 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, const floa
 void rms_norm(ThreadPool& pool, const float* x, int64_t ld_x, int64_t rows, int64_t dim, const float* weight,
               float eps, float* out, int64_t ld_out);
 
+// The same over heads: in each of `rows` rows (row_stride floats apart), the
+// `heads` heads of head_dim floats from head `first_head` on normalised in
+// place, each with the one [head_dim] weight (Qwen3's q_norm / k_norm).
+void head_rms_norm(ThreadPool& pool, float* x, int64_t rows, int64_t row_stride, int64_t first_head, int64_t heads,
+                   int64_t head_dim, const float* weight, float eps);
+
+// out[t, i] += bias[i] for `rows` rows of n floats (row stride ld_out).
+void add_bias(ThreadPool& pool, float* out, int64_t ld_out, int64_t rows, int64_t n, const float* bias);
+
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i]: the SwiGLU of a
 // fused [gate | up] projection, `rows` rows of 2 * inter floats.
 void swiglu(ThreadPool& pool, const float* gate_up, int64_t rows, int64_t inter, float* out);

@@ -1,13 +1,9 @@
 #pragma once
-// One Llama decoder layer on the CPU, shared by models_llama (its every layer)
-// and spec_eagle (EAGLE's single layer, which has no input_layernorm):
-//
-//   n = input_norm ? rms(x) * w_in : x
-//   x += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n)))
-//   x += down_proj(silu(gate_proj(m)) * up_proj(m)),  m = rms(x) * w_post
-//
-// in place on x [tokens, hidden] f32, with attention (GQA, paged KV) done by
-// the backend core passed in, as KV layer `kv_layer`.
+// The decoder layer (llama_common/decoder_layer_definition.h) on the CPU,
+// shared by models_llama (its every layer) and spec_eagle (EAGLE's single
+// layer, which has no input_layernorm): the definition's operations on host
+// f32 activations, in place on x [tokens, hidden], with attention (GQA, paged
+// KV) done by the backend core passed in, as KV layer `kv_layer`.
 
 #include <cstdint>
 #include <functional>
@@ -28,10 +24,11 @@ namespace pagedllm::llama_cpu {
 using llama::LlamaConfig;
 
 // A layer's weights in the fused layout of llama_common/weight_layout.h:
-// the matrices in the model's weight dtype, the norms in f32; input_norm
-// empty: the layer has none.
+// the matrices in the model's weight dtype, the norms and biases in f32; an
+// empty one (input_norm, a bias, q_norm / k_norm): the layer has none.
 struct DecoderLayerWeights {
   WeightStorage input_norm, qkv, o, post_norm, gate_up, down;
+  WeightStorage qkv_bias, o_bias, gate_up_bias, down_bias, q_norm, k_norm;
   // Gives the matrices `dtype` (before loading; the norms stay f32).
   void set_matrix_dtype(pllm_dtype dtype) {
     for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_dtype(dtype);
@@ -45,9 +42,14 @@ struct DecoderLayerWeights {
     for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_int8(compute);
   }
   std::size_t bytes() const {
-    return input_norm.bytes() + qkv.bytes() + o.bytes() + post_norm.bytes() + gate_up.bytes() + down.bytes();
+    std::size_t total = 0;
+    for (const WeightStorage* w : {&input_norm, &qkv, &o, &post_norm, &gate_up, &down, &qkv_bias, &o_bias,
+                                   &gate_up_bias, &down_bias, &q_norm, &k_norm}) {
+      total += w->bytes();
+    }
+    return total;
   }
-  // The storage of one of the layer's matrices (Matrix::kInputNorm ... kDown).
+  // The storage of one of the layer's matrices (Matrix::kInputNorm ... kKNorm).
   WeightStorage& matrix(llama::Matrix m);
 };
 
@@ -76,16 +78,21 @@ struct TensorParallelRank {
 // their RoPE tables, computed once by prepare() and shared by every layer.
 class DecoderScratch {
  public:
+  // The activation buffers of the definition's operations.
+  struct Buffers {
+    float *normed = nullptr, *qkv = nullptr, *attn = nullptr, *gate_up = nullptr, *act = nullptr;
+  };
+
   void prepare(plugins::ThreadPool& pool, const LlamaConfig& c, const std::vector<double>& inv_freq,
                const int32_t* positions, int64_t tokens);
   int64_t tokens() const { return tokens_; }
+  const Buffers& buffers() const { return buffers_; }
+  const float* cos() const { return cos_; }
+  const float* sin() const { return sin_; }
 
  private:
-  friend void decoder_layer_forward(plugins::ThreadPool&, const LlamaConfig&, const DecoderLayerWeights&, float*,
-                                    DecoderScratch&, const pllm_attention_ref&, int32_t, std::string_view,
-                                    const TensorParallelRank*);
   int64_t tokens_ = 0;
-  float *normed_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *gate_up_ = nullptr, *act_ = nullptr;
+  Buffers buffers_;
   float *cos_ = nullptr, *sin_ = nullptr;
   Buffer normed_buf_, qkv_buf_, attn_buf_, gate_up_buf_, act_buf_, cos_buf_, sin_buf_;
 };

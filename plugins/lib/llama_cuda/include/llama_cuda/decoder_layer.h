@@ -1,11 +1,7 @@
 #pragma once
-// One Llama decoder layer on CUDA, shared by models_llama (its every layer)
-// and spec_eagle (EAGLE's single layer, which has no input_layernorm), as
-// llama_cpu/decoder_layer.h is on the CPU:
-//
-//   n = input_norm ? rms(x) * w_in : x
-//   x += o_proj(attention(rope(q_proj(n)), rope(k_proj(n)), v_proj(n)))
-//   x += down_proj(silu(gate_proj(m)) * up_proj(m)),  m = rms(x) * w_post
+// The decoder layer (llama_common/decoder_layer_definition.h) on CUDA, shared
+// by models_llama (its every layer) and spec_eagle (EAGLE's single layer,
+// which has no input_layernorm), as llama_cpu/decoder_layer.h is on the CPU.
 //
 // The residual stream is kept as x plus a pending delta, so each residual add
 // fuses into the next RMSNorm (llama_kernels.h add_rms_norm): on return the
@@ -27,11 +23,14 @@
 namespace pagedllm::llama_cuda {
 
 // A layer's device matrices in the fused layout of
-// llama_common/weight_layout.h; input_norm null: the layer has none.
+// llama_common/weight_layout.h; a null one (input_norm, a bias, q_norm /
+// k_norm): the layer has none.
 struct DecoderLayerWeights {
   void *input_norm = nullptr, *qkv = nullptr, *o = nullptr, *post_norm = nullptr, *gate_up = nullptr,
        *down = nullptr;
-  // The storage pointer of one of the layer's matrices (Matrix::kInputNorm ... kDown).
+  void *qkv_bias = nullptr, *o_bias = nullptr, *gate_up_bias = nullptr, *down_bias = nullptr, *q_norm = nullptr,
+       *k_norm = nullptr;
+  // The storage pointer of one of the layer's matrices (Matrix::kInputNorm ... kKNorm).
   void*& matrix(llama::Matrix m);
 };
 
@@ -58,8 +57,8 @@ using DeltaAllReduce = std::function<void(void* delta, int64_t count, std::strin
 // false. `who` prefixes errors (the attention backend's failure, with the layer).
 // With `all_reduce` (a rank's shard of the layer: c is the rank's config), o_proj
 // and down_proj each write the rank's partial product into a.delta, which is summed
-// over the ranks before the residual add that follows, so that every rank's stream
-// is the whole layer's.
+// over the ranks (then given its bias) before the residual add that follows, so that
+// every rank's stream is the whole layer's.
 void decoder_layer_forward(const CudaContext& context, const llama::LlamaConfig& c, pllm_dtype dtype,
                            const DecoderLayerWeights& layer, const DecoderActivations& a, bool delta_pending,
                            const pllm_attention_ref& attention, int32_t kv_layer, std::string_view who,

@@ -36,6 +36,13 @@ void add_rows(pllm_dtype dtype, const void* a, const void* b, int64_t b_stride, 
 void add_rms_norm(pllm_dtype dtype, void* residual, const void* delta, const int32_t* row_index, const void* weight,
                   float eps, int64_t rows, int64_t dim, pllm_dtype out_dtype, void* out, cudaStream_t stream);
 
+// In each of `rows` rows (row_stride elements apart), the `heads` heads of
+// head_dim elements from head `first_head` on normalised in place:
+// x / sqrt(mean(x^2) + eps) * weight, one [head_dim] weight for every head
+// (Qwen3's q_norm / k_norm).
+void head_rms_norm(pllm_dtype dtype, void* data, int64_t rows, int64_t row_stride, int64_t first_head, int64_t heads,
+                   int64_t head_dim, const void* weight, float eps, cudaStream_t stream);
+
 // cos[t * half + i], sin[...] of positions[t] * inv_freq[i] (the angle in
 // f64, as the CPU forward computes it: f32 would lose ~1e-3 rad at position
 // 10^5), for `rows` rows.
