@@ -27,6 +27,7 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 class AttentionCpu : public pllm::AttentionPlugin {
  public:
+  static constexpr uint32_t kFeatures = PLLM_ATTENTION_SLIDING_WINDOW;
   struct Options {
     std::string variant = "optimized";
     int32_t num_threads = 0;  // 0 = one per hardware thread
@@ -100,6 +101,10 @@ class AttentionCpu : public pllm::AttentionPlugin {
     problem.head_dim = g.head_dim;
     problem.block_size = g.block_size;
     problem.scale = args.scale;
+    if (PLLM_HAS_FIELD(pllm_attention_layer_args, &args, sliding_window)) {
+      if (args.sliding_window < 0) invalid("sliding_window " + str(args.sliding_window) + " is negative");
+      problem.sliding_window = args.sliding_window;
+    }
     problem.query = rows_of(query);
     problem.output = rows_of(output);
     problem.key_cache = cache_->keys(layer);

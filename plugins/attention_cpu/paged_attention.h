@@ -4,10 +4,11 @@
 //
 // For every sequence s and each of its new token rows i (0-based inside the
 // chunk), at position p = seq_lens[s] - query_len + i, and each query head h:
-//   out[t, h] = softmax_j(scale * q[t, h] . K[s, j, g]) V[s, j, g],  j in [0, p],
-// where g = h / (num_heads / num_kv_heads) and K[s, j, g] is read from block
-// block_tables[s][j / block_size] at offset j % block_size. Nothing beyond
-// position p is ever read, so stale cache contents cannot leak into a result.
+//   out[t, h] = softmax_j(scale * q[t, h] . K[s, j, g]) V[s, j, g],  j in [lo, p],
+// where lo = 0, or p - sliding_window + 1 (at least 0) under a window, g = h /
+// (num_heads / num_kv_heads), and K[s, j, g] is read from block
+// block_tables[s][j / block_size] at offset j % block_size. Nothing outside
+// [lo, p] is used, so stale cache contents cannot leak into a result.
 
 #include <cstdint>
 #include <vector>
@@ -30,6 +31,11 @@ struct Rows {
   }
 };
 
+// The first position a row at `position` attends under `window` (0: none).
+inline int32_t first_visible(int32_t position, int32_t window) {
+  return window > 0 && position - window + 1 > 0 ? position - window + 1 : 0;
+}
+
 struct AttentionProblem {
   const pllm_batch* batch = nullptr;
   int32_t num_heads = 0;
@@ -37,6 +43,7 @@ struct AttentionProblem {
   int32_t head_dim = 0;
   int32_t block_size = 0;
   float scale = 1.0f;
+  int32_t sliding_window = 0;  // 0: the whole context
   Rows query;
   Rows output;
   // This layer's caches, [num_blocks, num_kv_heads, block_size, head_dim] of cache_dtype.

@@ -40,6 +40,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "dtype_convert.h"
@@ -204,17 +205,20 @@ void attend_block(const float* q, const float* k, const float* v, int32_t limit,
 }
 
 // Tiled path: the online-softmax step between the two GEMMs. For each of
-// `rows` rows of S (row stride ld), keys [0, limit(r)) are visible, with
-// limit(r) = min(nk, first_limit + r / group): turns scores into weights
-// exp(s - m) (0 for masked keys), rescales the row's accumulator when its
-// max grows and adds the weights to l.
+// `rows` rows of S (row stride ld), keys [lower(r), limit(r)) are visible, with
+// limit(r) = min(nk, first_limit + r / group) and, under a window,
+// lower(r) = max(0, first_lower + r / group) (else 0): turns scores into
+// weights exp(s - m) (0 for masked keys), rescales the row's accumulator when
+// its max grows and adds the weights to l.
 PAGEDLLM_VECTOR_CLONES
-void softmax_tile(float* __restrict s, int32_t rows, int32_t nk, int32_t ld, int32_t first_limit, int32_t group,
-                  float* __restrict acc, int64_t hd, float* __restrict m, float* __restrict l) {
+void softmax_tile(float* __restrict s, int32_t rows, int32_t nk, int32_t ld, int32_t first_limit,
+                  std::optional<int32_t> first_lower, int32_t group, float* __restrict acc, int64_t hd,
+                  float* __restrict m, float* __restrict l) {
   for (int32_t r = 0; r < rows; ++r) {
     float* sr = s + int64_t(r) * ld;
     const int32_t limit = std::min(nk, first_limit + r / group);
-    const float block_max = max_of(sr, limit);
+    const int32_t lower = first_lower ? std::clamp(*first_lower + r / group, 0, std::max(limit, 0)) : 0;
+    const float block_max = max_of(sr + lower, limit - lower);
     if (block_max > m[r]) {
       const float correction = exp_approx(m[r] - block_max);
       l[r] *= correction;
@@ -222,8 +226,9 @@ void softmax_tile(float* __restrict s, int32_t rows, int32_t nk, int32_t ld, int
       for (int64_t d = 0; d < hd; ++d) ar[d] *= correction;
       m[r] = block_max;
     }
-    l[r] += exp_shifted_sum(sr, limit, m[r]);
-    for (int32_t j = limit; j < nk; ++j) sr[j] = 0.0f;
+    l[r] += exp_shifted_sum(sr + lower, limit - lower, m[r]);
+    for (int32_t j = 0; j < lower; ++j) sr[j] = 0.0f;
+    for (int32_t j = std::max(limit, 0); j < nk; ++j) sr[j] = 0.0f;
   }
 }
 
@@ -323,8 +328,11 @@ void run_item(const AttentionProblem& p, const OptimizedAttention::WorkItem& ite
   const int32_t* table = b.block_tables + int64_t(item.seq) * b.max_blocks_per_seq;
   auto tile_offset = [&](int32_t block) { return (int64_t(table[block]) * p.num_kv_heads + item.kv_head) * bs * hd; };
 
+  const int32_t window = p.sliding_window;
   if (tiled) {
-    for (int32_t start = 0; start <= last_position; start += kKeyTile) {
+    // Under a window, tiles wholly before row 0's first visible key are skipped.
+    const int32_t first_start = first_visible(first_position, window) / kKeyTile * kKeyTile;
+    for (int32_t start = first_start; start <= last_position; start += kKeyTile) {
       const int32_t nk = std::min(kKeyTile, last_position + 1 - start);
       // Gather keys/values [start, start + nk) from their blocks.
       for (int32_t pos = start; pos < start + nk;) {
@@ -351,15 +359,21 @@ void run_item(const AttentionProblem& p, const OptimizedAttention::WorkItem& ite
       float* acc = sc.acc.data() + r0 * hd;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, int(hd), p.scale, sc.q.data() + r0 * hd,
                   int(hd), sc.k_tile.data(), int(hd), 0.0f, s, kKeyTile);
-      // Row r0's position is first_position + r0 / group; it sees keys up to it.
+      // Row r0's position is first_position + r0 / group; it sees keys up to it (and under a window
+      // from window - 1 before it).
       const int32_t first_limit = first_position + r0 / group + 1 - start;
-      softmax_tile(s, rows, nk, kKeyTile, first_limit, group, acc, hd, sc.m.data() + r0, sc.l.data() + r0);
+      const std::optional<int32_t> first_lower =
+          window > 0 ? std::optional(first_position + r0 / group - window + 1 - start) : std::nullopt;
+      softmax_tile(s, rows, nk, kKeyTile, first_limit, first_lower, group, acc, hd, sc.m.data() + r0,
+                   sc.l.data() + r0);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, int(hd), nk, 1.0f, s, kKeyTile,
                   sc.v_tile.data(), int(hd), 1.0f, acc, int(hd));
     }
   } else {
     const int32_t end_block = std::min(item.block_end, last_position / bs + 1);
-    for (int32_t blk = item.block_begin; blk < end_block; ++blk) {
+    // Under a window, blocks wholly before row 0's first visible key are skipped.
+    const int32_t begin_block = std::max(item.block_begin, first_visible(first_position, window) / bs);
+    for (int32_t blk = begin_block; blk < end_block; ++blk) {
       const int32_t start = blk * bs;
       const int32_t valid = std::min(bs, last_position + 1 - start);  // tokens of this block anyone attends to
       if (blk + kPrefetchBlocks < end_block) {
@@ -372,9 +386,10 @@ void run_item(const AttentionProblem& p, const OptimizedAttention::WorkItem& ite
       for (int32_t r = 0; r < num_rows; ++r) {
         const int32_t position = first_position + r / group;
         const int32_t limit = std::min(valid, position + 1 - start);  // causal: keys [start, position]
-        if (limit <= 0) continue;
-        attend_block(sc.q.data() + r * hd, k, v, limit, hd, p.scale, sc.s.data(), sc.acc.data() + r * hd,
-                     &sc.m[std::size_t(r)], &sc.l[std::size_t(r)]);
+        const int32_t lower = std::max(0, first_visible(position, window) - start);  // the window's first
+        if (limit <= lower) continue;
+        attend_block(sc.q.data() + r * hd, k + int64_t(lower) * hd, v + int64_t(lower) * hd, limit - lower, hd,
+                     p.scale, sc.s.data(), sc.acc.data() + r * hd, &sc.m[std::size_t(r)], &sc.l[std::size_t(r)]);
       }
     }
   }

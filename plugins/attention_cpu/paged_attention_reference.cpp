@@ -41,9 +41,10 @@ void reference_impl(const AttentionProblem& p) {
         const int32_t g = h / group;
         load_f32(p.query.row(t, h), p.query.dtype, q.data(), hd);
 
+        const int32_t lo = first_visible(position, p.sliding_window);
         weights.assign(static_cast<std::size_t>(position) + 1, 0.0f);
         float max_score = -std::numeric_limits<float>::infinity();
-        for (int32_t j = 0; j <= position; ++j) {
+        for (int32_t j = lo; j <= position; ++j) {
           const Cache* k = cache_row(keys, s, j, g);
           float dot = 0.0f;
           for (int64_t d = 0; d < hd; ++d) dot += q[std::size_t(d)] * to_f32(k[d]);
@@ -51,12 +52,13 @@ void reference_impl(const AttentionProblem& p) {
           max_score = std::max(max_score, weights[std::size_t(j)]);
         }
         float sum = 0.0f;
-        for (auto& w : weights) {
+        for (int32_t j = lo; j <= position; ++j) {
+          float& w = weights[std::size_t(j)];
           w = std::exp(w - max_score);
           sum += w;
         }
         std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int32_t j = 0; j <= position; ++j) {
+        for (int32_t j = lo; j <= position; ++j) {
           const Cache* v = cache_row(values, s, j, g);
           for (int64_t d = 0; d < hd; ++d) acc[std::size_t(d)] += weights[std::size_t(j)] * to_f32(v[d]);
         }

@@ -71,6 +71,7 @@ int32_t select_device(const pllm_device& device) {
 
 class AttentionCuda : public pllm::AttentionPlugin {
  public:
+  static constexpr uint32_t kFeatures = PLLM_ATTENTION_SLIDING_WINDOW;
   struct Options {
     SplitPolicy split;
     static Options parse(pllm::OptionReader& reader) {
@@ -182,6 +183,10 @@ class AttentionCuda : public pllm::AttentionPlugin {
     launch.output = rows_of(output);
     launch.num_heads = int32_t(num_heads);
     launch.scale = args.scale;
+    if (PLLM_HAS_FIELD(pllm_attention_layer_args, &args, sliding_window)) {
+      if (args.sliding_window < 0) kCheck.invalid("sliding_window " + str(args.sliding_window) + " is negative");
+      launch.sliding_window = args.sliding_window;
+    }
     // Everything that can refuse the layer (grid limits, the split-K scratch
     // running out of memory) before the first kernel: a failed run() must not
     // leave a K/V write in flight that last_compute_ does not cover (the next

@@ -101,6 +101,7 @@ struct AttentionLaunch {
   DeviceRows output;
   int32_t num_heads = 0;
   float scale = 1.0f;
+  int32_t sliding_window = 0;  // > 0: a row at position p sees keys (p - sliding_window, p] only
   Partials partials;
 };
 

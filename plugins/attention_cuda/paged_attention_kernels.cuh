@@ -140,8 +140,10 @@ __global__ void __launch_bounds__(kThreads)
       }
 #pragma unroll
       for (int offset = G::kGroupLanes / 2; offset > 0; offset /= 2) dot += __shfl_xor_sync(kFullMask, dot, offset);
-      // Causal inside the new tokens: row r (position context_len + r) sees positions <= its own.
-      if (in_range && pos <= context_len + row_of(v)) {
+      // Causal inside the new tokens: row r (position context_len + r) sees positions <= its own, and
+      // under a window none sliding_window or more before it.
+      const int32_t position = context_len + row_of(v);
+      if (in_range && pos <= position && (p.sliding_window <= 0 || position - pos < p.sliding_window)) {
         const float m_new = fmaxf(m[v], dot);
         const float rescale = exp2f(m[v] - m_new);  // m = -inf before the first token: exp2(-inf) = 0
         const float weight = exp2f(dot - m_new);
@@ -249,7 +251,7 @@ __global__ void __launch_bounds__(kThreads)
       l_all += weight;
       o = fmaf(p.partials.out[slot * head_dim + d], weight, o);
     }
-    // Every row sees at least its own position, so some partition has l > 0.
+    // Every row sees at least its own position (inside any window), so some partition has l > 0.
     T* out = static_cast<T*>(p.output.data) + int64_t(q_start + item.row_begin + r) * p.output.token_stride +
              int64_t(head) * p.output.head_stride;
     out[d] = from_float<T>(o / l_all);

@@ -15,6 +15,7 @@ struct LayerTensors {
   pllm_tensor output{};
   float scale = 1.0f;
   void* stream = nullptr;
+  int32_t sliding_window = 0;
 
   pllm_attention_layer_args args() const {
     pllm_attention_layer_args a{};
@@ -25,6 +26,7 @@ struct LayerTensors {
     a.output = &output;
     a.scale = scale;
     a.stream = stream;
+    a.sliding_window = sliding_window;
     return a;
   }
 };

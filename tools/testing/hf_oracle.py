@@ -10,7 +10,8 @@ expected values of the fidelity tests come from transformers alone.
     scripts/python.sh tools/testing/hf_oracle.py presets
 
 make: the preset's family's model (LlamaForCausalLM, MistralForCausalLM,
-Qwen2ForCausalLM, Qwen3ForCausalLM: "family" in the preset, llama when absent)
+Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM:
+"family" in the preset, llama when absent)
 with seeded random weights, written by
 `save_pretrained` (safetensors; sharded where the preset says so) in the
 preset's dtype, by whichever transformers runs this script: .venv's 4.57.1
@@ -148,6 +149,33 @@ PRESETS = {
                        intermediate_size=256, num_hidden_layers=2, rope_theta=10000.0, rope_scaling=None,
                        tie_word_embeddings=False, rms_norm_eps=1e-5, max_position_embeddings=4096,
                        attention_bias=True, mlp_bias=True, vocab_size=TOKENIZER_VOCAB, dtype="float32"),
+    # mistralai/Mistral-7B-v0.1's sliding window (4096 there: every layer sees its last 4096 keys), here 7
+    # keys so the prompts reach far past it; f32, head_dim 32 (attention_cuda's).
+    "mistral_window": dict(family="mistral", hidden_size=128, num_attention_heads=8, num_key_value_heads=2,
+                           head_dim=32, intermediate_size=448, num_hidden_layers=2, rope_theta=10000.0,
+                           sliding_window=7, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                           max_position_embeddings=32768, vocab_size=TOKENIZER_VOCAB, dtype="float32"),
+    # Qwen2 with use_sliding_window: layers from max_window_layers (1) on slide over 5 keys, layer 0 is full.
+    "qwen2_window": dict(family="qwen2", hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                         intermediate_size=256, num_hidden_layers=2, rope_theta=1000000.0, rope_scaling=None,
+                         use_sliding_window=True, sliding_window=5, max_window_layers=1, tie_word_embeddings=True,
+                         rms_norm_eps=1e-6, max_position_embeddings=32768, vocab_size=TOKENIZER_VOCAB,
+                         dtype="float32"),
+    # mistralai/Mixtral-8x7B-v0.1: hidden 4096, 32 heads / 8 KV heads, head_dim 128, 8 experts of 14336,
+    # top-2 (renormalised), rope_theta 1000000, untied. f32 rather than its bf16, here and in the next: a
+    # bf16 forward's rounding can swap two near experts, which no tolerance on the logits absorbs.
+    "mixtral": dict(family="mixtral", hidden_size=128, num_attention_heads=8, num_key_value_heads=2, head_dim=32,
+                    intermediate_size=192, num_hidden_layers=2, num_local_experts=8, num_experts_per_tok=2,
+                    rope_theta=1000000.0, sliding_window=None, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                    max_position_embeddings=32768, vocab_size=TOKENIZER_VOCAB, dtype="float32"),
+    # Qwen/Qwen3-30B-A3B: hidden 2048, 32 heads / 4 KV heads, head_dim 128, q/k norms, 128 experts of 768,
+    # top-8 with norm_topk_prob, untied. Here 16 experts, top 4, and layer 1 dense (mlp_only_layers), so
+    # that both kinds of layer meet in one model.
+    "qwen3_moe": dict(family="qwen3_moe", hidden_size=128, num_attention_heads=8, num_key_value_heads=2, head_dim=32,
+                      intermediate_size=256, moe_intermediate_size=64, num_hidden_layers=2, num_experts=16,
+                      num_experts_per_tok=4, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
+                      rope_theta=1000000.0, rope_scaling=None, tie_word_embeddings=False, rms_norm_eps=1e-6,
+                      max_position_embeddings=40960, vocab_size=TOKENIZER_VOCAB, dtype="float32"),
 }
 
 # The transformers classes of each preset family: (config, model).
@@ -156,6 +184,8 @@ FAMILIES = {
     "mistral": ("MistralConfig", "MistralForCausalLM"),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
 }
 
 

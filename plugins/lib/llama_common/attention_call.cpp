@@ -27,6 +27,16 @@ void run_attention_layer(const pllm_attention_ref& attention, int32_t kv_layer, 
   args.output = &output;
   args.scale = static_cast<float>(1.0 / std::sqrt(double(d)));
   args.stream = stream;
+  args.sliding_window = c.sliding_window(kv_layer);
+  if (args.sliding_window > 0) {
+    const pllm_attention_api& api = *attention.api;
+    if (!PLLM_HAS_FIELD(pllm_attention_api, &api, features) || !(api.features & PLLM_ATTENTION_SLIDING_WINDOW)) {
+      throw pllm::Error(PLLM_ERROR_UNSUPPORTED,
+                        std::string(who) + ": layer " + std::to_string(kv_layer) + " has a sliding window of " +
+                            std::to_string(args.sliding_window) + " tokens, and the attention backend does not "
+                            "declare PLLM_ATTENTION_SLIDING_WINDOW (SDK 2.4): it would attend the whole context");
+    }
+  }
   pllm_error error{};
   const pllm_status status = attention.api->run(attention.backend, kv_layer, &args, &error);
   if (status != PLLM_OK) {

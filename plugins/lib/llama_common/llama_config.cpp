@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <set>
@@ -143,6 +144,8 @@ constexpr ArchitectureName kArchitectures[] = {
     {"MistralForCausalLM", Architecture::kMistral},
     {"Qwen2ForCausalLM", Architecture::kQwen2},
     {"Qwen3ForCausalLM", Architecture::kQwen3},
+    {"MixtralForCausalLM", Architecture::kMixtral},
+    {"Qwen3MoeForCausalLM", Architecture::kQwen3Moe},
 };
 
 std::string supported_classes() {
@@ -174,11 +177,81 @@ Architecture read_architecture(const Fields& f, std::string_view who) {
   return *found;
 }
 
+// layer_types (transformers writes it where a model can mix attention kinds): each "full_attention" or
+// "sliding_attention"; which a family accepts, read_family_features decides. Empty when absent.
+std::vector<bool> read_sliding_layers(const Fields& f, int32_t num_layers, std::string_view who) {
+  const json* types = f.find("layer_types");
+  if (!types) return {};
+  if (!types->is_array() || types->size() != std::size_t(num_layers)) {
+    f.fail("layer_types", "must be a list of num_hidden_layers = " + std::to_string(num_layers) + " layer types");
+  }
+  std::vector<bool> sliding;
+  for (std::size_t i = 0; i < types->size(); ++i) {
+    const json& t = (*types)[i];
+    const std::string type = t.is_string() ? t.get<std::string>() : "";
+    if (type != "full_attention" && type != "sliding_attention") {
+      f.fail("layer_types[" + std::to_string(i) + "]", "is " + t.dump() + "; " + std::string(who) +
+                                                       " runs full_attention and sliding_attention layers",
+             PLLM_ERROR_UNSUPPORTED);
+    }
+    sliding.push_back(type == "sliding_attention");
+  }
+  return sliding;
+}
+
+// Keys of a router's training loss and outputs: no effect on the forward at inference (jitter noise only when
+// training, as transformers applies it).
+void read_router_training_keys(const Fields& f) {
+  (void)f.find("router_aux_loss_coef");
+  (void)f.get_bool("output_router_logits", false);
+  if (const json* jitter = f.find("router_jitter_noise"); jitter && !jitter->is_number()) {
+    f.fail("router_jitter_noise", "must be a number, got " + jitter->dump());
+  }
+}
+
+// Qwen3-MoE: experts of moe_intermediate_size in every decoder_sparse_step-th layer but those mlp_only_layers
+// lists (which keep a dense MLP of intermediate_size), transformers' rule.
+void read_qwen3_moe(const Fields& f, LlamaConfig& c) {
+  c.num_experts = int32_t(f.require_int("num_experts", 0, 4096));
+  if (c.num_experts == 0) return;
+  c.num_experts_per_tok = int32_t(f.require_int("num_experts_per_tok", 1, c.num_experts));
+  c.expert_intermediate_size = int32_t(f.require_int("moe_intermediate_size", 1, kMaxSize));
+  c.normalize_top_k = f.get_bool("norm_topk_prob", false);
+  const int64_t step = f.get_int("decoder_sparse_step", 1, 1, 4096);
+  std::vector<bool> dense(std::size_t(c.num_layers), false);
+  if (const json* only = f.find("mlp_only_layers")) {
+    if (!only->is_array()) f.fail("mlp_only_layers", "must be a list of layer indices, got " + only->dump());
+    for (const json& l : *only) f.check_int("mlp_only_layers", l, 0, c.num_layers - 1);
+    for (const json& l : *only) dense[l.get<std::size_t>()] = true;
+  }
+  c.moe_layers.resize(std::size_t(c.num_layers));
+  for (int32_t l = 0; l < c.num_layers; ++l) c.moe_layers[std::size_t(l)] = !dense[std::size_t(l)] && (l + 1) % step == 0;
+  read_router_training_keys(f);
+}
+
 // The optional parts of the layer each family's config.json turns on, and its sliding-window keys: what a
 // window would change is refused (the attention contract has no window yet), what cannot change anything is
 // read and passed.
 void read_family_features(const Fields& f, LlamaConfig& c, std::string_view who) {
   const std::string by = "; " + std::string(who);
+  const std::vector<bool> sliding_layers = read_sliding_layers(f, c.num_layers, who);
+  const auto window_key = [&]() -> int32_t {
+    const json* window = f.find("sliding_window");
+    return window ? int32_t(f.check_int("sliding_window", *window, 1, std::numeric_limits<int32_t>::max())) : 0;
+  };
+  // The window of each layer `sliding(l)` says slides; layer_types, where written, must say the same.
+  const auto set_windows = [&](int32_t window, const std::function<bool(int32_t)>& sliding) {
+    c.layer_windows.assign(std::size_t(c.num_layers), 0);
+    for (int32_t l = 0; l < c.num_layers; ++l) {
+      if (sliding(l)) c.layer_windows[std::size_t(l)] = window;
+      if (!sliding_layers.empty() && sliding_layers[std::size_t(l)] != sliding(l)) {
+        f.fail("layer_types[" + std::to_string(l) + "]", std::string("is ") +
+                   (sliding_layers[std::size_t(l)] ? "sliding_attention" : "full_attention") +
+                   " but the window keys make layer " + std::to_string(l) +
+                   (sliding(l) ? " a sliding one" : " a full one") + ": two spellings of one setting that disagree");
+      }
+    }
+  };
   switch (c.architecture) {
     case Architecture::kLlama:
       c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
@@ -191,36 +264,41 @@ void read_family_features(const Fields& f, LlamaConfig& c, std::string_view who)
         f.fail("use_sliding_window", "is true" + by + " has no sliding-window attention for a Llama",
                PLLM_ERROR_UNSUPPORTED);
       }
+      set_windows(0, [](int32_t) { return false; });
       break;
     case Architecture::kMistral:
-      // A window at least as long as the context never masks anything (Mistral v0.2 on write null).
-      if (const json* window = f.find("sliding_window")) {
-        const int64_t w = f.check_int("sliding_window", *window, 1, std::numeric_limits<int32_t>::max());
-        if (w < c.max_position_embeddings) {
-          f.fail("sliding_window", "is " + std::to_string(w) + ", below max_position_embeddings = " +
-                                       std::to_string(c.max_position_embeddings) + by +
-                                       " has no sliding-window attention yet", PLLM_ERROR_UNSUPPORTED);
-        }
+    case Architecture::kMixtral: {
+      // Every layer slides when sliding_window is set (Mistral v0.1: 4096; null from v0.2 on).
+      const int32_t window = window_key();
+      set_windows(window, [&](int32_t) { return window > 0; });
+      if (c.architecture == Architecture::kMixtral) {
+        c.num_experts = int32_t(f.require_int("num_local_experts", 1, 4096));
+        c.num_experts_per_tok = int32_t(f.require_int("num_experts_per_tok", 1, c.num_experts));
+        c.expert_intermediate_size = c.intermediate_size;
+        c.normalize_top_k = true;
+        c.moe_layers.assign(std::size_t(c.num_layers), true);
+        read_router_training_keys(f);
       }
       break;
+    }
     case Architecture::kQwen2:
-    case Architecture::kQwen3: {
+    case Architecture::kQwen3:
+    case Architecture::kQwen3Moe: {
       c.qkv_bias = true;
-      if (c.architecture == Architecture::kQwen3) {
+      if (c.architecture != Architecture::kQwen2) {
         c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
         c.qk_norm = true;
       }
       // transformers windows layers max_window_layers.. only when use_sliding_window is true; Qwen2.5's
       // files carry sliding_window and max_window_layers with use_sliding_window false.
       const bool windowed = f.get_bool("use_sliding_window", false);
-      const json* window = f.find("sliding_window");
-      if (window) f.check_int("sliding_window", *window, 1, std::numeric_limits<int32_t>::max());
+      const int32_t window = window_key();
       const int64_t first_windowed = f.get_int("max_window_layers", c.num_layers, 0, 4096);
-      if (windowed && window && first_windowed < c.num_layers) {
-        f.fail("use_sliding_window", "is true with sliding_window " + window->dump() + " from layer " +
-                                         std::to_string(first_windowed) + by +
-                                         " has no sliding-window attention yet", PLLM_ERROR_UNSUPPORTED);
+      if (windowed && window == 0) {
+        f.fail("use_sliding_window", "is true without a sliding_window", PLLM_ERROR_INVALID_CONFIG);
       }
+      set_windows(window, [&](int32_t l) { return windowed && l >= first_windowed; });
+      if (c.architecture == Architecture::kQwen3Moe) read_qwen3_moe(f, c);
       break;
     }
   }
@@ -264,24 +342,6 @@ void check_unsupported_features(const Fields& f, std::string_view who) {
   if (dtype && torch_dtype && *dtype != *torch_dtype) {
     f.fail("torch_dtype", "is " + torch_dtype->dump() + " but 'dtype' is " + dtype->dump() +
                               ": two spellings of one setting that disagree");
-  }
-}
-
-// layer_types (transformers 5 writes it where a model mixes attention kinds): a Llama's layers are all
-// full attention.
-void check_layer_types(const Fields& f, int32_t num_layers, std::string_view who) {
-  const json* types = f.find("layer_types");
-  if (!types) return;
-  if (!types->is_array() || types->size() != std::size_t(num_layers)) {
-    f.fail("layer_types", "must be a list of num_hidden_layers = " + std::to_string(num_layers) + " layer types");
-  }
-  for (std::size_t i = 0; i < types->size(); ++i) {
-    const json& t = (*types)[i];
-    if (!(t.is_string() && t.get<std::string>() == "full_attention")) {
-      f.fail("layer_types[" + std::to_string(i) + "]", "is " + t.dump() + "; " + std::string(who) +
-                                                       " runs full attention in every layer",
-             PLLM_ERROR_UNSUPPORTED);
-    }
   }
 }
 
@@ -382,8 +442,13 @@ void resolve_rope(const Fields& f, LlamaConfig& c, std::string_view who) {
                         std::all_of(parameters->items().begin(), parameters->items().end(),
                                     [&](const auto& item) { return layer_types.count(item.key()) > 0; });
     if (nested) {
-      // check_layer_types allows full attention only, so that is the one entry the layers use.
+      // One RoPE for every layer: a sliding layers' entry of its own (Gemma's local base) is refused.
       const json& entry = parameters->at("full_attention");
+      if (parameters->contains("sliding_attention") && parameters->at("sliding_attention") != entry) {
+        f.fail("rope_parameters.sliding_attention", "differs from 'rope_parameters.full_attention'; " +
+                                                        std::string(who) + " rotates every layer alike",
+               PLLM_ERROR_UNSUPPORTED);
+      }
       if (!entry.is_null()) from_parameters = parse_rope_object(f, entry, "rope_parameters.full_attention", who);
     } else {
       from_parameters = parse_rope_object(f, *parameters, "rope_parameters", who);
@@ -554,6 +619,7 @@ std::optional<Int8Checkpoint> parse_quantization_config(const Fields& f, std::st
   return Int8Checkpoint{*w8a8};
 }
 
+
 }  // namespace
 
 std::string_view architecture_name(Architecture a) {
@@ -562,6 +628,8 @@ std::string_view architecture_name(Architecture a) {
     case Architecture::kMistral: return "mistral";
     case Architecture::kQwen2: return "qwen2";
     case Architecture::kQwen3: return "qwen3";
+    case Architecture::kMixtral: return "mixtral";
+    case Architecture::kQwen3Moe: return "qwen3_moe";
   }
   return "unknown";
 }
@@ -605,7 +673,6 @@ LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::strin
   if (c.head_dim % 2 != 0) f.fail("head_dim", "= " + std::to_string(c.head_dim) + " must be even (RoPE rotates pairs)");
   c.max_position_embeddings = int32_t(f.require_int("max_position_embeddings", 1, std::numeric_limits<int32_t>::max()));
   c.rms_norm_eps = f.require_positive("rms_norm_eps");
-  check_layer_types(f, c.num_layers, who);
   resolve_rope(f, c, who);
   c.tie_word_embeddings = f.get_bool("tie_word_embeddings", false);
   read_family_features(f, c, who);

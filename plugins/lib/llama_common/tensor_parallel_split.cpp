@@ -35,6 +35,11 @@ TensorParallelSplit::TensorParallelSplit(const LlamaConfig& full, int32_t rank, 
                       prefix + "the model's " + std::to_string(full.num_kv_heads) +
                           " kv heads neither divide among the ranks nor replicate evenly over them");
   }
+  if (full.num_experts > 0) {
+    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, prefix + "the model's mixture-of-experts layers (num_experts " +
+                                                  std::to_string(full.num_experts) + ") are not split over "
+                                                  "tensor-parallel ranks yet");
+  }
   if (full.intermediate_size % n != 0) {
     throw pllm::Error(PLLM_ERROR_UNSUPPORTED, prefix + "intermediate_size " + std::to_string(full.intermediate_size) +
                                                   " does not divide among the ranks");
@@ -110,6 +115,10 @@ ShardBlock TensorParallelSplit::block(const WeightSlot& slot) const {
     // The row-parallel products' biases are added once, to the sum of the ranks' partials.
     case Matrix::kOBias:
     case Matrix::kDownBias:
+    // Never reached: the constructor refuses mixture-of-experts models.
+    case Matrix::kRouter:
+    case Matrix::kExpertsGateUp:
+    case Matrix::kExpertsDown:
       block.whole = true;
       break;
   }

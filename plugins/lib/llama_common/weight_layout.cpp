@@ -2,6 +2,29 @@
 
 namespace pagedllm::llama {
 
+namespace {
+
+// The router and every expert's gate / up / down, under the family's names (Mixtral's block_sparse_moe with
+// w1 = gate, w3 = up, w2 = down; Qwen3-MoE's mlp with gate_proj / up_proj / down_proj).
+void add_expert_slots(std::vector<WeightSlot>& slots, const LlamaConfig& c, const std::string& prefix,
+                      int32_t layer) {
+  const int64_t h = c.hidden_size, inter = c.expert_intermediate_size;
+  const bool mixtral = c.architecture == Architecture::kMixtral;
+  const std::string block = prefix + (mixtral ? "block_sparse_moe." : "mlp.");
+  slots.push_back({block + "gate.weight", {c.num_experts, h}, Matrix::kRouter, layer, 0});
+  for (int64_t e = 0; e < c.num_experts; ++e) {
+    const std::string expert = block + "experts." + std::to_string(e) + ".";
+    slots.push_back({expert + (mixtral ? "w1.weight" : "gate_proj.weight"), {inter, h}, Matrix::kExpertsGateUp,
+                     layer, e * 2 * inter});
+    slots.push_back({expert + (mixtral ? "w3.weight" : "up_proj.weight"), {inter, h}, Matrix::kExpertsGateUp, layer,
+                     e * 2 * inter + inter});
+    slots.push_back({expert + (mixtral ? "w2.weight" : "down_proj.weight"), {h, inter}, Matrix::kExpertsDown, layer,
+                     e * h});
+  }
+}
+
+}  // namespace
+
 std::vector<WeightSlot> decoder_layer_slots(const LlamaConfig& c, const std::string& prefix, int32_t layer,
                                             bool input_layernorm) {
   const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size(), kv = c.kv_size();
@@ -12,9 +35,13 @@ std::vector<WeightSlot> decoder_layer_slots(const LlamaConfig& c, const std::str
   slots.push_back({prefix + "self_attn.v_proj.weight", {kv, h}, Matrix::kQkv, layer, q + kv});
   slots.push_back({prefix + "self_attn.o_proj.weight", {h, q}, Matrix::kO, layer, 0});
   slots.push_back({prefix + "post_attention_layernorm.weight", {h}, Matrix::kPostNorm, layer, 0});
-  slots.push_back({prefix + "mlp.gate_proj.weight", {inter, h}, Matrix::kGateUp, layer, 0});
-  slots.push_back({prefix + "mlp.up_proj.weight", {inter, h}, Matrix::kGateUp, layer, inter});
-  slots.push_back({prefix + "mlp.down_proj.weight", {h, inter}, Matrix::kDown, layer, 0});
+  if (c.is_moe_layer(layer)) {
+    add_expert_slots(slots, c, prefix, layer);
+  } else {
+    slots.push_back({prefix + "mlp.gate_proj.weight", {inter, h}, Matrix::kGateUp, layer, 0});
+    slots.push_back({prefix + "mlp.up_proj.weight", {inter, h}, Matrix::kGateUp, layer, inter});
+    slots.push_back({prefix + "mlp.down_proj.weight", {h, inter}, Matrix::kDown, layer, 0});
+  }
   if (c.qkv_bias) {
     slots.push_back({prefix + "self_attn.q_proj.bias", {q}, Matrix::kQkvBias, layer, 0});
     slots.push_back({prefix + "self_attn.k_proj.bias", {kv}, Matrix::kQkvBias, layer, q});

@@ -1,5 +1,8 @@
 #include "llama_cpu/decoder_layer.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "pagedllm/sdk.hpp"
 #include "llama_common/attention_call.h"
 #include "llama_common/decoder_layer_definition.h"
@@ -29,6 +32,15 @@ void DecoderScratch::prepare(plugins::ThreadPool& pool, const LlamaConfig& c, co
   buffers_.attn = attn_buf_.reserve(n(tokens * c.q_size()));
   buffers_.gate_up = gate_up_buf_.reserve(n(tokens * 2 * inter));
   buffers_.act = act_buf_.reserve(n(tokens * inter));
+  if (c.num_experts > 0) {
+    const int64_t expert_inter = c.expert_intermediate_size;
+    experts_.logits = logits_buf_.reserve(n(tokens * c.num_experts));
+    experts_.in = expert_in_buf_.reserve(n(tokens * h));
+    experts_.gate_up = expert_gate_up_buf_.reserve(n(tokens * 2 * expert_inter));
+    experts_.act = expert_act_buf_.reserve(n(tokens * expert_inter));
+    experts_.out = expert_out_buf_.reserve(n(tokens * h));
+    experts_.sum = expert_sum_buf_.reserve(n(tokens * h));
+  }
   cos_ = cos_buf_.reserve(n(tokens * half));
   sin_ = sin_buf_.reserve(n(tokens * half));
   parallel_rows(pool, tokens, half * 40, [&](int64_t begin, int64_t end) {
@@ -43,7 +55,7 @@ class CpuOps {
  public:
   using Layer = DecoderLayerWeights;
 
-  CpuOps(plugins::ThreadPool& pool, const LlamaConfig& c, float* x, const DecoderScratch& scratch,
+  CpuOps(plugins::ThreadPool& pool, const LlamaConfig& c, float* x, DecoderScratch& scratch,
          const pllm_attention_ref& attention, int32_t kv_layer, std::string_view who,
          const TensorParallelRank* tensor_parallel)
       : pool_(pool), c_(c), x_(x), scratch_(scratch), attention_(attention), kv_layer_(kv_layer), who_(who),
@@ -97,13 +109,49 @@ class CpuOps {
     llama_cpu::swiglu(pool_, gate_up, tokens_, inter, out);
   }
 
+  void route(const float* in, const WeightStorage& router, int64_t experts, int64_t top_k, bool normalize) {
+    DecoderScratch::Experts& e = scratch_.experts();
+    const int64_t h = c_.hidden_size;
+    llama_cpu::linear(pool_, in, h, tokens_, router.ref(), experts, h, e.logits, experts, false);
+    e.routing.route(e.logits, tokens_, experts, top_k, normalize);
+  }
+
+  // Expert by expert (in expert order, as transformers sums them), over only its rows: gather, gate_up,
+  // SwiGLU, down, then each row's output times its weight into the sum, which joins the residual.
+  void add_experts_to_residual(const float* in, const WeightStorage& gate_up, const WeightStorage& down,
+                               int64_t inter) {
+    DecoderScratch::Experts& e = scratch_.experts();
+    const int64_t h = c_.hidden_size, experts = int64_t(e.routing.offsets.size()) - 1;
+    std::fill(e.sum, e.sum + tokens_ * h, 0.0f);
+    for (int64_t expert = 0; expert < experts; ++expert) {
+      const int32_t first = e.routing.offsets[std::size_t(expert)];
+      const int32_t n = e.routing.offsets[std::size_t(expert) + 1] - first;
+      if (n == 0) continue;
+      for (int32_t r = 0; r < n; ++r) {
+        std::memcpy(e.in + int64_t(r) * h, in + int64_t(e.routing.rows[std::size_t(first + r)]) * h,
+                    std::size_t(h) * sizeof(float));
+      }
+      llama_cpu::linear(pool_, e.in, h, n, gate_up.ref().rows_from(expert * 2 * inter, h), 2 * inter, h, e.gate_up,
+                        2 * inter, false);
+      llama_cpu::swiglu(pool_, e.gate_up, n, inter, e.act);
+      llama_cpu::linear(pool_, e.act, inter, n, down.ref().rows_from(expert * h, inter), h, inter, e.out, h, false);
+      for (int32_t r = 0; r < n; ++r) {
+        const float weight = e.routing.weights[std::size_t(first + r)];
+        float* sum = e.sum + int64_t(e.routing.rows[std::size_t(first + r)]) * h;
+        const float* out = e.out + int64_t(r) * h;
+        for (int64_t i = 0; i < h; ++i) sum[i] += out[i] * weight;
+      }
+    }
+    for (int64_t i = 0; i < tokens_ * h; ++i) x_[i] += e.sum[i];
+  }
+
  private:
   int64_t qkv_width() const { return c_.q_size() + 2 * int64_t(c_.kv_size()); }
 
   plugins::ThreadPool& pool_;
   const LlamaConfig& c_;
   float* x_;
-  const DecoderScratch& scratch_;
+  DecoderScratch& scratch_;
   const pllm_attention_ref& attention_;
   int32_t kv_layer_;
   std::string_view who_;

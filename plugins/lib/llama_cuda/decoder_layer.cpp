@@ -1,6 +1,11 @@
 #include "llama_cuda/decoder_layer.h"
 
+#include <cstddef>
 #include <string>
+#include <vector>
+
+#include "cuda_common/cuda_check.h"
+#include "llama_common/expert_routing.h"
 
 #include "pagedllm/sdk.hpp"
 #include "llama_common/attention_call.h"
@@ -25,6 +30,16 @@ DecoderActivations carve_decoder_activations(Carver& carver, const llama::LlamaC
   a.act = carver.take(t * c.intermediate_size, e);
   a.cos = carver.take<float>(t * half);
   a.sin = carver.take<float>(t * half);
+  if (c.num_experts > 0) {
+    const int64_t inter = c.expert_intermediate_size, routed = t * c.num_experts_per_tok;
+    a.router_logits = carver.take<float>(t * c.num_experts);
+    a.expert_in = carver.take(t * h, e);
+    a.expert_gate_up = carver.take(t * 2 * inter, e);
+    a.expert_act = carver.take(t * inter, e);
+    a.expert_out = carver.take(t * h, e);
+    a.expert_rows = carver.take<int32_t>(routed);
+    a.expert_weights = carver.take<float>(routed);
+  }
   return a;
 }
 
@@ -90,6 +105,43 @@ class CudaOps {
     silu_mul(dtype_, gate_up, a_.tokens, inter, out, stream_);
   }
 
+  // The router's logits come to the host (one synchronisation per mixture-of-experts layer), are routed there
+  // as on the CPU (llama_common/expert_routing.h), and the grouping goes back up.
+  void route(const void* in, const void* router, int64_t experts, int64_t top_k, bool normalize) {
+    const int64_t count = a_.tokens * experts;
+    context_.linear(dtype_, in, a_.tokens, c_.hidden_size, router, experts, a_.router_logits, PLLM_DTYPE_F32);
+    host_logits_.resize(std::size_t(count));
+    PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), a_.router_logits, std::size_t(count) * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream_));
+    PAGEDLLM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    routing_.route(host_logits_.data(), a_.tokens, experts, top_k, normalize);
+    PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(a_.expert_rows, routing_.rows.data(), routing_.rows.size() * sizeof(int32_t),
+                                        cudaMemcpyHostToDevice, stream_));
+    PAGEDLLM_CUDA_CHECK(cudaMemcpyAsync(a_.expert_weights, routing_.weights.data(),
+                                        routing_.weights.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  }
+
+  // Expert by expert over only its rows (gathered), each output times its weight added into the delta.
+  void add_experts_to_residual(const void* in, const void* gate_up, const void* down, int64_t inter) {
+    const int64_t h = c_.hidden_size, element = pllm_dtype_size(dtype_);
+    const int64_t experts = int64_t(routing_.offsets.size()) - 1;
+    PAGEDLLM_CUDA_CHECK(cudaMemsetAsync(a_.delta, 0, std::size_t(a_.tokens * h * element), stream_));
+    for (int64_t expert = 0; expert < experts; ++expert) {
+      const int32_t first = routing_.offsets[std::size_t(expert)];
+      const int32_t n = routing_.offsets[std::size_t(expert) + 1] - first;
+      if (n == 0) continue;
+      gather_rows(dtype_, in, h, a_.expert_rows + first, n, h, a_.expert_in, h, stream_);
+      context_.linear(dtype_, a_.expert_in, n, h, static_cast<const std::byte*>(gate_up) + expert * 2 * inter * h * element,
+                      2 * inter, a_.expert_gate_up, dtype_);
+      silu_mul(dtype_, a_.expert_gate_up, n, inter, a_.expert_act, stream_);
+      context_.linear(dtype_, a_.expert_act, n, inter, static_cast<const std::byte*>(down) + expert * h * inter * element,
+                      h, a_.expert_out, dtype_);
+      add_weighted_rows(dtype_, a_.expert_out, n, h, a_.expert_rows + first, a_.expert_weights + first, a_.delta,
+                        stream_);
+    }
+    delta_pending_ = true;
+  }
+
  private:
   int64_t qkv_width() const { return c_.q_size() + 2 * int64_t(c_.kv_size()); }
 
@@ -104,6 +156,8 @@ class CudaOps {
   const DeltaAllReduce* all_reduce_;
   float eps_;
   cudaStream_t stream_;
+  llama::ExpertRouting routing_;
+  std::vector<float> host_logits_;
 };
 
 }  // namespace

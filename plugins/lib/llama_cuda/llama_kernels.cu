@@ -92,6 +92,17 @@ __global__ void add_rows_kernel(const T* a, const T* b, int64_t b_stride, const 
   }
 }
 
+template <class T>
+__global__ void add_weighted_rows_kernel(const T* src, int64_t rows, int64_t dim, const int32_t* index,
+                                         const float* weights, T* dst) {
+  const int64_t count = rows * dim;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count; idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / dim, i = idx % dim;
+    T* out = dst + int64_t(index[r]) * dim + i;
+    *out = from_float<T>(to_float(*out) + to_float(src[idx]) * weights[r]);
+  }
+}
+
 // ---- residual add + RMSNorm -------------------------------------------------------
 
 template <class T, class TOut, int N>
@@ -310,6 +321,18 @@ void add_rows(pllm_dtype dtype, const void* a, const void* b, int64_t b_stride, 
     using T = decltype(zero);
     cuda::launch<add_rows_kernel<T>>(stride_blocks(rows * dim), kStrideThreads, 0, stream, static_cast<const T*>(a),
                                      static_cast<const T*>(b), b_stride, index, rows, dim, static_cast<T*>(out));
+    PAGEDLLM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void add_weighted_rows(pllm_dtype dtype, const void* src, int64_t rows, int64_t dim, const int32_t* index,
+                       const float* weights, void* dst, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0) return;
+  cuda::visit_storage_type(dtype, "llama_cuda: add_weighted_rows", [&](auto zero) {
+    using T = decltype(zero);
+    cuda::launch<add_weighted_rows_kernel<T>>(stride_blocks(rows * dim), kStrideThreads, 0, stream,
+                                              static_cast<const T*>(src), rows, dim, index, weights,
+                                              static_cast<T*>(dst));
     PAGEDLLM_CUDA_CHECK_LAUNCH();
   });
 }

@@ -138,7 +138,9 @@ TEST_CASE("paged attention equals dense attention, long prefill chunks", "[atten
 // The contexts are written cheaply (Scenario::fill: every token its own
 // one-key sequence) and only the long step is checked, against the dense
 // double-precision attention and the reference kernel. head_dim 64 goes with
-// block 16 and 13 with block 1 (16 cases, not 32: a short ctest). Every
+// block 16 and 13 with block 1 (16 cases, not 32: a short ctest), each with
+// the whole context and with a window of 333 keys (pieces of a split context
+// then hold no key of a row's window, which the merge must weigh 0). Every
 // combination but head_dim 13 with group 1 (too little work to wake the pool)
 // is split.
 TEST_CASE("paged attention equals dense attention, long contexts split across threads", "[attention_cpu][attention]") {
@@ -148,7 +150,9 @@ TEST_CASE("paged attention equals dense attention, long contexts split across th
   config.group = GENERATE(1, 4);
   config.head_dim = GENERATE(64, 13);
   config.block_size = config.head_dim == 64 ? 16 : 1;
-  CAPTURE(config.num_kv_heads, int(config.dtype), config.group, config.head_dim, config.block_size);
+  config.sliding_window = GENERATE(0, 333);
+  CAPTURE(config.num_kv_heads, int(config.dtype), config.group, config.head_dim, config.block_size,
+          config.sliding_window);
   std::vector<int32_t> seq_lens, context_lens;
   std::vector<Chunk> step;
   int32_t num_decode = 0;
@@ -181,4 +185,19 @@ TEST_CASE("paged attention equals dense attention, long contexts split across th
   }
   INFO("max |plugin - dense| = " << max_dense_error);
   SUCCEED();
+}
+
+// The window of Mistral v0.1 and Gemma's local layers: keys (p - window, p] only. Windows of one key,
+// shorter than a block, a block, and longer than some contexts, over the mixed steps (decodes, speculative
+// rows, chunked prefills) and the tiled path's long chunks (a window inside one 128-key tile and across
+// tiles); contexts split across threads: the long-contexts case below.
+TEST_CASE("paged attention equals dense attention under a sliding window", "[attention_cpu][attention][window]") {
+  Config config;
+  config.sliding_window = GENERATE(1, 5, 16, 140);
+  config.group = GENERATE(1, 4);
+  config.block_size = GENERATE(1, 16);
+  CAPTURE(config.sliding_window, config.group, config.block_size);
+  const uint32_t seed = 8080u + uint32_t(config.sliding_window * 100 + config.group * 10 + config.block_size);
+  check_scenario(config, seed);
+  check_scenario(config, seed + 1, kLongPrefill);
 }

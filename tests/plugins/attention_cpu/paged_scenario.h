@@ -32,6 +32,7 @@ struct Config {
   int32_t head_dim = 64;
   int32_t block_size = 16;
   pllm_dtype dtype = PLLM_DTYPE_F32;  // cache and activations
+  int32_t sliding_window = 0;         // > 0: every layer's window (keys (p - window, p])
   int32_t num_heads() const { return num_kv_heads * group; }
 };
 
@@ -266,9 +267,10 @@ class Scenario {
         for (int32_t p = c.begin; p < c.begin + c.len; ++p) {
           for (int32_t h = 0; h < heads; ++h) {
             const int32_t g = h / config_.group;
+            const int32_t lo = config_.sliding_window > 0 ? std::max(0, p - config_.sliding_window + 1) : 0;
             std::vector<double> w(std::size_t(p) + 1);
             double max_score = -std::numeric_limits<double>::infinity();
-            for (int32_t j = 0; j <= p; ++j) {
+            for (int32_t j = lo; j <= p; ++j) {
               double dot = 0;
               for (int32_t d = 0; d < hd; ++d) {
                 dot += double(q[(std::size_t(p) * heads + h) * hd + d]) * k[(std::size_t(j) * kvh + g) * hd + d];
@@ -277,10 +279,10 @@ class Scenario {
               max_score = std::max(max_score, w[std::size_t(j)]);
             }
             double sum = 0;
-            for (auto& x : w) sum += (x = std::exp(x - max_score));
+            for (int32_t j = lo; j <= p; ++j) sum += (w[std::size_t(j)] = std::exp(w[std::size_t(j)] - max_score));
             for (int32_t d = 0; d < hd; ++d) {
               double acc = 0;
-              for (int32_t j = 0; j <= p; ++j) acc += w[std::size_t(j)] * v[(std::size_t(j) * kvh + g) * hd + d];
+              for (int32_t j = lo; j <= p; ++j) acc += w[std::size_t(j)] * v[(std::size_t(j) * kvh + g) * hd + d];
               out.push_back(acc / sum);
             }
           }
@@ -315,6 +317,7 @@ class Scenario {
     tensors.value = v.tensor3(tokens, config_.num_kv_heads, config_.head_dim);
     tensors.output = out.tensor3(tokens, config_.num_heads(), config_.head_dim);
     tensors.scale = scale();
+    tensors.sliding_window = config_.sliding_window;
     return tensors;
   }
 

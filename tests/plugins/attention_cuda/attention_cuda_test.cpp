@@ -156,3 +156,22 @@ TEST_CASE("attention_cuda long contexts: the split-K path over several partition
   CAPTURE(int(config.dtype), config.head_dim, options);
   check_against_cpu(config, 31337u + uint32_t(config.head_dim), plans, options);
 }
+
+TEST_CASE("attention_cuda matches attention_cpu under a sliding window, split or not", "[attention_cuda][gpu][window]") {
+  PAGEDLLM_REQUIRE_CUDA_DEVICE();
+  const bool small = pagedllm::testing::emulated_small_shapes();
+  Config config;
+  config.sliding_window = GENERATE(1, 7, 40);
+  config.dtype = GENERATE(PLLM_DTYPE_F32, PLLM_DTYPE_BF16);
+  config.head_dim = 64;
+  config.group = 4;
+  config.block_size = 16;
+  // Partitions wholly before a row's window hold none of its keys: the combine weighs them 0.
+  const std::vector<SeqPlan> plans = small ? std::vector<SeqPlan>{{300, 1}, {111, 4}, {143, 12}, {13, 1}}
+                                           : std::vector<SeqPlan>{{2100, 1}, {777, 4}, {1000, 24}, {100, 1}};
+  const std::string options = GENERATE(as<std::string>{}, R"({"split_min_context": 1000000})",
+                                       R"({"partition_size": 32, "split_min_context": 40})");
+  CAPTURE(config.sliding_window, int(config.dtype), options);
+  check_against_cpu(config, 4711u + uint32_t(config.sliding_window), kMixed, options);
+  check_against_cpu(config, 4712u + uint32_t(config.sliding_window), plans, options);
+}

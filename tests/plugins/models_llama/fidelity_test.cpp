@@ -426,15 +426,20 @@ TEST_CASE("models_llama: checkpoints written by transformers, shaped like real o
   }
 }
 
-TEST_CASE("models_llama: Qwen2.5, Qwen3 and Mistral checkpoints and Llama biases, written by transformers, at every "
-          "position", "[models_llama][fidelity][families]") {
+TEST_CASE("models_llama: Qwen2.5, Qwen3, Mistral, Mixtral and Qwen3-MoE checkpoints, Llama biases and sliding "
+          "windows, written by transformers, at every position", "[models_llama][fidelity][families]") {
   require_oracle();
   // hf_oracle.py's presets of the families through the one decoder layer: Qwen2.5-0.5B (q/k/v biases, 14
   // heads over 2, tied, bf16), Qwen3-0.6B (per-head q/k RMSNorm, head_dim 32 != 128 / 8, tied, bf16), Qwen3
   // with attention_bias (q/k/v/o biases next to the norms), Mistral-7B-v0.3 (no window, 8 heads over 2, bf16)
   // and a Llama with attention_bias and mlp_bias. Every bias is random (hf_oracle.py), so a forgotten or
-  // misplaced one moves the logits by far more than the tolerance.
-  const char* presets[] = {"qwen25", "qwen3", "qwen3_bias", "mistral", "llama_bias"};
+  // misplaced one moves the logits by far more than the tolerance. The mixtures of experts, in f32:
+  // Mixtral-8x7B's routing (8 experts, top 2, renormalised) and Qwen3-30B-A3B's (16 experts here, top 4,
+  // norm_topk_prob; its layer 1 dense by mlp_only_layers), each step routing its rows afresh.
+  // Sliding windows (SDK 2.4): Mistral-v0.1-style on every layer (7 keys) and Qwen2's use_sliding_window
+  // from max_window_layers on (5 keys on layer 1), the prompts 13 to 30 tokens long.
+  const char* presets[] = {"qwen25",       "qwen3",   "qwen3_bias", "mistral",       "llama_bias",
+                           "mixtral",      "qwen3_moe", "mistral_window", "qwen2_window"};
   TempDir dir;
   nlohmann::json models = nlohmann::json::array();
   std::vector<std::vector<std::vector<int32_t>>> sequences(std::size(presets));

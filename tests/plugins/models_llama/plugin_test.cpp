@@ -585,7 +585,7 @@ TEST_CASE("models_llama: config.json as transformers 4 and 5 write it, keys that
          "'rope_scaling.type' is \"dynamic\" but 'rope_scaling.rope_type' is \"linear\""},
         {"two dtypes", [](auto& c) { c["dtype"] = "bfloat16"; }, "'torch_dtype' is \"float32\" but 'dtype' is \"bfloat16\""},
         {"a sliding layer", [](auto& c) { c["layer_types"] = {"sliding_attention"}; },
-         "'layer_types[0]' is \"sliding_attention\"; models_llama runs full attention in every layer"},
+         "'layer_types[0]' is sliding_attention but the window keys make layer 0 a full one"},
         {"a sliding window", [](auto& c) { c["sliding_window"] = 4096; }, "'sliding_window' is 4096"},
         {"partial rotation", [](auto& c) { c["partial_rotary_factor"] = 0.5; }, "'partial_rotary_factor' is 0.500000"},
         {"interleaved RoPE", [](auto& c) { c["rope_interleaved"] = true; }, "'rope_interleaved' is true"},
@@ -627,15 +627,37 @@ TEST_CASE("models_llama: the families' config.json as their real files write the
     Model ok(qwen);
     CHECK(std::string(ok.info().architecture) == "Qwen2ForCausalLM");
   }
-  SECTION("a window that would mask, or a model_type of another family, is refused naming the key") {
-    edited(qwen, [](auto& c) { c["use_sliding_window"] = true; c["sliding_window"] = 4096; c["max_window_layers"] = 1; });
-    CHECK_THAT(load_error(qwen), Contains("'use_sliding_window' is true with sliding_window 4096 from layer 1"));
+  SECTION("windows as each family writes them, two spellings that disagree, a model_type of another family") {
+    // As a file written before transformers listed layer_types, then with the list agreeing.
+    edited(qwen, [](auto& c) {
+      c.erase("layer_types");
+      c["use_sliding_window"] = true;
+      c["sliding_window"] = 4096;
+      c["max_window_layers"] = 1;
+    });
+    Model windowed_from_layer_1(qwen);
+    edited(qwen, [](auto& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; });
+    Model windowed_as_listed(qwen);
+    edited(qwen, [](auto& c) { c["layer_types"] = {"sliding_attention", "sliding_attention"}; });
+    CHECK_THAT(load_error(qwen), Contains("'layer_types[0]' is sliding_attention but the window keys make layer 0 a "
+                                          "full one: two spellings of one setting that disagree"));
+    edited(qwen, [](auto& c) { c.erase("layer_types"); c["sliding_window"] = nullptr; });
+    CHECK_THAT(load_error(qwen), Contains("'use_sliding_window' is true without a sliding_window"));
     edited(mistral, [](auto& c) { c["sliding_window"] = 4096; });
-    CHECK_THAT(load_error(mistral), Contains("'sliding_window' is 4096, below max_position_embeddings = 32768"));
-    edited(mistral, [](auto& c) { c["sliding_window"] = 32768; });
-    Model window_as_long_as_the_context(mistral);
+    Model mistral_v01_window(mistral);
     edited(mistral, [](auto& c) { c["model_type"] = "llama"; });
     CHECK_THAT(load_error(mistral), Contains("'model_type' is \"llama\" next to [\"MistralForCausalLM\"]"));
+  }
+  SECTION("a mixture of experts that cannot work is refused naming the key") {
+    const std::filesystem::path mixtral = make("mixtral"), qwen_moe = make("qwen3_moe");
+    Model mixtral_loads(mixtral);
+    CHECK(std::string(mixtral_loads.info().architecture) == "MixtralForCausalLM");
+    edited(mixtral, [](auto& c) { c["num_experts_per_tok"] = 9; });
+    CHECK_THAT(load_error(mixtral), Contains("'num_experts_per_tok' must be in [1, 8], got 9"));
+    edited(qwen_moe, [](auto& c) { c["mlp_only_layers"] = {5}; });
+    CHECK_THAT(load_error(qwen_moe), Contains("'mlp_only_layers' must be in [0, 1], got 5"));
+    edited(qwen_moe, [](auto& c) { c["mlp_only_layers"] = nlohmann::json::array(); c["router_typo"] = 1; });
+    CHECK_THAT(load_error(qwen_moe), Contains("'router_typo' is not a setting models_llama reads"));
   }
   SECTION("a key another family reads is refused on this one") {
     edited(mistral, [](auto& c) { c["attention_bias"] = true; });

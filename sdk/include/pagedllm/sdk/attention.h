@@ -42,7 +42,21 @@ typedef struct pllm_attention_layer_args {
   const pllm_tensor* output; /* [num_tokens, num_heads, head_dim]: run() writes output->data */
   float scale;               /* softmax scale, usually 1/sqrt(head_dim) */
   void* stream;              /* the device stream to run on (cudaStream_t); NULL on the CPU */
+
+  /* ---- SDK 2.4 ---- */
+
+  /* This layer's sliding window: > 0, the row at position p attends the keys at
+   * positions (p - sliding_window, p] only (Mistral, Gemma's local layers:
+   * transformers' `q - k < sliding_window`); 0, the whole context. A model sets
+   * it only for a backend whose pllm_attention_api.features has
+   * PLLM_ATTENTION_SLIDING_WINDOW, which is how it knows the field is read. */
+  int32_t sliding_window;
 } pllm_attention_layer_args;
+
+/* pllm_attention_api.features: what a backend reads of the fields appended to
+ * pllm_attention_layer_args after 2.0. A model that needs one refuses a backend
+ * without it, naming the feature, rather than have it ignored. */
+#define PLLM_ATTENTION_SLIDING_WINDOW 0x1u
 
 /* Memory of the backend's device, as memory_info() reports it. */
 typedef struct pllm_device_memory {
@@ -92,6 +106,12 @@ typedef struct pllm_attention_api {
    * block counts; the second call frees the first cache before allocating. */
   pllm_status (*memory_info)(pllm_attention_backend* self, pllm_device_memory* out,
                              pllm_error* error);
+
+  /* ---- SDK 2.4 ---- */
+
+  /* PLLM_ATTENTION_* bits: the per-layer settings run() honours. Absent (a table
+   * of 2.3 or older) or 0: none. */
+  uint32_t features;
 } pllm_attention_api;
 
 #ifdef __cplusplus

@@ -13,6 +13,9 @@
 //   x  += o_proj(attention(q, k, v)) [+ o_bias]
 //   m   = rms(x) * w_post
 //   x  += down_proj(silu(gate(m)) * up(m)) [+ down_bias]    (gate | up [+ gate_up_bias])
+//         or, in a mixture-of-experts layer (Mixtral, Qwen3-MoE):
+//   x  += sum over the token's top-k experts e of p_e * down_e(silu(gate_e(m)) * up_e(m)),
+//         p = softmax(router(m)) restricted to the top k [and renormalised]
 //
 // A backend (`Ops`) provides, over its own activation buffers of the step's
 // tokens (`Ops::Buffer`) and a layer's weights (`Ops::Layer`, with the members
@@ -30,6 +33,9 @@
 //                                         (under tensor parallelism: the ranks' partial sums, `what` naming
 //                                         the product in errors)
 //   swiglu(gate_up, inter, out)           out = silu(gate) * up
+//   route(in, router, experts, k, normalize)     each row's top-k experts and weights, held for:
+//   add_experts_to_residual(in, gate_up, down, inter)   x += the weighted sum of the chosen experts'
+//                                         SwiGLU MLPs, each expert over only the rows routed to it
 //
 // Widths are the backend's view of the model (a tensor-parallel rank's heads
 // and intermediate columns: `c` is that view).
@@ -57,6 +63,11 @@ void decoder_layer_definition(Ops& ops, const LlamaConfig& c, const typename Ops
   ops.add_to_residual(b.attn, q, w.o, w.o_bias, "o_proj");
 
   const auto mlp_input = ops.residual_norm(w.post_norm, b.normed);
+  if (ops.has(w.router)) {
+    ops.route(mlp_input, w.router, c.num_experts, c.num_experts_per_tok, c.normalize_top_k);
+    ops.add_experts_to_residual(mlp_input, w.experts_gate_up, w.experts_down, c.expert_intermediate_size);
+    return;
+  }
   ops.linear(mlp_input, h, w.gate_up, w.gate_up_bias, 2 * inter, b.gate_up);
   ops.swiglu(b.gate_up, inter, b.act);
   ops.add_to_residual(b.act, inter, w.down, w.down_bias, "down_proj");

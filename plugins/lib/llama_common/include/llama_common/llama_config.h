@@ -55,9 +55,9 @@ struct Int8Checkpoint {
 // (llama_common/decoder_layer_definition.h); a family differs in which of its
 // optional parts it has (the fields of LlamaConfig below) and in how its
 // config.json and GGUF metadata spell them.
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3 };
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen3Moe };
 
-// "llama", "mistral", "qwen2", "qwen3": the model_type (and GGUF general.architecture) of `a`.
+// "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe": the model_type (and GGUF general.architecture) of `a`.
 std::string_view architecture_name(Architecture a);
 // "LlamaForCausalLM", ...: the class config.json's `architectures` names for `a`.
 std::string_view architecture_class(Architecture a);
@@ -81,6 +81,18 @@ struct LlamaConfig {
   bool o_bias = false;    // o_proj adds one (Llama's and Qwen3's attention_bias)
   bool mlp_bias = false;  // gate/up/down add one (Llama's mlp_bias)
   bool qk_norm = false;   // q and k heads RMS-normalised (weights [head_dim]) before RoPE (Qwen3)
+  // A mixture of experts in place of the MLP (Mixtral, Qwen3-MoE), in the layers moe_layers marks: a
+  // router [num_experts, hidden] picks, per token, the num_experts_per_tok experts of highest softmax
+  // probability (renormalised to sum 1 when normalize_top_k), whose SwiGLU MLPs of
+  // expert_intermediate_size columns are summed with those weights. num_experts 0: every layer dense.
+  // Per layer: > 0, its attention's sliding window (the row at position p sees keys (p - w, p]); 0 or
+  // absent, the whole context (Mistral's and Mixtral's sliding_window, Qwen's windowed layers).
+  std::vector<int32_t> layer_windows;
+  int32_t num_experts = 0;
+  int32_t num_experts_per_tok = 0;
+  int32_t expert_intermediate_size = 0;
+  bool normalize_top_k = false;
+  std::vector<bool> moe_layers;  // num_layers entries when num_experts > 0
   int32_t bos_token_id = -1;  // -1: none
   // config.json's eos_token_id (an id or a list), then generation_config.json's
   // ids not already listed (Llama 3 instruct models add <|eot_id|> there).
@@ -89,6 +101,12 @@ struct LlamaConfig {
   std::optional<Int8Checkpoint> int8_checkpoint;
 
   int32_t q_size() const { return num_heads * head_dim; }
+  int32_t sliding_window(int32_t layer) const {
+    return layer >= 0 && std::size_t(layer) < layer_windows.size() ? layer_windows[std::size_t(layer)] : 0;
+  }
+  bool is_moe_layer(int32_t layer) const {
+    return layer >= 0 && std::size_t(layer) < moe_layers.size() && moe_layers[std::size_t(layer)];
+  }
   int32_t kv_size() const { return num_kv_heads * head_dim; }
 
   // Reads `model_dir`/config.json (and generation_config.json when present), or,

@@ -15,6 +15,10 @@
 //              qkv_bias [(heads + 2 kv_heads) * head_dim], o_bias [hidden],
 //              gate_up_bias [2 * intermediate], down_bias [hidden],
 //              q_norm, k_norm [head_dim]
+//              a mixture-of-experts layer has, instead of gate_up and down:
+//              router           [experts, hidden]
+//              experts_gate_up  [experts * 2 * expert_inter, hidden]  expert e's gate | up rows from e * 2 * expert_inter
+//              experts_down     [experts * hidden, expert_inter]      expert e's down rows from e * hidden
 //   norm       [hidden]
 //   lm_head    [vocab, hidden]  (absent when tied to the embedding)
 //
@@ -37,6 +41,7 @@ enum class Matrix {
   kEmbed, kNorm, kLmHead,
   kInputNorm, kQkv, kO, kPostNorm, kGateUp, kDown,
   kQkvBias, kOBias, kGateUpBias, kDownBias, kQNorm, kKNorm,
+  kRouter, kExpertsGateUp, kExpertsDown,
 };
 
 // One checkpoint tensor: rows [first_row, first_row + shape[0]) of `matrix`
@@ -70,6 +75,9 @@ auto& decoder_layer_matrix(Layer& layer, Matrix m) {
     case Matrix::kDownBias: return layer.down_bias;
     case Matrix::kQNorm: return layer.q_norm;
     case Matrix::kKNorm: return layer.k_norm;
+    case Matrix::kRouter: return layer.router;
+    case Matrix::kExpertsGateUp: return layer.experts_gate_up;
+    case Matrix::kExpertsDown: return layer.experts_down;
     case Matrix::kEmbed:
     case Matrix::kNorm:
     case Matrix::kLmHead:

@@ -14,6 +14,7 @@
 #include "pagedllm/sdk.h"
 #include "common/thread_pool.h"
 #include "llama_cpu/buffer.h"
+#include "llama_common/expert_routing.h"
 #include "llama_common/llama_config.h"
 #include "llama_common/weight_layout.h"
 #include "llama_cpu/weight_loader.h"
@@ -29,22 +30,28 @@ using llama::LlamaConfig;
 struct DecoderLayerWeights {
   WeightStorage input_norm, qkv, o, post_norm, gate_up, down;
   WeightStorage qkv_bias, o_bias, gate_up_bias, down_bias, q_norm, k_norm;
+  // A mixture-of-experts layer's, in place of gate_up and down (the router in the weight dtype, never int8:
+  // a rounded router would change which experts a token reaches).
+  WeightStorage router, experts_gate_up, experts_down;
   // Gives the matrices `dtype` (before loading; the norms stay f32).
   void set_matrix_dtype(pllm_dtype dtype) {
-    for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_dtype(dtype);
+    for (WeightStorage* m : {&qkv, &o, &gate_up, &down, &router, &experts_gate_up, &experts_down}) m->set_dtype(dtype);
   }
   // How the matrices are multiplied when they are bf16 (weights.h).
   void set_matrix_bf16_compute(Bf16Compute compute) {
-    for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_bf16_compute(compute);
+    for (WeightStorage* m : {&qkv, &o, &gate_up, &down, &router, &experts_gate_up, &experts_down}) {
+      m->set_bf16_compute(compute);
+    }
   }
   // Quantizes the matrices to int8 at load instead (quantization: int8_*).
   void set_matrix_int8(Int8Compute compute) {
-    for (WeightStorage* m : {&qkv, &o, &gate_up, &down}) m->set_int8(compute);
+    for (WeightStorage* m : {&qkv, &o, &gate_up, &down, &experts_gate_up, &experts_down}) m->set_int8(compute);
   }
   std::size_t bytes() const {
     std::size_t total = 0;
     for (const WeightStorage* w : {&input_norm, &qkv, &o, &post_norm, &gate_up, &down, &qkv_bias, &o_bias,
-                                   &gate_up_bias, &down_bias, &q_norm, &k_norm}) {
+                                   &gate_up_bias, &down_bias, &q_norm, &k_norm, &router, &experts_gate_up,
+                                   &experts_down}) {
       total += w->bytes();
     }
     return total;
@@ -82,19 +89,28 @@ class DecoderScratch {
   struct Buffers {
     float *normed = nullptr, *qkv = nullptr, *attn = nullptr, *gate_up = nullptr, *act = nullptr;
   };
+  // A mixture-of-experts layer's: the router's logits [tokens, experts], the rows routed to one expert
+  // (at most every token), its products, the weighted sum [tokens, hidden], and the routing.
+  struct Experts {
+    float *logits = nullptr, *in = nullptr, *gate_up = nullptr, *act = nullptr, *out = nullptr, *sum = nullptr;
+    llama::ExpertRouting routing;
+  };
 
   void prepare(plugins::ThreadPool& pool, const LlamaConfig& c, const std::vector<double>& inv_freq,
                const int32_t* positions, int64_t tokens);
   int64_t tokens() const { return tokens_; }
   const Buffers& buffers() const { return buffers_; }
+  Experts& experts() { return experts_; }
   const float* cos() const { return cos_; }
   const float* sin() const { return sin_; }
 
  private:
   int64_t tokens_ = 0;
   Buffers buffers_;
+  Experts experts_;
   float *cos_ = nullptr, *sin_ = nullptr;
   Buffer normed_buf_, qkv_buf_, attn_buf_, gate_up_buf_, act_buf_, cos_buf_, sin_buf_;
+  Buffer logits_buf_, expert_in_buf_, expert_gate_up_buf_, expert_act_buf_, expert_out_buf_, expert_sum_buf_;
 };
 
 // Runs the layer over x [scratch.tokens(), hidden]; `c` is the rank's view of

@@ -30,6 +30,7 @@ struct DecoderLayerWeights {
        *down = nullptr;
   void *qkv_bias = nullptr, *o_bias = nullptr, *gate_up_bias = nullptr, *down_bias = nullptr, *q_norm = nullptr,
        *k_norm = nullptr;
+  void *router = nullptr, *experts_gate_up = nullptr, *experts_down = nullptr;  // a mixture-of-experts layer's
   // The storage pointer of one of the layer's matrices (Matrix::kInputNorm ... kKNorm).
   void*& matrix(llama::Matrix m);
 };
@@ -41,6 +42,13 @@ struct DecoderActivations {
   void *x = nullptr, *delta = nullptr, *normed = nullptr, *qkv = nullptr, *attn = nullptr, *gate_up = nullptr,
        *act = nullptr;
   float *cos = nullptr, *sin = nullptr;
+  // A mixture-of-experts model's (null otherwise): the router's f32 logits [tokens, experts], the rows routed
+  // to one expert and its products (at most every token), and the step's routing on the device (rows
+  // grouped by expert, their weights: tokens * k entries).
+  float* router_logits = nullptr;
+  void *expert_in = nullptr, *expert_gate_up = nullptr, *expert_act = nullptr, *expert_out = nullptr;
+  int32_t* expert_rows = nullptr;
+  float* expert_weights = nullptr;
 };
 
 // The activations of up to `tokens` rows in `dtype`, taken from `carver`

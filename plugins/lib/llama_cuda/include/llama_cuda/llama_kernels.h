@@ -25,6 +25,12 @@ void gather_rows(pllm_dtype dtype, const void* src, int64_t src_stride, const in
 void add_rows(pllm_dtype dtype, const void* a, const void* b, int64_t b_stride, const int32_t* index, int64_t rows,
               int64_t dim, void* out, cudaStream_t stream);
 
+// dst[index[r] * dim + i] += weights[r] * src[r * dim + i] (in f32, rounded to
+// dtype) for `rows` rows of `dim` elements, the index never repeating within a
+// call: a mixture-of-experts layer's expert outputs into the layer's sum.
+void add_weighted_rows(pllm_dtype dtype, const void* src, int64_t rows, int64_t dim, const int32_t* index,
+                       const float* weights, void* dst, cudaStream_t stream);
+
 // The residual add fused with RMSNorm. For each of `rows` output rows r, with
 // source row s = row_index ? row_index[r] : r:
 //   v      = residual[s] + delta[s]   (delta may be null), rounded to dtype

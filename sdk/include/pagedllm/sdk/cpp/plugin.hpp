@@ -19,6 +19,7 @@
 //                     void swap_in(std::span<const pllm_block_copy>);
 //                     void copy_blocks(std::span<const pllm_block_copy>);
 //                     pllm_device_memory memory_info();                  (optional, SDK 1.1)
+//                     static constexpr uint32_t kFeatures;               (optional, SDK 2.4: PLLM_ATTENTION_* bits)
 //   ModelPlugin:      pllm_model_info info();
 //                     void forward(const pllm_batch&, const pllm_attention_ref&, pllm_forward_output&);
 //                     pllm_tensor get_tensor(const char* name);          (optional)
@@ -242,8 +243,16 @@ struct KindApi<T, PLLM_PLUGIN_KIND_ATTENTION> {
           return call<T>(s, "copy_blocks", e, [&](T& p) { p.copy_blocks(pairs_of(pairs, n)); });
         },
         memory_info_slot(),
+        features(),
     };
     return &api;
+  }
+  static constexpr uint32_t features() {
+    if constexpr (requires { T::kFeatures; }) {
+      return T::kFeatures;
+    } else {
+      return 0;
+    }
   }
   using MemoryInfo = pllm_status (*)(H*, pllm_device_memory*, pllm_error*);
   static constexpr MemoryInfo memory_info_slot() {
