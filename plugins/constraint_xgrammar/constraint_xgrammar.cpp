@@ -304,6 +304,9 @@ class XgrammarConstraint : public pllm::ConstraintPlugin {
           return compiler_->CompileRegex(text);
         case PLLM_CONSTRAINT_CHOICE:
           return compiler_->CompileGrammar(choice_grammar(spec.text ? spec.text : ""));
+        case PLLM_CONSTRAINT_STRUCTURAL_TAG:
+          if (text.empty()) bad_constraint("the structural tag is empty");
+          return compiler_->CompileStructuralTag(text);
         case PLLM_CONSTRAINT_INVALID:
         case PLLM_CONSTRAINT_TYPE_FORCE_32BIT:
           break;

@@ -9,7 +9,7 @@
  * own, and treats the fields an older plugin does not know as absent.
  * sdk/README.md states the rules in full. */
 #define PLLM_SDK_VERSION_MAJOR 2
-#define PLLM_SDK_VERSION_MINOR 3
+#define PLLM_SDK_VERSION_MINOR 4
 
 #include <stddef.h>
 
