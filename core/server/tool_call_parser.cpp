@@ -224,9 +224,8 @@ bool ToolCallParser::settle_call(Parts& parts, bool at_end) {
   std::vector<ParsedToolCall> calls;
   if (format_ == ToolCallFormat::kLlama3Json) {
     // vLLM's llama3_json takes "arguments" too.
-    auto call = call_from_json(parsed, "parameters");
-    if (!call && parsed.is_object() && parsed.contains("arguments")) call = call_from_json(parsed, "arguments");
-    if (call) calls.push_back(std::move(*call));
+    const bool parameters = !parsed.is_object() || parsed.contains("parameters") || !parsed.contains("arguments");
+    if (auto call = call_from_json(parsed, parameters ? "parameters" : "arguments")) calls.push_back(std::move(*call));
   } else if (parsed.is_array() && !parsed.empty()) {
     for (const ordered_json& item : parsed) {
       auto call = call_from_json(item, "arguments");
