@@ -178,7 +178,9 @@ OutputConstraint tool_call_constraint(const ChatTools& tools, ToolCallFormat for
     if (!schema.contains("type")) schema["type"] = "object";
     tags.push_back({{"type", "tag"},
                     {"begin", fmt::format(fmt::runtime(call_begin), ordered_json(name).dump())},
-                    {"content", {{"type", "json_schema"}, {"json_schema", std::move(schema)}}},
+                    // Whitespace runs bounded as constraint_xgrammar's max_whitespace default bounds them,
+                    // so a model cannot stall in whitespace inside a forced call.
+                    {"content", {{"type", "json_schema"}, {"json_schema", std::move(schema)}, {"max_whitespace_cnt", 16}}},
                     {"end", call_end}});
   }
   ordered_json calls = {{"type", "tags_with_separator"},
