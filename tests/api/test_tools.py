@@ -187,7 +187,7 @@ def test_required_or_named_choice_always_parses(servers, parser, choice):
             assert len(calls) == 1
 
 
-def test_tool_errors_are_400s_naming_the_field(client, model):
+def test_tool_errors_are_400s_naming_the_field(client, model, servers):
     cases = [
         (dict(tools=[{"type": "function", "function": {"name": "get weather"}}]), "tools[0].function.name"),
         (dict(tools=[{"type": "retrieval"}]), "tools[0].type"),
@@ -202,5 +202,14 @@ def test_tool_errors_are_400s_naming_the_field(client, model):
         with pytest.raises(openai.BadRequestError) as refused:
             client.chat.completions.create(model=model, messages=ASK, max_tokens=1, **kwargs)
         assert refused.value.body["param"] == param, refused.value.body
-    # The server serves on.
+    # A schema that admits no output: refused at submit by the constraint plugin (forced calls compile the
+    # schemas), naming the tool, not a request that fails later.
+    hermes, hermes_model = servers("hermes")
+    looping = [{"type": "function", "function": {"name": "loop", "parameters": {"$ref": "#"}}}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        hermes.chat.completions.create(model=hermes_model, messages=ASK, max_tokens=5, tools=looping,
+                                       tool_choice="required")
+    assert refused.value.body["param"] == "tools" and '"loop"' in refused.value.body["message"], refused.value.body
+    # The servers serve on.
     assert client.chat.completions.create(model=model, messages=ASK, max_tokens=1).choices[0]
+    assert hermes.chat.completions.create(model=hermes_model, messages=ASK, max_tokens=1).choices[0]

@@ -96,7 +96,7 @@ TEST_CASE("hermes: what does not parse as a call stays content, verbatim", "[too
                   {"\n<tool_call>oops</tool_call>", {"f {}"}});
 }
 
-TEST_CASE("llama3_json: an output that is a call, optionally after <|python_tag|>, several split by ';'",
+TEST_CASE("llama3_json: an output that is a call, optionally after <|python_tag|>, several split by semicolons",
           "[tool_calls]") {
   check_every_cut(ToolCallFormat::kLlama3Json, R"({"name": "get_weather", "parameters": {"city": "Oslo"}})",
                   {"", {R"(get_weather {"city":"Oslo"})"}});
@@ -116,7 +116,7 @@ TEST_CASE("llama3_json: text, or JSON that is not a call, is content", "[tool_ca
                   {" and then words", {"a {}"}});
 }
 
-TEST_CASE("mistral: [TOOL_CALLS] and a JSON list of calls, the text before it content", "[tool_calls]") {
+TEST_CASE("mistral: the TOOL_CALLS marker and a JSON list of calls, the text before it content", "[tool_calls]") {
   check_every_cut(ToolCallFormat::kMistral,
                   R"(Checking.[TOOL_CALLS] [{"name": "a", "arguments": {"q": [1, {"r": 2}]}}, {"name": "b", "arguments": {}}])",
                   {"Checking.", {R"(a {"q":[1,{"r":2}]})", "b {}"}});
