@@ -112,8 +112,7 @@ ToolCallParser::Parts ToolCallParser::add(std::string_view text) {
 ToolCallParser::Parts ToolCallParser::finish() {
   Parts parts;
   settle(parts, true);
-  if (!all_space(pending_space_)) parts.content += pending_space_;
-  pending_space_.clear();
+  pending_space_.clear();  // whitespace after the last call
   return parts;
 }
 
@@ -133,19 +132,23 @@ void ToolCallParser::settle(Parts& parts, bool at_end) {
 }
 
 void ToolCallParser::emit_content(Parts& parts, std::string_view text) {
-  if (!found_calls_) {
+  if (!found_calls_ || content_after_call_) {
     parts.content += text;
     return;
   }
+  // Right after a call: whitespace waits for text that makes it content (or the next call, or the end,
+  // which drop it), so however the output is cut the same whitespace is dropped.
   pending_space_ += text;
   if (!all_space(pending_space_)) {
     parts.content += pending_space_;
     pending_space_.clear();
+    content_after_call_ = true;
   }
 }
 
 void ToolCallParser::add_call(Parts& parts, ParsedToolCall call) {
   found_calls_ = true;
+  content_after_call_ = false;
   pending_space_.clear();
   parts.calls.push_back(std::move(call));
 }

@@ -67,7 +67,8 @@ class ToolCallParser {
   bool found_calls_ = false;
   std::string held_;
   std::string opening_;  // the marker the call in progress followed: content again if the call does not parse
-  std::string pending_space_;  // whitespace after a call, kept until text shows it is content
+  bool content_after_call_ = false;  // content came after the last call (whitespace is content again)
+  std::string pending_space_;        // whitespace right after a call, kept until text shows it is content
 };
 
 }  // namespace pagedllm::server
