@@ -90,9 +90,11 @@ struct SamplingOptions {
 // vLLM's guided_* / structured_outputs). Enforced by the configured constraint
 // plugin's token masks inside the sampler.
 struct OutputConstraint {
-  enum class Type { kJsonObject, kJsonSchema, kRegex, kChoice };
+  enum class Type { kJsonObject, kJsonSchema, kRegex, kChoice, kStructuralTag };
   Type type = Type::kJsonObject;
-  std::string text;   // the schema (JSON), the regex, or the choices as a JSON array
+  // The schema (JSON), the regex, the choices as a JSON array, or an xgrammar structural tag (JSON:
+  // tool calls' fixed text around their arguments' schemas, core/server/tool_request.h).
+  std::string text;
   std::string field;  // the API field it came from ("response_format.json_schema.schema"), for errors
 };
 

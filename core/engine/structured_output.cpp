@@ -26,6 +26,7 @@ pllm_constraint_type type_of(OutputConstraint::Type type) {
     case OutputConstraint::Type::kJsonSchema: return PLLM_CONSTRAINT_JSON_SCHEMA;
     case OutputConstraint::Type::kRegex: return PLLM_CONSTRAINT_REGEX;
     case OutputConstraint::Type::kChoice: return PLLM_CONSTRAINT_CHOICE;
+    case OutputConstraint::Type::kStructuralTag: return PLLM_CONSTRAINT_STRUCTURAL_TAG;
   }
   return PLLM_CONSTRAINT_INVALID;
 }
@@ -76,6 +77,13 @@ ConstraintGrammar StructuredOutput::compile(const OutputConstraint& constraint) 
   const pllm_status status = instance_.api().compile(instance_.get(), &spec, &grammar, &error);
   if (status == PLLM_ERROR_INVALID_ARGUMENT) {
     throw RequestRejected(-1, fmt::format("{}: {}", constraint.field, error.message), constraint.field);
+  }
+  if (status == PLLM_ERROR_UNSUPPORTED && constraint.type == OutputConstraint::Type::kStructuralTag) {
+    // A constraint plugin of SDK 2.3 or older: it cannot force tool calls, which is the request's to learn.
+    throw RequestRejected(-1, fmt::format("{}: the server's constraint plugin cannot constrain output to tool calls "
+                                          "(structural tags, SDK 2.4): {}",
+                                          constraint.field, error.message),
+                          constraint.field);
   }
   check_plugin_call(status, error, instance_.library(), "compile");
   const ConstraintInstance* instance = &instance_;

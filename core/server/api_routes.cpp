@@ -57,7 +57,10 @@ HttpReply tokenize(std::string_view body, ServerState& state) {
   check_model(request, engine);
   std::vector<std::int32_t> ids;
   if (field(request, "messages")) {
-    ids = render_chat_prompt(engine, parse_chat_messages(request), get_bool(request, "add_generation_prompt").value_or(true),
+    const nlohmann::ordered_json ordered_request = parse_ordered_json(body);
+    ids = render_chat_prompt(engine, parse_chat_messages(request, ordered_request),
+                             parse_chat_tools(request, ordered_request).definitions,
+                             get_bool(request, "add_generation_prompt").value_or(true),
                              get_bool(request, "add_special_tokens").value_or(false));
   } else {
     const std::optional<std::string> prompt = get_string(request, "prompt");

@@ -154,9 +154,6 @@ void reject_unsupported(const json& request, ApiKind kind, bool beam_search) {
                             "width with 'use_beam_search')",
                             "best_of");
     }
-    if (const json* tools = field(request, "tools"); tools && !tools->empty()) {
-      throw invalid_request("'tools' (function calling) is not supported", "tools");
-    }
   }
 }
 
@@ -215,6 +212,30 @@ std::optional<BeamSearchOptions> get_beam_search(const json& request, bool beam_
   return options;
 }
 
+// How the chat output is parsed into tool calls, and for tool_choice required or a named function the
+// constraint that makes it one. tool_choice "none" still renders the tools (as vLLM does by default) but
+// leaves the output unparsed.
+void plan_tool_calls(GenerationPlan& plan, const ChatTools& tools, ToolCallFormat parser,
+                     bool skip_special_tokens_given) {
+  if (!tools.offered() || tools.choice == ToolChoice::kNone) return;
+  plan.parallel_tool_calls = tools.parallel;
+  if (tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed) {
+    if (plan.constraint) {
+      throw invalid_request(fmt::format("'tool_choice' {} constrains the output to tool calls, and '{}' "
+                                        "constrains it too; give one",
+                                        tools.choice == ToolChoice::kRequired ? "\"required\"" : "naming a function",
+                                        plan.constraint->field),
+                            "tool_choice");
+    }
+    plan.constraint = tool_call_constraint(tools, parser);  // a 400 when no parser is configured
+    plan.tool_calls_forced = true;
+  }
+  plan.tool_call_format = parser;
+  // Mistral's calls start with [TOOL_CALLS], a special token: kept in the text unless the client says
+  // otherwise (vLLM's mistral parser does the same).
+  if (parser == ToolCallFormat::kMistral && !skip_special_tokens_given) plan.sampling.skip_special_tokens = false;
+}
+
 }  // namespace
 
 nlohmann::json parse_json_object(std::string_view body) {
@@ -237,7 +258,59 @@ void check_model(const nlohmann::json& request, const Engine& engine) {
   }
 }
 
-std::vector<tokenizer::ChatMessage> parse_chat_messages(const nlohmann::json& request) {
+nlohmann::ordered_json parse_ordered_json(std::string_view body) {
+  // Called on a body parse_json_object() took, so it parses.
+  return nlohmann::ordered_json::parse(body);
+}
+
+namespace {
+
+// An assistant message's tool_calls, as the template takes them: each call as the client gave it, its
+// function.arguments (OpenAI's JSON string) parsed into the object, {} when empty (as vLLM does).
+nlohmann::ordered_json parse_tool_calls(const json& calls, const nlohmann::ordered_json& ordered_calls,
+                                        const std::string& param) {
+  if (!calls.is_array()) wrong_type(param, "an array of tool calls", calls);
+  nlohmann::ordered_json out = ordered_calls;
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    const std::string call_param = fmt::format("{}[{}]", param, i);
+    const json& call = calls[i];
+    if (!call.is_object()) wrong_type(call_param, "an object", call);
+    if (const json* id = field(call, "id"); id && !id->is_string()) wrong_type(call_param + ".id", "a string", *id);
+    if (const json* type = field(call, "type"); type && *type != "function") {
+      throw invalid_request(fmt::format("'{}.type' must be \"function\"", call_param), call_param + ".type");
+    }
+    const json* function = field(call, "function");
+    if (!function || !function->is_object()) {
+      throw invalid_request(fmt::format("'{}.function' (an object with 'name' and 'arguments') is required",
+                                        call_param),
+                            call_param + ".function");
+    }
+    const json* name = field(*function, "name");
+    if (!name || !name->is_string()) {
+      throw invalid_request(fmt::format("'{}.function.name' must be a string", call_param),
+                            call_param + ".function.name");
+    }
+    nlohmann::ordered_json& arguments = out[i]["function"]["arguments"];
+    if (arguments.is_string()) {
+      const std::string text = arguments.get<std::string>();
+      arguments = text.empty() ? nlohmann::ordered_json::object() : nlohmann::ordered_json::parse(text, nullptr, false);
+      if (arguments.is_discarded()) {
+        throw invalid_request(fmt::format("'{}.function.arguments' is not valid JSON", call_param),
+                              call_param + ".function.arguments");
+      }
+    } else if (arguments.is_null()) {
+      arguments = nlohmann::ordered_json::object();
+    } else if (!arguments.is_object() && !arguments.is_array()) {
+      wrong_type(call_param + ".function.arguments", "a JSON string (or an object)", *field(*function, "arguments"));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<tokenizer::ChatMessage> parse_chat_messages(const nlohmann::json& request,
+                                                        const nlohmann::ordered_json& ordered_request) {
   const json* m = field(request, "messages");
   if (!m) throw invalid_request("'messages' is required", "messages");
   if (!m->is_array()) wrong_type("messages", "an array of messages", *m);
@@ -287,13 +360,33 @@ std::vector<tokenizer::ChatMessage> parse_chat_messages(const nlohmann::json& re
     } else {
       wrong_type(param + ".content", "a string or an array of content parts", *c);
     }
-    messages.push_back({std::move(role_name), std::move(content)});
+    tokenizer::ChatMessage parsed;
+    parsed.role = std::move(role_name);
+    parsed.content = std::move(content);
+    if (const json* calls = field(message, "tool_calls")) {
+      if (parsed.role != "assistant") {
+        throw invalid_request(fmt::format("'{}.tool_calls' is only allowed in assistant messages", param),
+                              param + ".tool_calls");
+      }
+      // An empty list is no calls (vLLM drops it, keeping templates on their plain assistant path).
+      if (!calls->is_array() || !calls->empty()) {
+        parsed.tool_calls = parse_tool_calls(*calls, ordered_request.at("messages").at(i).at("tool_calls"),
+                                             param + ".tool_calls");
+      }
+    }
+    if (const json* id = field(message, "tool_call_id")) {
+      if (!id->is_string()) wrong_type(param + ".tool_call_id", "a string", *id);
+      if (parsed.role == "tool") parsed.tool_call_id = id->get<std::string>();
+    }
+    if (const json* name = field(message, "name"); name && name->is_string()) parsed.name = name->get<std::string>();
+    messages.push_back(std::move(parsed));
   }
   return messages;
 }
 
 std::vector<std::int32_t> render_chat_prompt(const Engine& engine, const std::vector<tokenizer::ChatMessage>& messages,
-                                             bool add_generation_prompt, bool add_special_tokens) {
+                                             const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                             bool add_special_tokens) {
   const tokenizer::ChatTemplate* chat_template = engine.chat_template();
   if (!chat_template) {
     throw invalid_request(fmt::format("Model `{}` has no chat template, so it cannot serve chat completions. Use "
@@ -302,7 +395,7 @@ std::vector<std::int32_t> render_chat_prompt(const Engine& engine, const std::ve
                           "messages");
   }
   try {
-    const std::string text = chat_template->render(messages, add_generation_prompt);
+    const std::string text = chat_template->render(messages, add_generation_prompt, tools);
     // The template writes BOS and the turn markers itself, hence no special
     // tokens by default.
     return engine.tokenizer().encode(text, add_special_tokens, /*parse_special=*/true);
@@ -330,7 +423,8 @@ GenerateRequest make_engine_request(const GenerationPlan& plan, std::size_t inde
   return request;
 }
 
-GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, const Engine& engine) {
+GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, const Engine& engine,
+                                        ToolCallFormat tool_parser) {
   const json request = parse_json_object(body);
   check_model(request, engine);
   const bool beam_search = get_bool(request, "use_beam_search").value_or(false);
@@ -426,8 +520,12 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
   plan.constraint = parse_output_constraint(request);
 
   if (chat) {
-    const auto messages = parse_chat_messages(request);
-    plan.prompts.push_back({render_chat_prompt(engine, messages, /*add_generation_prompt=*/true), {}, std::nullopt});
+    const nlohmann::ordered_json ordered_request = parse_ordered_json(body);
+    const ChatTools tools = parse_chat_tools(request, ordered_request);
+    plan_tool_calls(plan, tools, tool_parser, field(request, "skip_special_tokens") != nullptr);
+    const auto messages = parse_chat_messages(request, ordered_request);
+    plan.prompts.push_back(
+        {render_chat_prompt(engine, messages, tools.definitions, /*add_generation_prompt=*/true), {}, std::nullopt});
   } else {
     plan.prompts = parse_prompts(request, engine);
   }

@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/engine/engine.h"
+#include "core/server/tool_call_parser.h"
+#include "core/server/tool_request.h"
 
 namespace pagedllm::server {
 
@@ -58,6 +60,11 @@ struct GenerationPlan {
   int best_of = 1;
   // response_format / structured_outputs / guided_* (structured_output_request.h).
   std::optional<OutputConstraint> constraint;
+  // Chat with tools offered, tool_choice not "none" and a server.tool_call_parser: each choice's content is
+  // parsed into tool_calls in this format (tool_call_parser.h); kNone: the output is not parsed.
+  ToolCallFormat tool_call_format = ToolCallFormat::kNone;
+  bool tool_calls_forced = false;   // tool_choice "required" or a named function: constrained to calls
+  bool parallel_tool_calls = true;  // false: a choice returns its first call only
 
   int num_choices() const { return static_cast<int>(prompts.size()) * sampling.n; }
   // Sequences generated for all prompts.
@@ -69,19 +76,29 @@ GenerateRequest make_engine_request(const GenerationPlan& plan, std::size_t inde
 
 // Parses a request body. Throws ApiError: 400 for malformed JSON, wrong types,
 // values out of range, prompts longer than the context; 404 model_not_found.
-GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, const Engine& engine);
+// `tool_parser` is server.tool_call_parser: how chat output is parsed into tool calls.
+GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, const Engine& engine,
+                                        ToolCallFormat tool_parser = ToolCallFormat::kNone);
 
 // The JSON object of a request body, or a 400.
 nlohmann::json parse_json_object(std::string_view body);
 
-// Chat messages (the "messages" field) as the chat template takes them.
-std::vector<tokenizer::ChatMessage> parse_chat_messages(const nlohmann::json& request);
+// The request body parsed keeping its keys' order: what reaches a chat template as JSON (tool calls'
+// arguments, tools' schemas) keeps the client's order, as it does through transformers.
+nlohmann::ordered_json parse_ordered_json(std::string_view body);
 
-// Renders `messages` with the model's chat template and tokenizes the result
-// (special tokens written by the template are parsed as such). A model with
-// no chat template, or a conversation its format cannot express, is a 400.
+// Chat messages (the "messages" field) as the chat template takes them, as vLLM hands them to it:
+// role and content (text parts joined by newlines; null is ""), an assistant's tool_calls with each
+// function.arguments JSON string parsed into its object, a tool message's tool_call_id, a name.
+std::vector<tokenizer::ChatMessage> parse_chat_messages(const nlohmann::json& request,
+                                                        const nlohmann::ordered_json& ordered_request);
+
+// Renders `messages` (and `tools`: ChatTools::definitions) with the model's chat template and tokenizes
+// the result (special tokens written by the template are parsed as such). A model with no chat template,
+// or a conversation its format cannot express, is a 400.
 std::vector<std::int32_t> render_chat_prompt(const Engine& engine, const std::vector<tokenizer::ChatMessage>& messages,
-                                             bool add_generation_prompt, bool add_special_tokens = false);
+                                             const nlohmann::ordered_json& tools, bool add_generation_prompt,
+                                             bool add_special_tokens = false);
 
 // An array of token ids of this model (`param` names the field in errors).
 std::vector<std::int32_t> parse_token_ids(const nlohmann::json& value, const std::string& param, const Engine& engine);

@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <iterator>
+#include <random>
 
 namespace pagedllm::server {
 
@@ -26,6 +28,18 @@ double logprob_number(float value) {
 std::size_t code_points(const std::string& text) {
   return static_cast<std::size_t>(
       std::count_if(text.begin(), text.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+// A tool call's id: "call_" and 24 random letters and digits; Mistral's templates take exactly 9 letters
+// and digits (vLLM's mistral parser makes them so).
+std::string tool_call_id(ToolCallFormat format) {
+  static constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 random{std::random_device{}()};
+  std::uniform_int_distribution<std::size_t> pick(0, kAlphabet.size() - 1);
+  const bool mistral = format == ToolCallFormat::kMistral;
+  std::string id = mistral ? "" : "call_";
+  for (int i = 0; i < (mistral ? 9 : 24); ++i) id += kAlphabet[pick(random)];
+  return id;
 }
 
 json utf8_bytes(const std::string& text) {
@@ -65,6 +79,23 @@ json ResponseBuilder::stop_reason(const SequenceDelta& delta) const {
   if (!delta.stop_string.empty()) return delta.stop_string;
   if (delta.stop_token_id >= 0) return delta.stop_token_id;
   return nullptr;  // EOS
+}
+
+json ResponseBuilder::take_tool_calls(Choice& choice, std::vector<ParsedToolCall>&& calls) const {
+  json taken = json::array();
+  for (ParsedToolCall& call : calls) {
+    if (!plan_.parallel_tool_calls && choice.num_tool_calls > 0) break;
+    taken.push_back({{"index", choice.num_tool_calls++},
+                     {"id", tool_call_id(plan_.tool_call_format)},
+                     {"type", "function"},
+                     {"function", {{"name", std::move(call.name)}, {"arguments", std::move(call.arguments)}}}});
+  }
+  return taken;
+}
+
+json ResponseBuilder::choice_finish_reason(const Choice& choice) {
+  if (choice.num_tool_calls > 0 && choice.finish_reason == FinishReason::kStop) return "tool_calls";
+  return finish_reason_json(choice.finish_reason);
 }
 
 json ResponseBuilder::prompt_logprobs_json(const std::vector<TokenLogprob>& prompt_logprobs) const {
@@ -191,6 +222,18 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
       reasoning = std::move(parts.reasoning);
       text = std::move(parts.content);
     }
+    json tool_calls = json::array();
+    if (plan_.tool_call_format != ToolCallFormat::kNone) {
+      if (!choice.tool_parser) choice.tool_parser.emplace(plan_.tool_call_format, plan_.tool_calls_forced);
+      ToolCallParser::Parts parts = choice.tool_parser->add(text);
+      if (delta.finish_reason) {
+        ToolCallParser::Parts rest = choice.tool_parser->finish();
+        parts.content += rest.content;
+        std::move(rest.calls.begin(), rest.calls.end(), std::back_inserter(parts.calls));
+      }
+      text = std::move(parts.content);
+      tool_calls = take_tool_calls(choice, std::move(parts.calls));
+    }
     if (delta.finish_reason) {
       choice.finish_reason = delta.finish_reason;
       choice.stop_reason = stop_reason(delta);
@@ -202,6 +245,10 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
     if (!plan_.stream) {
       choice.text += text;
       choice.reasoning += reasoning;
+      for (json& call : tool_calls) {
+        call.erase("index");
+        choice.tool_calls.push_back(std::move(call));
+      }
       if (plan_.return_token_ids) {
         choice.token_ids.insert(choice.token_ids.end(), delta.token_ids.begin(), delta.token_ids.end());
       }
@@ -210,28 +257,46 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
     }
     const bool has_tokens = !delta.token_ids.empty() || echoed;
     const bool sends_token_ids = plan_.return_token_ids && has_tokens;
-    if (text.empty() && reasoning.empty() && !delta.finish_reason && !(plan_.logprobs && has_tokens) &&
-        !sends_prompt_logprobs && !sends_token_ids) {
+    if (text.empty() && reasoning.empty() && tool_calls.empty() && !delta.finish_reason &&
+        !(plan_.logprobs && has_tokens) && !sends_prompt_logprobs && !sends_token_ids) {
       continue;
     }
-    json c = {{"index", index}};
+    // Chat: the text's delta, then each call's (its id, type and name, then its arguments), one chunk each;
+    // the first carries the tokens' logprobs and ids, the last the finish reason.
+    std::vector<json> deltas;
     if (plan_.kind == ApiKind::kChat) {
       json message = json::object();
       if (!reasoning.empty()) message["reasoning_content"] = reasoning;
       if (!text.empty()) message["content"] = text;
-      c["delta"] = std::move(message);
+      if (!message.empty() || tool_calls.empty()) deltas.push_back(std::move(message));
+      for (json& call : tool_calls) {
+        json arguments = std::move(call["function"]["arguments"]);
+        call["function"]["arguments"] = "";
+        const json call_index = call["index"];
+        deltas.push_back({{"tool_calls", json::array({std::move(call)})}});
+        deltas.push_back({{"tool_calls", json::array({{{"index", call_index}, {"function", {{"arguments", std::move(arguments)}}}}})}});
+      }
     } else {
-      c["text"] = text;
+      deltas.push_back(nullptr);
     }
-    c["logprobs"] = std::move(logprobs);
-    c["finish_reason"] = finish_reason_json(delta.finish_reason);
-    c["stop_reason"] = delta.finish_reason ? choice.stop_reason : json(nullptr);
-    if (sends_prompt_logprobs) c["prompt_logprobs"] = choice.prompt_logprobs;
-    if (plan_.return_token_ids) {
-      c["prompt_token_ids"] = first ? json(plan_.prompts[prompt_index].token_ids) : json(nullptr);
-      c["token_ids"] = delta.token_ids;
+    for (std::size_t d = 0; d < deltas.size(); ++d) {
+      const bool opening = d == 0, closing = d + 1 == deltas.size();
+      json c = {{"index", index}};
+      if (plan_.kind == ApiKind::kChat) {
+        c["delta"] = std::move(deltas[d]);
+      } else {
+        c["text"] = text;
+      }
+      c["logprobs"] = opening ? std::move(logprobs) : json(nullptr);
+      c["finish_reason"] = closing ? choice_finish_reason(choice) : json(nullptr);
+      c["stop_reason"] = closing && delta.finish_reason ? choice.stop_reason : json(nullptr);
+      if (opening && sends_prompt_logprobs) c["prompt_logprobs"] = choice.prompt_logprobs;
+      if (plan_.return_token_ids) {
+        c["prompt_token_ids"] = opening && first ? json(plan_.prompts[prompt_index].token_ids) : json(nullptr);
+        c["token_ids"] = opening ? json(delta.token_ids) : json::array();
+      }
+      events += sse_event(chunk(std::move(c)));
     }
-    events += sse_event(chunk(std::move(c)));
   }
   return events;
 }
@@ -292,6 +357,11 @@ std::string ResponseBuilder::response_body() const {
     json c = {{"index", i}};
     if (chat) {
       c["message"] = {{"role", "assistant"}, {"content", choice.text}};
+      if (!choice.tool_calls.empty()) {
+        // OpenAI: a message that only calls has null content.
+        if (choice.text.empty()) c["message"]["content"] = nullptr;
+        c["message"]["tool_calls"] = choice.tool_calls;
+      }
       if (reasoning_ != ReasoningFormat::kNone) {
         c["message"]["reasoning_content"] = choice.reasoning.empty() ? json(nullptr) : json(choice.reasoning);
       }
@@ -299,7 +369,7 @@ std::string ResponseBuilder::response_body() const {
       c["text"] = choice.text;
     }
     c["logprobs"] = choice.logprobs;
-    c["finish_reason"] = finish_reason_json(choice.finish_reason);
+    c["finish_reason"] = choice_finish_reason(choice);
     c["stop_reason"] = choice.stop_reason;
     if (plan_.prompt_logprobs) c["prompt_logprobs"] = choice.prompt_logprobs;
     if (plan_.return_token_ids) {

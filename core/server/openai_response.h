@@ -21,6 +21,7 @@
 #include "core/engine/engine.h"
 #include "core/server/openai_request.h"
 #include "core/server/reasoning_parser.h"
+#include "core/server/tool_call_parser.h"
 
 namespace pagedllm::server {
 
@@ -54,6 +55,9 @@ class ResponseBuilder {
     std::string text;  // not streaming: all of it (after the echoed prompt); the content when split
     std::string reasoning;  // not streaming, with a reasoning format: the reasoning_content
     std::optional<ReasoningSplitter> splitter;  // chat with a reasoning format
+    std::optional<ToolCallParser> tool_parser;  // chat with plan.tool_call_format
+    int num_tool_calls = 0;                     // calls returned so far (streamed, or below)
+    nlohmann::json tool_calls = nlohmann::json::array();  // not streaming: the message's tool_calls
     double cumulative_logprob = 0;  // of the sampled tokens (best_of's ranking)
     bool started = false;
     std::size_t text_offset = 0;  // completions logprobs: code points before the next token
@@ -79,6 +83,11 @@ class ResponseBuilder {
   void append_logprobs(nlohmann::json& into, nlohmann::json&& more) const;
   nlohmann::json chunk(nlohmann::json choice) const;
   nlohmann::json stop_reason(const SequenceDelta& delta) const;
+  // The calls of `calls` the choice returns (parallel_tool_calls false: its first only), as OpenAI's
+  // tool_calls entries with fresh ids.
+  nlohmann::json take_tool_calls(Choice& choice, std::vector<ParsedToolCall>&& calls) const;
+  // finish_reason_json, but "tool_calls" for a choice that stopped after calling.
+  static nlohmann::json choice_finish_reason(const Choice& choice);
   std::string token_text(std::int32_t id) const;
 
   const GenerationPlan& plan_;

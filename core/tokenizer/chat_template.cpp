@@ -105,7 +105,8 @@ ChatTemplate ChatTemplate::from_config(const TokenizerConfig& config, std::optio
   return ChatTemplate(*config.chat_template, config.chat_template_source, config);
 }
 
-std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                                 const nlohmann::ordered_json& tools) const {
   // transformers' apply_chat_template cannot render an empty conversation either.
   if (messages.empty()) throw TokenizerError("chat: the conversation has no messages");
   std::vector<jinja::Value> message_values;
@@ -114,6 +115,9 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
     jinja::Value m = jinja::Value::dict();
     m.dict_entries().set("role", jinja::Value(message.role));
     m.dict_entries().set("content", jinja::Value(message.content));
+    if (!message.tool_calls.is_null()) m.dict_entries().set("tool_calls", jinja::Value::from_json(message.tool_calls));
+    if (message.tool_call_id) m.dict_entries().set("tool_call_id", jinja::Value(*message.tool_call_id));
+    if (message.name) m.dict_entries().set("name", jinja::Value(*message.name));
     message_values.push_back(std::move(m));
   }
   // As transformers' apply_chat_template: the special tokens it knows, tools and
@@ -121,7 +125,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, bool add
   jinja::Value variables = jinja::Value::dict();
   jinja::Dict& v = variables.dict_entries();
   v.set("messages", jinja::Value::list(std::move(message_values)));
-  v.set("tools", jinja::Value::none());
+  v.set("tools", jinja::Value::from_json(tools));
   v.set("documents", jinja::Value::none());
   v.set("add_generation_prompt", jinja::Value(add_generation_prompt));
   for (const auto& [name, token] : {std::pair{"bos_token", &bos_token_}, std::pair{"eos_token", &eos_token_},

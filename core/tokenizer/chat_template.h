@@ -19,6 +19,9 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+
+#include <nlohmann/json.hpp>
 
 #include "core/tokenizer/tokenizer_config.h"
 
@@ -30,9 +33,20 @@ namespace pagedllm::tokenizer {
 
 enum class ChatFormat { kChatMl, kLlama2, kLlama3, kMistral, kZephyr };
 
+// One message as vLLM hands it to apply_chat_template: role and content, then what
+// only some messages carry (an assistant's tool calls, a tool result's call id, a
+// name). The template sees exactly the keys that are set, in this order.
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string role_name, std::string text) : role(std::move(role_name)), content(std::move(text)) {}
+
   std::string role;
   std::string content;
+  // An assistant's calls, [{"id", "type": "function", "function": {"name", "arguments": {...}}}],
+  // in the client's key order; null: none.
+  nlohmann::ordered_json tool_calls = nullptr;
+  std::optional<std::string> tool_call_id;  // a tool message's
+  std::optional<std::string> name;
 };
 
 // "chatml", "llama2", "llama3", "mistral", "zephyr".
@@ -56,8 +70,11 @@ class ChatTemplate {
   static ChatTemplate from_config(const TokenizerConfig& config, std::optional<ChatFormat> override_format);
 
   // TokenizerError for a conversation the template refuses (its raise_exception, an
-  // error of the template, no messages), naming the template and the line.
-  std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt) const;
+  // error of the template, no messages), naming the template and the line. `tools`
+  // is the template's `tools` variable: null (none offered) or a list of
+  // {"type": "function", "function": {...}}, as apply_chat_template takes them.
+  std::string render(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                     const nlohmann::ordered_json& tools = nullptr) const;
 
   const std::string& source() const { return source_; }
 

@@ -270,6 +270,38 @@ class XgrammarConstraint : public pllm::ConstraintPlugin {
     for (const int32_t id : special_tokens_) row[id >> 5] &= ~(1u << (id & 31));
   }
 
+  // The JSON schemas inside a structural tag, prepared as a JSON_SCHEMA constraint's are, and each checked
+  // on its own for admitting some output: inside the tag its first token is the tag's fixed text, so the
+  // whole grammar's first step cannot tell. `begin` is the enclosing tag's opening text, for the message.
+  void prepare_tag_schemas(nlohmann::json& node, const std::string& begin) const {
+    if (node.is_array()) {
+      for (nlohmann::json& item : node) prepare_tag_schemas(item, begin);
+      return;
+    }
+    if (!node.is_object()) return;
+    const auto type = node.find("type");
+    const auto schema = node.find("json_schema");
+    if (type != node.end() && *type == "json_schema" && schema != node.end() && schema->is_object()) {
+      const std::string prepared = prepared_schema(schema->dump());
+      try {
+        const std::optional<int> max_ws = options_.max_whitespace > 0 ? std::optional<int>(options_.max_whitespace)
+                                                                       : std::nullopt;
+        require_some_output(compiler_->CompileJSONSchema(prepared, options_.any_whitespace, std::nullopt,
+                                                         std::nullopt, false, max_ws));
+      } catch (const pllm::Error& e) {
+        bad_constraint("the JSON schema after \"" + begin + "\": " + e.what());
+      } catch (const std::exception& e) {
+        bad_constraint("the JSON schema after \"" + begin + "\": " + first_line(e.what()));
+      }
+      *schema = nlohmann::json::parse(prepared);
+      return;
+    }
+    const auto tag_begin = node.find("begin");
+    const std::string inner_begin = tag_begin != node.end() && tag_begin->is_string() ? tag_begin->get<std::string>()
+                                                                                       : begin;
+    for (auto& [key, value] : node.items()) prepare_tag_schemas(value, inner_begin);
+  }
+
   // A grammar whose first step allows no token, not even its end, admits no output at all (a schema whose
   // $ref refers only to itself, say): the client's error, refused when it is compiled, at submit, rather
   // than a request whose first row has every token masked.
@@ -304,6 +336,12 @@ class XgrammarConstraint : public pllm::ConstraintPlugin {
           return compiler_->CompileRegex(text);
         case PLLM_CONSTRAINT_CHOICE:
           return compiler_->CompileGrammar(choice_grammar(spec.text ? spec.text : ""));
+        case PLLM_CONSTRAINT_STRUCTURAL_TAG: {
+          nlohmann::json tag = nlohmann::json::parse(text, nullptr, false);
+          if (tag.is_discarded()) bad_constraint("the structural tag is not valid JSON");
+          prepare_tag_schemas(tag, "");
+          return compiler_->CompileStructuralTag(tag.dump());
+        }
         case PLLM_CONSTRAINT_INVALID:
         case PLLM_CONSTRAINT_TYPE_FORCE_32BIT:
           break;

@@ -62,9 +62,6 @@ def test_400_for_n_and_max_tokens_out_of_bounds(client, model):
 def test_400_for_fields_the_server_does_not_implement(client, model):
     create = client.completions.create
     bad_request(create, "suffix", model=model, prompt="x", suffix="y")
-    chat = client.chat.completions.create
-    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
-    bad_request(chat, "tools", model=model, messages=USER, tools=[tool])
 
 
 def test_unknown_fields_are_ignored_as_openai_does(client, model):

@@ -326,7 +326,36 @@ TEST_CASE("chat logprobs, fields and message errors", "[server][request]") {
   check_400(engine, k, {{"messages", {{{"role", "user"}, {"content", 5}}}}}, "messages[0].content", "must be a string");
   check_400(engine, k, {{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}},
             "messages[0].content[0].type", "only text content");
-  check_400(engine, k, {{"messages", hi}, {"tools", {{{"type", "function"}}}}}, "tools", "not supported");
+  check_400(engine, k, {{"messages", hi}, {"tools", {{{"type", "function"}}}}}, "tools[0].function", "is required");
+  const json weather = {{"type", "function"},
+                        {"function", {{"name", "get_weather"}, {"parameters", {{"type", "object"}}}}}};
+  check_400(engine, k, {{"messages", hi}, {"tools", {weather, weather}}}, "tools[1].function.name",
+            "two tools are named 'get_weather'");
+  check_400(engine, k, {{"messages", hi}, {"tools", {{{"type", "function"}, {"function", {{"name", "bad name"}}}}}}},
+            "tools[0].function.name", "letters, digits");
+  check_400(engine, k,
+            {{"messages", hi},
+             {"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "string"}}}}}}}}},
+            "tools[0].function.parameters.type", "must have type \"object\"");
+  check_400(engine, k,
+            {{"messages", hi}, {"tools", {weather}},
+             {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}},
+            "tool_choice.function.name", "not one of 'tools' (get_weather)");
+  check_400(engine, k, {{"messages", hi}, {"tools", {weather}}, {"tool_choice", "sometimes"}}, "tool_choice",
+            "not one of");
+  check_400(engine, k, {{"messages", hi}, {"tool_choice", "required"}}, "tool_choice", "offers none");
+  // No server.tool_call_parser: a call cannot be forced, since no format says how to write it.
+  check_400(engine, k, {{"messages", hi}, {"tools", {weather}}, {"tool_choice", "required"}}, "tool_choice",
+            "set server.tool_call_parser");
+  check_400(engine, k,
+            {{"messages", {{{"role", "assistant"},
+                            {"tool_calls", {{{"id", "c1"}, {"type", "function"},
+                                             {"function", {{"name", "f"}, {"arguments", "{not json"}}}}}}}}}},
+            "messages[0].tool_calls[0].function.arguments", "not valid JSON");
+  check_400(engine, k,
+            {{"messages", {{{"role", "user"}, {"content", "x"},
+                            {"tool_calls", {{{"function", {{"name", "f"}, {"arguments", "{}"}}}}}}}}}},
+            "messages[0].tool_calls", "only allowed in assistant messages");
   check_400(engine, k, {{"messages", hi}, {"response_format", {{"type", "xml"}}}}, "response_format.type",
             "not one of 'text', 'json_object', 'json_schema'");
   CHECK(chat(engine, {{"messages", hi}, {"response_format", {{"type", "json_object"}}}}).constraint->type ==

@@ -1,7 +1,7 @@
 // Chat-template rendering with hostile templates and messages: the input up
 // to its first NUL byte is a tokenizer_config.json (its chat_template, BOS and
-// EOS), the rest a chat request body whose "messages" the server parses
-// (parse_chat_messages). The template runs on the Jinja engine
+// EOS), the rest a chat request body whose "messages" and "tools" the server
+// parses (parse_chat_messages, parse_chat_tools). The template runs on the Jinja engine
 // (ChatTemplate::from_config; when it does not parse, each built-in format is
 // forced, as the serving config's model.chat_template does), the messages
 // rendered with and without the generation prompt, and the result encoded as
@@ -19,6 +19,7 @@
 
 #include "core/server/api_error.h"
 #include "core/server/openai_request.h"
+#include "core/server/tool_request.h"
 #include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/tokenizer_config.h"
@@ -29,10 +30,11 @@ using namespace pagedllm::tokenizer;
 
 namespace {
 
-void render_all(const ChatTemplate& chat, const std::vector<ChatMessage>& messages, const Tokenizer& tokenizer) {
+void render_all(const ChatTemplate& chat, const std::vector<ChatMessage>& messages, const nlohmann::ordered_json& tools,
+                const Tokenizer& tokenizer) {
   for (const bool prompt : {false, true}) {
     try {
-      const std::string text = chat.render(messages, prompt);
+      const std::string text = chat.render(messages, prompt, tools);
       (void)tokenizer.encode(text, false, true);
     } catch (const TokenizerError&) {
     }
@@ -58,18 +60,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
 
   std::vector<ChatMessage> messages;
+  nlohmann::ordered_json tools = nullptr;
   try {
-    messages = server::parse_chat_messages(server::parse_json_object(body));
+    const nlohmann::json request = server::parse_json_object(body);
+    const nlohmann::ordered_json ordered_request = server::parse_ordered_json(body);
+    messages = server::parse_chat_messages(request, ordered_request);
+    tools = server::parse_chat_tools(request, ordered_request).definitions;
   } catch (const server::ApiError& e) {
     if (e.status() < 400 || e.status() >= 500) __builtin_trap();
     messages = {{"system", "You are terse."}, {"user", "Hi <|im_end|>"}, {"assistant", " Hello! "}, {"user", "x"}};
   }
 
   try {
-    render_all(ChatTemplate::from_config(*config, std::nullopt), messages, tokenizer);
+    render_all(ChatTemplate::from_config(*config, std::nullopt), messages, tools, tokenizer);
   } catch (const TokenizerError&) {
     for (const char* name : {"chatml", "llama2", "llama3", "mistral", "zephyr"}) {
-      render_all(ChatTemplate::from_config(*config, parse_chat_format(name)), messages, tokenizer);
+      render_all(ChatTemplate::from_config(*config, parse_chat_format(name)), messages, tools, tokenizer);
     }
   }
   return 0;

@@ -156,7 +156,7 @@ def gguf_model_files():
 def main():
     out = pathlib.Path(sys.argv[1])
     seeds = {t: [] for t in ("config", "openai_request", "http", "safetensors", "gguf", "model_config", "tokenizer_load",
-                             "tokenizer_roundtrip", "chat_template", "draft_vocab")}
+                             "tokenizer_roundtrip", "chat_template", "draft_vocab", "tool_call_parser")}
     for yaml in sorted((ROOT / "configs").glob("*.yaml")):
         text = yaml.read_bytes()
         seeds["config"] += [text, text + b"\n#--set cache.block_size=32\n#--set scheduler={max_num_seqs: 4}\n"
@@ -202,6 +202,14 @@ def main():
     seeds["draft_vocab"] += [read("models/pagedllm-tiny-eagle/draft_vocab.json"),
                              json.dumps({"token_ids": vocab["token_ids"][:1100]}).encode(),
                              json.dumps({"token_ids": [3, 1, 2, 3]}).encode()]
+    # Tool calls: byte 0 the format (0 hermes, 1 llama3_json, 2 mistral; +4 forced), byte 1 the cut.
+    seeds["tool_call_parser"] += [
+        bytes([0, 9]) + b'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+        bytes([0, 3]) + b'<tool_call>{"name": "f", "arguments": "{\\"a\\": [1, {}]}"}</tool_call><tool_call>{bad',
+        bytes([1, 20]) + b'<|python_tag|>{"name": "a", "parameters": {"s": "}\\""}}; {"name": "b", "parameters": {}}',
+        bytes([2, 5]) + b'Hm.[TOOL_CALLS] [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": [1]}}]',
+        bytes([6, 1]) + b'[{"name": "a", "arguments": {"k": "v"}}]',
+    ]
     for target, items in seeds.items():
         d = out / target
         d.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,8 @@ seconds=${1:-60}
 [[ $# -gt 0 ]] && shift
 targets=("$@")
 if ((${#targets[@]} == 0)); then
-  targets=(config openai_request http safetensors gguf model_config tokenizer_load tokenizer_roundtrip chat_template draft_vocab)
+  targets=(config openai_request http safetensors gguf model_config tokenizer_load tokenizer_roundtrip chat_template draft_vocab
+           tool_call_parser)
 fi
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 python=${PAGEDLLM_PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
@@ -38,7 +39,7 @@ fi
 "$python" tools/fuzz/make_corpus.py "$build/seeds" >/dev/null
 mkdir -p "$build/artifacts"
 declare -A dicts=([config]=yaml [openai_request]=json [http]=http [model_config]=json [tokenizer_load]=json
-                  [chat_template]=json [draft_vocab]=json [safetensors]=json)
+                  [chat_template]=json [draft_vocab]=json [safetensors]=json [tool_call_parser]=json)
 failed=()
 printf '%-22s %12s %8s %8s %s\n' target executions cov ft result
 for t in "${targets[@]}"; do

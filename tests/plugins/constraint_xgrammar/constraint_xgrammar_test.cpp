@@ -205,6 +205,14 @@ TEST_CASE("constraint_xgrammar: bad constraints are INVALID_ARGUMENT with a mess
   CHECK(c.compile(PLLM_CONSTRAINT_JSON_SCHEMA, R"({"$ref": "#"})", &grammar, &message) ==
         PLLM_ERROR_INVALID_ARGUMENT);
   CHECK_THAT(message, Contains("no output can match it"));
+  // Inside a structural tag (forced tool calls) the tag's fixed text comes first, so each schema is checked
+  // on its own; the message names the tag it follows.
+  CHECK(c.compile(PLLM_CONSTRAINT_STRUCTURAL_TAG,
+                  R"({"type": "structural_tag", "format": {"type": "tag", "begin": "<call f>", )"
+                  R"("content": {"type": "json_schema", "json_schema": {"$ref": "#"}}, "end": "</call>"}})",
+                  &grammar, &message) == PLLM_ERROR_INVALID_ARGUMENT);
+  CHECK_THAT(message, Contains("after \"<call f>\"") && Contains("no output can match it"));
+  CHECK(c.compile(PLLM_CONSTRAINT_STRUCTURAL_TAG, "{not json", &grammar, &message) == PLLM_ERROR_INVALID_ARGUMENT);
   CHECK(c.compile(pllm_constraint_type(77), "x", &grammar, &message) == PLLM_ERROR_UNSUPPORTED);
   CHECK(grammar == nullptr);
 }

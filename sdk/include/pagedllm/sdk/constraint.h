@@ -68,6 +68,11 @@ typedef enum pllm_constraint_type {
   PLLM_CONSTRAINT_JSON_SCHEMA = 2, /* text: a JSON schema (JSON) */
   PLLM_CONSTRAINT_REGEX = 3,       /* text: a regular expression the whole output matches */
   PLLM_CONSTRAINT_CHOICE = 4,      /* text: a JSON array of strings; the output is one of them */
+  /* SDK 2.4. text: a structural tag in xgrammar's JSON format ({"type": "structural_tag", "format": {...}},
+   * as vLLM's structured_outputs.structural_tag): fixed text around schema-constrained JSON, which is how
+   * tool calls are forced. A plugin of an older minor answers PLLM_ERROR_UNSUPPORTED; core refuses the
+   * request with a 400 naming the plugin's lack. */
+  PLLM_CONSTRAINT_STRUCTURAL_TAG = 5,
   PLLM_CONSTRAINT_TYPE_FORCE_32BIT = 0x7fffffff
 } pllm_constraint_type;
 

@@ -1,0 +1,215 @@
+"""Tool calling through the official openai client: tools rendered into the prompt byte for byte as
+transformers renders them (the tool round trip checked by prompt ids against jinja2 + HF tokenizers), the
+model's calls parsed by server.tool_call_parser into message.tool_calls and streamed as delta.tool_calls that
+the client's stream helper assembles, and tool_choice "required" or a named function constraining decoding so
+that the output always parses. The served model is random: a guided_choice makes it write one exact text,
+and what is checked is how the server parses it."""
+
+import json
+from pathlib import Path
+
+import openai
+import pytest
+from tokenizers import Tokenizer
+from transformers.utils.chat_template_utils import render_jinja_template
+
+ROOT = Path(__file__).resolve().parents[2]
+QWEN_TEMPLATE = ROOT / ".deps" / "chat-templates" / "Qwen-Qwen2.5-7B-Instruct.jinja"
+
+WEATHER_SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]},
+                   "days": {"type": "integer", "minimum": 1, "maximum": 9}},
+    "required": ["city", "days"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Weather by city.",
+                                      "parameters": WEATHER_SCHEMA}},
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}},
+]
+ASK = [{"role": "user", "content": "Weather in Paris and the time?"}]
+
+# What each parser takes, for the same two calls, with content before them where the format has one.
+CALLS = [("get_weather", {"city": "Paris", "days": 2}), ("get_time", {})]
+WRITTEN = {
+    "hermes": ("Let me look.\n", "Let me look.\n<tool_call>\n" + "\n</tool_call>\n<tool_call>\n".join(
+        json.dumps({"name": n, "arguments": a}) for n, a in CALLS) + "\n</tool_call>"),
+    "llama3_json": (None, "; ".join(json.dumps({"name": n, "parameters": a}) for n, a in CALLS)),
+    "mistral": ("Looking.", "Looking.[TOOL_CALLS] " + json.dumps([{"name": n, "arguments": a} for n, a in CALLS])),
+}
+
+
+@pytest.fixture(scope="module")
+def servers(start_server):
+    started = {}
+
+    def get(parser):
+        if parser not in started:
+            overrides = [f"server.tool_call_parser={parser}"]
+            if parser == "hermes":
+                overrides.append(f"model.chat_template='{QWEN_TEMPLATE}'")
+            host = start_server(overrides)
+            client = host.client()
+            started[parser] = (host, client, client.models.list().data[0].id)
+        return started[parser][1:]
+
+    yield get
+    for host, client, _ in started.values():
+        client.close()
+        assert host.stop() == 0, host.log()
+
+
+def calls_of(tool_calls):
+    return [(c.function.name, json.loads(c.function.arguments)) for c in tool_calls]
+
+
+@pytest.mark.parametrize("parser", sorted(WRITTEN))
+def test_calls_parsed_whole_and_streamed(servers, parser):
+    client, model = servers(parser)
+    content, text = WRITTEN[parser]
+    args = dict(model=model, messages=ASK, tools=TOOLS, max_tokens=300, temperature=0,
+                extra_body={"guided_choice": [text]})
+
+    choice = client.chat.completions.create(**args).choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == content
+    assert calls_of(choice.message.tool_calls) == CALLS
+    ids = [c.id for c in choice.message.tool_calls]
+    assert len(set(ids)) == 2 and all(c.type == "function" for c in choice.message.tool_calls)
+    if parser == "mistral":
+        assert all(len(i) == 9 and i.isalnum() for i in ids)  # what Mistral's templates take
+    else:
+        assert all(i.startswith("call_") for i in ids)
+
+    # The client's own stream helper assembles the deltas.
+    with client.chat.completions.stream(**args) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_completion().choices[0]
+    assert final.finish_reason == "tool_calls"
+    assert (final.message.content or None) == content
+    assert calls_of(final.message.tool_calls) == CALLS
+
+
+def test_parallel_tool_calls_false_returns_the_first_call(servers):
+    client, model = servers("hermes")
+    message = client.chat.completions.create(
+        model=model, messages=ASK, tools=TOOLS, max_tokens=300, temperature=0, parallel_tool_calls=False,
+        extra_body={"guided_choice": [WRITTEN["hermes"][1]]}).choices[0].message
+    assert calls_of(message.tool_calls) == CALLS[:1]
+
+
+@pytest.mark.parametrize("text", [
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>",
+    "I would call get_weather, but I will not.",
+], ids=["broken JSON", "plain text"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_output_that_does_not_parse_stays_content(servers, text, stream):
+    client, model = servers("hermes")
+    args = dict(model=model, messages=ASK, tools=TOOLS, max_tokens=300, temperature=0,
+                extra_body={"guided_choice": [text]})
+    if stream:
+        with client.chat.completions.stream(**args) as s:
+            for _ in s:
+                pass
+            choice = s.get_final_completion().choices[0]
+    else:
+        choice = client.chat.completions.create(**args).choices[0]
+    assert choice.message.content == text
+    assert not choice.message.tool_calls
+    assert choice.finish_reason == "stop"
+
+
+def test_tool_choice_none_leaves_the_output_unparsed(servers):
+    client, model = servers("hermes")
+    text = WRITTEN["hermes"][1]
+    message = client.chat.completions.create(model=model, messages=ASK, tools=TOOLS, tool_choice="none",
+                                             max_tokens=300, temperature=0,
+                                             extra_body={"guided_choice": [text]}).choices[0].message
+    assert message.content == text and not message.tool_calls
+
+
+def test_a_tool_round_trip_renders_as_transformers_does(servers, serve_config):
+    client, model = servers("hermes")
+    messages = ASK + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": "{\"days\": 2, \"city\": \"Paris\"}"}},
+            {"id": "call_2", "type": "function", "function": {"name": "get_time", "arguments": ""}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "{\"sky\": \"clear\"}"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "12:00"},
+    ]
+    response = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, max_tokens=1,
+                                              extra_body={"return_token_ids": True})
+    # As vLLM hands them to the template: content null as "", arguments parsed, tools as model_dump()s them.
+    expected_messages = [dict(m) for m in messages]
+    expected_messages[1] = {"role": "assistant", "content": "", "tool_calls": [
+        {**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"] or "{}")}}
+        for c in messages[1]["tool_calls"]]}
+    tools = [{"type": "function", "function": {"name": t["function"]["name"],
+                                               "description": t["function"].get("description"),
+                                               "parameters": t["function"].get("parameters")}} for t in TOOLS]
+    tiny = serve_config.parent / "tiny"
+    special = json.loads((tiny / "tokenizer_config.json").read_text())
+    text = render_jinja_template([expected_messages], tools=tools, chat_template=QWEN_TEMPLATE.read_text(),
+                                 add_generation_prompt=True, bos_token=special["bos_token"],
+                                 eos_token=special["eos_token"])[0][0]
+    assert "<tool_response>\n12:00\n</tool_response>" in text and '"days": 2, "city": "Paris"' in text
+    expected = Tokenizer.from_file(str(tiny / "tokenizer.json")).encode(text, add_special_tokens=False).ids
+    assert response.choices[0].prompt_token_ids == expected
+
+
+@pytest.mark.parametrize("parser", sorted(WRITTEN))
+@pytest.mark.parametrize("choice", ["required", "named"])
+def test_required_or_named_choice_always_parses(servers, parser, choice):
+    client, model = servers(parser)
+    tool_choice = "required" if choice == "required" else {"type": "function", "function": {"name": "get_weather"}}
+    for seed in range(3):
+        for stream in (False, True):
+            # One call: a random model allowed several keeps calling until max_tokens.
+            args = dict(model=model, messages=ASK, tools=TOOLS, tool_choice=tool_choice, max_tokens=1000,
+                        temperature=1.0, seed=seed, parallel_tool_calls=False)
+            if stream:
+                with client.chat.completions.stream(**args) as s:
+                    for _ in s:
+                        pass
+                    result = s.get_final_completion().choices[0]
+            else:
+                result = client.chat.completions.create(**args).choices[0]
+            assert result.finish_reason == "tool_calls", result.message.content
+            calls = calls_of(result.message.tool_calls)
+            assert calls
+            for name, arguments in calls:
+                assert name in ({"get_weather", "get_time"} if choice == "required" else {"get_weather"})
+                if name == "get_weather":
+                    assert arguments["city"] in ("Paris", "Oslo") and 1 <= arguments["days"] <= 9
+            assert len(calls) == 1
+
+
+def test_tool_errors_are_400s_naming_the_field(client, model, servers):
+    cases = [
+        (dict(tools=[{"type": "function", "function": {"name": "get weather"}}]), "tools[0].function.name"),
+        (dict(tools=[{"type": "retrieval"}]), "tools[0].type"),
+        (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "array"}}}]),
+         "tools[0].function.parameters.type"),
+        (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_stock"}}),
+         "tool_choice.function.name"),
+        (dict(tools=TOOLS, tool_choice="required"), "tool_choice"),  # no server.tool_call_parser here
+        (dict(tools=TOOLS, tool_choice="required", response_format={"type": "json_object"}), "tool_choice"),
+    ]
+    for kwargs, param in cases:
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model=model, messages=ASK, max_tokens=1, **kwargs)
+        assert refused.value.body["param"] == param, refused.value.body
+    # A schema that admits no output: refused at submit by the constraint plugin (forced calls compile the
+    # schemas), naming the tool, not a request that fails later.
+    hermes, hermes_model = servers("hermes")
+    looping = [{"type": "function", "function": {"name": "loop", "parameters": {"$ref": "#"}}}]
+    with pytest.raises(openai.BadRequestError) as refused:
+        hermes.chat.completions.create(model=hermes_model, messages=ASK, max_tokens=5, tools=looping,
+                                       tool_choice="required")
+    assert refused.value.body["param"] == "tools" and '"loop"' in refused.value.body["message"], refused.value.body
+    # The servers serve on.
+    assert client.chat.completions.create(model=model, messages=ASK, max_tokens=1).choices[0]
+    assert hermes.chat.completions.create(model=hermes_model, messages=ASK, max_tokens=1).choices[0]

@@ -1,0 +1,63 @@
+// Tool calls parsed from hostile model output (core/server/tool_call_parser.h): the first byte picks the
+// format and whether calls were forced, the second where the text is cut, the rest is the output. Properties:
+// the parse never throws or crashes; the text fed whole, cut once, and byte by byte gives the same content
+// and calls (a stream and a whole response agree); every call's arguments are a JSON object's text.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/server/tool_call_parser.h"
+
+using namespace pagedllm::server;
+
+namespace {
+
+struct Parsed {
+  std::string content;
+  std::vector<std::string> calls;
+  bool operator==(const Parsed&) const = default;
+};
+
+Parsed parse(ToolCallFormat format, bool forced, std::string_view text, const std::vector<std::size_t>& cuts) {
+  ToolCallParser parser(format, forced);
+  Parsed out;
+  auto take = [&](ToolCallParser::Parts&& parts) {
+    out.content += parts.content;
+    for (const ParsedToolCall& call : parts.calls) {
+      const nlohmann::json arguments = nlohmann::json::parse(call.arguments, nullptr, false);
+      if (call.name.empty() || !arguments.is_object()) __builtin_trap();
+      out.calls.push_back(call.name + '\0' + call.arguments);
+    }
+  };
+  std::size_t from = 0;
+  for (const std::size_t cut : cuts) {
+    take(parser.add(text.substr(from, cut - from)));
+    from = cut;
+  }
+  take(parser.add(text.substr(from)));
+  take(parser.finish());
+  return out;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 2) return 0;
+  constexpr ToolCallFormat kFormats[] = {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
+                                         ToolCallFormat::kMistral, ToolCallFormat::kNone};
+  const ToolCallFormat format = kFormats[data[0] % 4];
+  const bool forced = (data[0] & 4) != 0;
+  const std::string_view text(reinterpret_cast<const char*>(data + 2), size - 2);
+  const Parsed whole = parse(format, forced, text, {});
+  std::vector<std::size_t> once;
+  if (!text.empty()) once.push_back(data[1] % text.size());
+  if (!(parse(format, forced, text, once) == whole)) __builtin_trap();
+  std::vector<std::size_t> bytes;
+  for (std::size_t cut = 1; cut < text.size(); ++cut) bytes.push_back(cut);
+  if (!(parse(format, forced, text, bytes) == whole)) __builtin_trap();
+  return 0;
+}
