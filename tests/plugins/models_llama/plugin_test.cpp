@@ -659,6 +659,19 @@ TEST_CASE("models_llama: the families' config.json as their real files write the
     edited(qwen_moe, [](auto& c) { c["mlp_only_layers"] = nlohmann::json::array(); c["router_typo"] = 1; });
     CHECK_THAT(load_error(qwen_moe), Contains("'router_typo' is not a setting models_llama reads"));
   }
+  SECTION("a windowed model refuses an attention backend that does not declare windows, naming the layer") {
+    const std::filesystem::path windowed = make("mistral_window");
+    Placement placement;
+    placement.attention_plugin = PAGEDLLM_BINARY_DIR "/tests/plugins/fixtures/fixture_attention.so";
+    PagedRunner runner(windowed, "{}", "{}", 4, 96, 7, placement);
+    runner.add_sequence(random_tokens(12, 3));
+    CHECK_THROWS_WITH(runner.step({{0, 12}}),
+                      Contains("layer 0 has a sliding window of 7 tokens, and the attention backend does not declare "
+                               "PLLM_ATTENTION_SLIDING_WINDOW"));
+    PagedRunner with_attention_cpu(windowed, "{}", "{}");
+    with_attention_cpu.add_sequence(random_tokens(12, 3));
+    CHECK_NOTHROW(with_attention_cpu.step({{0, 12}}));
+  }
   SECTION("a key another family reads is refused on this one") {
     edited(mistral, [](auto& c) { c["attention_bias"] = true; });
     CHECK_THAT(load_error(mistral), Contains("'attention_bias' is not a setting models_llama reads"));
