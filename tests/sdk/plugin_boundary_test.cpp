@@ -211,9 +211,10 @@ static_assert(offsetof(LayerArgs_2_1, stream) == offsetof(pllm_attention_layer_a
 }  // namespace
 
 TEST_CASE("PLLM_HAS_FIELD: a field appended after the filler's minor reads as absent", "[sdk][versioning]") {
-  // A 2.0 model plugin fills the struct (struct_size = its sizeof); a 2.1 backend reads it.
+  // A 2.0 model plugin fills the struct (struct_size = 2.0's sizeof: its fields end with stream); a 2.1
+  // backend reads it.
   LayerArgs_2_1 seen_by_2_1{};
-  seen_by_2_1.struct_size = sizeof(pllm_attention_layer_args);
+  seen_by_2_1.struct_size = offsetof(pllm_attention_layer_args, stream) + sizeof(void*);
   CHECK(PLLM_HAS_FIELD(LayerArgs_2_1, &seen_by_2_1, stream));
   CHECK_FALSE(PLLM_HAS_FIELD(LayerArgs_2_1, &seen_by_2_1, key_scales));
 
