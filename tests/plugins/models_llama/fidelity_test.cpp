@@ -388,6 +388,60 @@ TEST_CASE("models_llama: llama3 RoPE scaling, tied embeddings, head_dim != hidde
   run_scenario(dir.path(), {random_tokens(99, 3), random_tokens(35, 4)}, steps);
 }
 
+namespace {
+
+// hf_oracle.py's presets made and answered by one process (starting torch and transformers costs more than
+// these models' work), run by `python`: each preset's prompts of kMixedLengths (token seeds from
+// `token_seed`), its model seeded `model_seed` + its index, and the oracle's logits and hidden states at
+// every position.
+struct OraclePresets {
+  template <std::size_t N>
+  OraclePresets(const char* const (&names)[N], uint32_t token_seed, std::size_t model_seed,
+                const char* python = kPython)
+      : presets(std::begin(names), std::end(names)), sequences(N) {
+    nlohmann::json models = nlohmann::json::array();
+    for (std::size_t i = 0; i < N; ++i) {
+      for (std::size_t s = 0; s < kMixedLengths.size(); ++s) {
+        sequences[i].push_back(random_tokens(kMixedLengths[s], uint32_t(token_seed + 10 * i + s)));
+      }
+      models.push_back({{"dir", model(i).string()}, {"preset", presets[i]}, {"seed", model_seed + i},
+                        {"sequences", sequences[i]}});
+    }
+    const nlohmann::json out = run_oracle_suite({{"models", models}}, python);
+    for (const nlohmann::json& o : out.at("models")) {
+      oracles.push_back({o.at("logits").get<std::vector<Matrix>>(), o.at("hidden").get<std::vector<Matrix>>()});
+    }
+  }
+  std::filesystem::path model(std::size_t i) const { return dir.path() / presets[i]; }
+
+  TempDir dir;
+  std::vector<std::string> presets;
+  std::vector<std::vector<std::vector<int32_t>>> sequences;
+  std::vector<OracleOutput> oracles;
+};
+
+// Preset i through kMixedSteps with variant v, every row against the oracle.
+void check_preset(const OraclePresets& run, std::size_t i, const Variant& v) {
+  INFO(v.name);
+  PagedRunner runner(run.model(i), v.model, v.attention);
+  for (const auto& s : run.sequences[i]) runner.add_sequence(s);
+  Checker checker = checker_for(run.model(i), run.oracles[i]);
+  for (std::size_t step = 0; step < kMixedSteps.size(); ++step) {
+    INFO("step " << step);
+    checker.check_all(runner.step(kMixedSteps[step]));
+  }
+  checker.require_within_tolerance();
+}
+
+void check_presets_every_variant(const OraclePresets& run) {
+  for (std::size_t i = 0; i < run.presets.size(); ++i) {
+    INFO(run.presets[i]);
+    for (const Variant& v : kVariants) check_preset(run, i, v);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("models_llama: checkpoints written by transformers, shaped like real ones, at every position",
           "[models_llama][fidelity]") {
   require_oracle();
@@ -395,35 +449,7 @@ TEST_CASE("models_llama: checkpoints written by transformers, shaped like real o
   // bf16), Llama-2 (MHA, f16, 7 shards, vocab 1000), TinyLlama (32 heads over
   // 4), SmolLM2 (9 over 3, tied, bf16), head_dim 32 != hidden 96 / 4 heads.
   const char* presets[] = {"llama32", "llama2", "tinyllama", "smollm2", "head_dim"};
-  TempDir dir;
-  // One hf_oracle.py process makes every model and computes its logits:
-  // starting torch and transformers costs more than these models' work.
-  nlohmann::json models = nlohmann::json::array();
-  std::vector<std::vector<std::vector<int32_t>>> sequences(std::size(presets));
-  for (std::size_t i = 0; i < std::size(presets); ++i) {
-    for (std::size_t s = 0; s < kMixedLengths.size(); ++s) {
-      sequences[i].push_back(random_tokens(kMixedLengths[s], uint32_t(30 + 10 * i + s)));
-    }
-    models.push_back({{"dir", (dir.path() / presets[i]).string()}, {"preset", presets[i]}, {"seed", i + 1},
-                      {"sequences", sequences[i]}});
-  }
-  const nlohmann::json out = run_oracle_suite({{"models", models}});
-  for (std::size_t i = 0; i < std::size(presets); ++i) {
-    INFO(presets[i]);
-    const nlohmann::json& o = out.at("models").at(i);
-    const OracleOutput oracle{o.at("logits").get<std::vector<Matrix>>(), o.at("hidden").get<std::vector<Matrix>>()};
-    for (const Variant& v : kVariants) {
-      INFO(v.name);
-      PagedRunner runner(dir.path() / presets[i], v.model, v.attention);
-      for (const auto& s : sequences[i]) runner.add_sequence(s);
-      Checker checker = checker_for(dir.path() / presets[i], oracle);
-      for (std::size_t step = 0; step < kMixedSteps.size(); ++step) {
-        INFO("step " << step);
-        checker.check_all(runner.step(kMixedSteps[step]));
-      }
-      checker.require_within_tolerance();
-    }
-  }
+  check_presets_every_variant(OraclePresets(presets, 30, 1));
 }
 
 TEST_CASE("models_llama: Qwen2.5, Qwen3, Mistral, Mixtral and Qwen3-MoE checkpoints, Llama biases and sliding "
@@ -440,33 +466,7 @@ TEST_CASE("models_llama: Qwen2.5, Qwen3, Mistral, Mixtral and Qwen3-MoE checkpoi
   // from max_window_layers on (5 keys on layer 1), the prompts 13 to 30 tokens long.
   const char* presets[] = {"qwen25",       "qwen3",   "qwen3_bias", "mistral",       "llama_bias",
                            "mixtral",      "qwen3_moe", "mistral_window", "qwen2_window"};
-  TempDir dir;
-  nlohmann::json models = nlohmann::json::array();
-  std::vector<std::vector<std::vector<int32_t>>> sequences(std::size(presets));
-  for (std::size_t i = 0; i < std::size(presets); ++i) {
-    for (std::size_t s = 0; s < kMixedLengths.size(); ++s) {
-      sequences[i].push_back(random_tokens(kMixedLengths[s], uint32_t(230 + 10 * i + s)));
-    }
-    models.push_back({{"dir", (dir.path() / presets[i]).string()}, {"preset", presets[i]}, {"seed", i + 21},
-                      {"sequences", sequences[i]}});
-  }
-  const nlohmann::json out = run_oracle_suite({{"models", models}});
-  for (std::size_t i = 0; i < std::size(presets); ++i) {
-    INFO(presets[i]);
-    const nlohmann::json& o = out.at("models").at(i);
-    const OracleOutput oracle{o.at("logits").get<std::vector<Matrix>>(), o.at("hidden").get<std::vector<Matrix>>()};
-    for (const Variant& v : kVariants) {
-      INFO(v.name);
-      PagedRunner runner(dir.path() / presets[i], v.model, v.attention);
-      for (const auto& s : sequences[i]) runner.add_sequence(s);
-      Checker checker = checker_for(dir.path() / presets[i], oracle);
-      for (std::size_t step = 0; step < kMixedSteps.size(); ++step) {
-        INFO("step " << step);
-        checker.check_all(runner.step(kMixedSteps[step]));
-      }
-      checker.require_within_tolerance();
-    }
-  }
+  check_presets_every_variant(OraclePresets(presets, 230, 21));
 }
 
 TEST_CASE("models_llama: checkpoints written by transformers 5 (rope_parameters), non-default RoPE, at every "
@@ -477,34 +477,15 @@ TEST_CASE("models_llama: checkpoints written by transformers 5 (rope_parameters)
   // llama32 (llama3 scaling, rope_theta 500000), smollm2 (100000), linear_rope (linear factor 4, 250000).
   pagedllm::testing::require_python_modules("torch, transformers, numpy", kPythonTransformers5);
   const char* presets[] = {"llama32", "smollm2", "linear_rope"};
-  TempDir dir;
-  nlohmann::json models = nlohmann::json::array();
-  std::vector<std::vector<std::vector<int32_t>>> sequences(std::size(presets));
-  for (std::size_t i = 0; i < std::size(presets); ++i) {
-    for (std::size_t s = 0; s < kMixedLengths.size(); ++s) {
-      sequences[i].push_back(random_tokens(kMixedLengths[s], uint32_t(130 + 10 * i + s)));
-    }
-    models.push_back({{"dir", (dir.path() / presets[i]).string()}, {"preset", presets[i]}, {"seed", i + 11},
-                      {"sequences", sequences[i]}});
-  }
-  const nlohmann::json out = run_oracle_suite({{"models", models}}, kPythonTransformers5);
+  const OraclePresets run(presets, 130, 11, kPythonTransformers5);
   for (std::size_t i = 0; i < std::size(presets); ++i) {
     INFO(presets[i]);
-    std::ifstream config_file(dir.path() / presets[i] / "config.json");
+    std::ifstream config_file(run.model(i) / "config.json");
     const nlohmann::json written = nlohmann::json::parse(config_file);
     REQUIRE(written.at("transformers_version").get<std::string>().rfind("5.", 0) == 0);
     REQUIRE(written.contains("rope_parameters"));
     REQUIRE_FALSE(written.contains("rope_theta"));
-    const nlohmann::json& o = out.at("models").at(i);
-    const OracleOutput oracle{o.at("logits").get<std::vector<Matrix>>(), o.at("hidden").get<std::vector<Matrix>>()};
-    PagedRunner runner(dir.path() / presets[i], kVariants[0].model, kVariants[0].attention);
-    for (const auto& s : sequences[i]) runner.add_sequence(s);
-    Checker checker = checker_for(dir.path() / presets[i], oracle);
-    for (std::size_t step = 0; step < kMixedSteps.size(); ++step) {
-      INFO("step " << step);
-      checker.check_all(runner.step(kMixedSteps[step]));
-    }
-    checker.require_within_tolerance();
+    check_preset(run, i, kVariants[0]);
   }
 }
 
