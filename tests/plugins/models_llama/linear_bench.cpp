@@ -6,7 +6,8 @@
 //       ratio to f32, per instruction set level the CPU has (cpu_isa.h)
 //   build/bin/llama_cpu_linear_bench int8       int8 weights, W8A8 (vpdpbusd) and
 //       weight-only, against bf16 on the same shapes, at the best level the
-//       CPU has (W8A8 also at avx512, without VNNI: the portable integer loop)
+//       CPU has (W8A8 also at avx512, without VNNI), then all three at avx2
+//       (W8A8 on vpmaddubsw), each against bf16 of its own level
 //   build/bin/llama_cpu_linear_bench gemm       many rows (16 to 512) of bf16
 //       weights: the vdpbf16ps GEMM (avx512bf16, activations rounded to bf16)
 //       against the exact path (avx512vnni: OpenBLAS SGEMM on tiles widened
@@ -149,18 +150,23 @@ int int8_bench() {
         {"int8 W8A8", w.int8(Int8Compute::kW8A8), best, 1.0},
         {"int8 W8A8", w.int8(Int8Compute::kW8A8), std::min(best, Isa::kAvx512), 1.0},
         {"int8 weight-only", w.int8(Int8Compute::kWeightOnly), std::min(best, Isa::kAvx512), 1.0},
+        // AVX2 (no VNNI: W8A8 on vpmaddubsw), against bf16 on the same level.
+        {"bf16", {w.bf16.data(), PLLM_DTYPE_BF16}, Isa::kAvx2, 2.0},
+        {"int8 W8A8", w.int8(Int8Compute::kW8A8), Isa::kAvx2, 1.0},
+        {"int8 weight-only", w.int8(Int8Compute::kWeightOnly), Isa::kAvx2, 1.0},
     };
     for (const int64_t m : {1, 4, 16, 64, 256}) {
       double bf16_us = 0.0;
       for (const Variant& v : variants) {
         if (&v == &variants[2] && v.isa == variants[1].isa) continue;
+        if (v.isa > best) continue;
         pagedllm::llama_cpu::set_isa_cap(v.isa);
         const double flops = 2.0 * double(m) * double(s.n) * double(s.k);
         const int calls = int(std::clamp(5e9 / flops, 2.0, 40.0));
         const double us = best_of_us(calls, [&] {
           pagedllm::llama_cpu::linear(pool, a.data(), s.k, m, v.w, s.n, s.k, out.data(), s.n, false);
         });
-        if (&v == &variants[0]) bf16_us = us;
+        if (v.w.dtype == PLLM_DTYPE_BF16) bf16_us = us;
         std::printf("%-11s %4lld %-10s %-16s %10.1f %7.2f %8.2f %6.2fx\n", s.name, static_cast<long long>(m),
                     pagedllm::llama_cpu::isa_name(v.isa), v.name, us, double(count) * v.bytes_per_weight / us / 1e3,
                     flops / us / 1e3, bf16_us / us);
