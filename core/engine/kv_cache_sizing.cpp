@@ -235,17 +235,8 @@ class Sizer {
                                          profiling.hidden_indices.size());
     try {
       allocate(profiling.num_blocks, 0);
-      const pllm_batch batch = plugin_batch_view(b, profiling.hidden_indices);
-      pllm_error error{};
-      check_plugin_call(in_.attention.api().plan(in_.attention.get(), &batch, &error), error,
-                        in_.attention.library(), "plan");
       // The outputs stay in the model's workspace on its device: that is what it measures.
-      pllm_tensor logits{}, hidden{};
-      logits.struct_size = hidden.struct_size = sizeof(pllm_tensor);
-      pllm_forward_output forward{sizeof(pllm_forward_output), &logits, &hidden};
-      const pllm_attention_ref attention = attention_ref(in_.attention);
-      check_plugin_call(in_.model.api().forward(in_.model.get(), &batch, &attention, &forward, &error),
-                        error, in_.model.library(), "forward");
+      in_.runner.forward(plugin_batch_view(b, profiling.hidden_indices));
     } catch (const PluginCallError& e) {
       if (e.status() != PLLM_ERROR_OUT_OF_MEMORY) throw;
       throw ConfigError(fmt::format("{}: scheduler.max_num_batched_tokens: {} ran out of device memory on {}: {}; "

@@ -16,6 +16,7 @@
 
 #include "core/config/config.h"
 #include "core/config/kv_sizing_method.h"
+#include "core/engine/model_runner.h"
 #include "core/plugin/plugin_instance.h"
 #include "core/scheduler/scheduler_output.h"
 
@@ -66,7 +67,7 @@ ProfilingBatch make_profiling_batch(const SchedulerConfig& scheduler, int max_mo
 struct KvCacheSizingInputs {
   const HostConfig& config;
   AttentionInstance& attention;
-  ModelInstance& model;
+  const ModelRunner& runner;  // over `attention` and the model: the profiling step
   pllm_kv_cache_spec spec;
   int max_model_len = 0;
   int num_speculative_tokens = 0;  // 0: no speculator

@@ -31,6 +31,7 @@
 #include "core/common/logging.h"
 #include "core/engine/beam_search.h"
 #include "core/engine/engine.h"
+#include "core/engine/model_runner.h"
 #include "core/engine/request_validation.h"
 #include "core/engine/sequence_output.h"
 #include "core/engine/speculative_decoder.h"
@@ -122,7 +123,6 @@ class LlmEngine final : public Engine {
   bool drain_inbox();
   // llm_engine_step.cpp: one step; false when nothing could be scheduled.
   bool step();
-  void run_block_operations(const SchedulerOutput& output);
   // Ends every request one of whose logits rows the sampler flagged as
   // non-finite (NaN, +inf, or all -inf: a model fault): only those requests
   // fail, before update() commits this step's KV of theirs to the prefix cache.
@@ -183,6 +183,7 @@ class LlmEngine final : public Engine {
   std::shared_ptr<spdlog::logger> log_;
   AttentionInstance attention_;
   ModelInstance model_instance_;
+  std::unique_ptr<ModelRunner> runner_;  // over attention_ and model_instance_
   SamplerInstance sampler_;
   std::unique_ptr<SpeculativeDecoder> speculative_;  // with a speculative: section
   std::unique_ptr<StructuredOutput> structured_output_;  // with a constraint: section

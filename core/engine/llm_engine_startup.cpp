@@ -64,6 +64,7 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorP
                                             attention_options.c_str(), device};
   attention_ = create_plugin_instance<pllm_attention_api, pllm_attention_backend>(
       library_of(PLLM_PLUGIN_KIND_ATTENTION), attention_args);
+  runner_ = std::make_unique<ModelRunner>(attention_, model_instance_, model_info_);
   const std::string sampler_options = config.sampler.options.dump();
   // Models leave their logits on their device (SDK 2.0): the sampler samples
   // there, and only ids and requested logprobs cross to the host.
@@ -92,7 +93,7 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorP
     log_->info("loading draft {} with {} (K={})", draft_path, spec.plugin.plugin, spec.num_speculative_tokens);
     speculative_ = std::make_unique<SpeculativeDecoder>(
         spec, create_plugin_instance<pllm_speculator_api, pllm_speculator>(spec_library, spec_args),
-        model_info_, attention_, sampler_, config.cache.block_size, device);
+        model_info_, *runner_, sampler_, config.cache.block_size, device);
   }
 
   // ---- the model and its tokenizer must agree ----
@@ -150,7 +151,7 @@ LlmEngine::LlmEngine(const HostConfig& config, PluginRegistry& registry, TensorP
   // ---- the KV cache: bytes per block from the backend, blocks from the budget ----
   const int num_speculative_tokens = speculative_ ? speculative_->num_speculative_tokens() : 0;
   const KvCacheSizing sizing = size_and_allocate_kv_cache(
-      {config, attention_, model_instance_,
+      {config, attention_, *runner_,
        make_kv_cache_spec(config, model_info_, speculative_ ? speculative_->num_draft_layers() : 0), max_model_len,
        num_speculative_tokens,
        group ? [group](int blocks) { return smallest_across_ranks(*group, blocks); } : std::function<int(int)>()});

@@ -1,6 +1,7 @@
-// One engine step (docs/architecture.md "One engine step"): schedule, block
-// operations, plan, forward, sampling (and verification of drafts), ending
-// requests whose logits are not finite, scheduler update, publishing, drafting.
+// One engine step (docs/architecture.md "One engine step"): schedule, the model
+// runner's block operations, plan and forward, sampling (and verification of
+// drafts), ending requests whose logits are not finite, scheduler update,
+// publishing, drafting.
 
 #include "core/engine/llm_engine.h"
 
@@ -41,34 +42,20 @@ bool LlmEngine::step() {
 
   std::vector<std::int32_t> first_hidden_row;
   const std::vector<std::int32_t> hidden_rows = hidden_indices(output, first_hidden_row);
-  const pllm_batch batch = plugin_batch_view(output.batch, hidden_rows);
-  if (tensor_parallel_) {
-    // Every other rank does the same block operations and forward on its shard.
-    tensor_parallel_->send_step(batch, output.blocks_to_swap_out, output.blocks_to_swap_in, output.blocks_to_copy);
-  }
-  run_block_operations(output);
-
-  pllm_error error{};
-  check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),
-                    "plan");
-  pllm_tensor logits{}, hidden{};
-  logits.struct_size = hidden.struct_size = sizeof(pllm_tensor);
-  pllm_forward_output forward{sizeof(pllm_forward_output), &logits, &hidden};
-  const pllm_attention_ref attention = attention_ref(attention_);
-  check_plugin_call(model_instance_.api().forward(model_instance_.get(), &batch, &attention, &forward, &error),
-                    error, model_instance_.library(), "forward");
+  const std::vector<pllm_block_copy> swap_out = to_block_copies(output.blocks_to_swap_out);
+  const std::vector<pllm_block_copy> swap_in = to_block_copies(output.blocks_to_swap_in);
+  const std::vector<pllm_block_copy> copies = to_block_copies(output.blocks_to_copy);
+  const ModelStep model_step{plugin_batch_view(output.batch, hidden_rows), swap_out, swap_in, copies};
+  // Every other rank does the same block operations and forward on its shard.
+  if (tensor_parallel_) tensor_parallel_->send_step(model_step);
+  const ForwardOutputs forward = runner_->execute(model_step);
+  const pllm_batch& batch = model_step.batch;
 
   StepSamples sampled;
   BeamCandidates beam_candidates;
   std::vector<SequenceSample> samples;
   if (batch.num_logits > 0) {
-    if (logits.dtype != PLLM_DTYPE_F32 || logits.ndim != 2 || logits.shape[0] != batch.num_logits ||
-        logits.shape[1] != model_info_.vocab_size) {
-      throw PluginCallError(PLLM_ERROR_INTERNAL,
-                            fmt::format("plugin '{}': forward returned logits that are not f32 [{}, {}]",
-                                        model_instance_.library().name(), batch.num_logits,
-                                        model_info_.vocab_size));
-    }
+    const pllm_tensor& logits = forward.logits;
     std::vector<RequestId> faulty;
     score_prompts(output, logits, faulty);
     samples = sample(output, logits, sampled, beam_candidates, faulty);
@@ -91,16 +78,7 @@ bool LlmEngine::step() {
   const UpdateResult result = scheduler_->update(output, samples, beam_steps);
   publish(result, sampled);
   finish_beam_steps(result);
-  if (speculative_ && batch.num_hidden > 0) {
-    if (hidden.dtype != PLLM_DTYPE_F32 || hidden.ndim != 2 || hidden.shape[0] != batch.num_hidden ||
-        hidden.shape[1] != model_info_.hidden_size || hidden.strides[1] != 1) {
-      throw PluginCallError(PLLM_ERROR_INTERNAL,
-                            fmt::format("plugin '{}': forward returned hidden states that are not f32 [{}, {}]",
-                                        model_instance_.library().name(), batch.num_hidden,
-                                        model_info_.hidden_size));
-    }
-    propose_drafts(output, hidden, first_hidden_row);
-  }
+  if (speculative_ && batch.num_hidden > 0) propose_drafts(output, forward.hidden, first_hidden_row);
 
   const auto finished = Clock::now();
   const std::int64_t duration = (finished - started).count();
@@ -124,19 +102,6 @@ void LlmEngine::end_requests_with_non_finite_logits(const std::vector<RequestId>
     RequestOutput out;
     end_request(id, live(id), out, FinishReason::kAborted, error);
   }
-}
-
-void LlmEngine::run_block_operations(const SchedulerOutput& output) {
-  pllm_error error{};
-  const auto run = [&](auto fn, const std::vector<BlockMapping>& mappings, const char* what) {
-    if (mappings.empty()) return;
-    const std::vector<pllm_block_copy> copies = to_block_copies(mappings);
-    check_plugin_call(fn(attention_.get(), copies.data(), static_cast<std::int64_t>(copies.size()), &error),
-                      error, attention_.library(), what);
-  };
-  run(attention_.api().swap_out, output.blocks_to_swap_out, "swap_out");
-  run(attention_.api().swap_in, output.blocks_to_swap_in, "swap_in");
-  run(attention_.api().copy_blocks, output.blocks_to_copy, "copy_blocks");
 }
 
 void LlmEngine::score_prompts(const SchedulerOutput& output, const pllm_tensor& logits,

@@ -94,10 +94,10 @@ SpeculativeDecoder::ProbsBuffer::~ProbsBuffer() {
 }
 
 SpeculativeDecoder::SpeculativeDecoder(const SpeculativeConfig& config, SpeculatorInstance speculator,
-                                       const pllm_model_info& target, const AttentionInstance& attention,
+                                       const pllm_model_info& target, const ModelRunner& runner,
                                        const SamplerInstance& sampler, int block_size, pllm_device device)
     : speculator_(std::move(speculator)),
-      attention_(attention),
+      runner_(runner),
       sampler_(sampler),
       num_speculative_tokens_(config.num_speculative_tokens),
       vocab_size_(target.vocab_size),
@@ -460,24 +460,7 @@ pllm_tensor SpeculativeDecoder::run_draft(std::span<const DraftRow> rows, const 
   const pllm_batch batch = plugin_batch_view(built.batch, no_hidden_rows);
 
   if (tensor_parallel_) tensor_parallel_->send_draft(batch, features != nullptr, batch_feature_rows);
-  pllm_error error{};
-  check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),
-                    "plan (draft)");
-  const pllm_attention_ref attention = attention_ref(attention_);
-  pllm_draft_args args{sizeof(pllm_draft_args), &batch, features, &attention, batch_feature_rows.data()};
-  pllm_tensor logits{};
-  logits.struct_size = sizeof logits;
-  pllm_draft_output out{sizeof(pllm_draft_output), &logits};
-  check_plugin_call(speculator_.api().draft(speculator_.get(), &args, &out, &error), error,
-                    speculator_.library(), "draft");
-  if (batch.num_logits > 0 &&
-      (logits.dtype != PLLM_DTYPE_F32 || logits.ndim != 2 || logits.shape[0] != batch.num_logits ||
-       logits.shape[1] != vocab_size_)) {
-    throw PluginCallError(PLLM_ERROR_INTERNAL,
-                          fmt::format("plugin '{}': draft returned logits that are not f32 [{}, {}]",
-                                      speculator_.library().name(), batch.num_logits, vocab_size_));
-  }
-  return logits;
+  return runner_.draft(speculator_, batch, features, batch_feature_rows.data());
 }
 
 void SpeculativeDecoder::sample_drafts(const pllm_tensor& logits, std::span<const pllm_sample_row> rows,

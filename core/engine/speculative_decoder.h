@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/engine/model_runner.h"
 #include "core/engine/structured_output.h"
 #include "core/kv/kv_cache_manager.h"
 #include "core/plugin/plugin_instance.h"
@@ -88,7 +89,7 @@ class SpeculativeDecoder {
  public:
   // `device` is the model's: where the speculator's buffers must be.
   SpeculativeDecoder(const SpeculativeConfig& config, SpeculatorInstance speculator,
-                     const pllm_model_info& target, const AttentionInstance& attention,
+                     const pllm_model_info& target, const ModelRunner& runner,
                      const SamplerInstance& sampler, int block_size, pllm_device device);
   // Its buffers hold a reference to its speculator: it stays where it was made.
   SpeculativeDecoder(const SpeculativeDecoder&) = delete;
@@ -229,7 +230,7 @@ class SpeculativeDecoder {
   SpeculatorInstance speculator_;
   TensorParallelDriver* tensor_parallel_ = nullptr;
   pllm_speculator_info info_{};
-  const AttentionInstance& attention_;
+  const ModelRunner& runner_;  // plan() and draft() of the draft batches
   const SamplerInstance& sampler_;
   int num_speculative_tokens_ = 0;
   std::int64_t vocab_size_ = 0;

@@ -51,9 +51,9 @@ class ByteWriter {
     const auto* bytes = reinterpret_cast<const std::byte*>(data);
     if (count > 0) out_.insert(out_.end(), bytes, bytes + static_cast<std::size_t>(count) * sizeof(T));
   }
-  void block_copies(std::span<const BlockMapping> mappings) {
-    scalar<std::int64_t>(static_cast<std::int64_t>(mappings.size()));
-    for (const BlockMapping& m : mappings) {
+  void block_copies(std::span<const pllm_block_copy> pairs) {
+    scalar<std::int64_t>(static_cast<std::int64_t>(pairs.size()));
+    for (const pllm_block_copy& m : pairs) {
       scalar<std::int64_t>(m.src);
       scalar<std::int64_t>(m.dst);
     }
@@ -241,8 +241,8 @@ pllm_batch StepPlan::view() const {
   return batch;
 }
 
-std::vector<std::byte> encode_step_plan(const pllm_batch& b, std::span<const BlockMapping> swap_out,
-                                        std::span<const BlockMapping> swap_in, std::span<const BlockMapping> copies) {
+std::vector<std::byte> encode_step_plan(const ModelStep& step) {
+  const pllm_batch& b = step.batch;
   ByteWriter out;
   for (const std::int32_t value : {b.num_seqs, b.num_tokens, b.num_decode_seqs, b.max_query_len, b.max_seq_len,
                                    b.block_size, b.max_blocks_per_seq, b.num_logits, b.num_hidden}) {
@@ -256,9 +256,9 @@ std::vector<std::byte> encode_step_plan(const pllm_batch& b, std::span<const Blo
   out.array(b.block_tables, static_cast<std::int64_t>(b.num_seqs) * b.max_blocks_per_seq);
   out.array(b.logits_indices, b.num_logits);
   out.array(b.hidden_indices, b.num_hidden);
-  out.block_copies(swap_out);
-  out.block_copies(swap_in);
-  out.block_copies(copies);
+  out.block_copies(step.swap_out);
+  out.block_copies(step.swap_in);
+  out.block_copies(step.copies);
   return out.take();
 }
 
@@ -290,7 +290,7 @@ StepPlan decode_step_plan(std::span<const std::byte> bytes) {
 
 std::vector<std::byte> encode_draft_plan(const pllm_batch& batch, bool target_features,
                                          std::span<const std::int32_t> feature_rows) {
-  const std::vector<std::byte> step = encode_step_plan(batch, {}, {}, {});
+  const std::vector<std::byte> step = encode_step_plan(ModelStep{batch, {}, {}, {}});
   ByteWriter out;
   out.scalar<std::int32_t>(target_features ? 1 : 0);
   out.array(feature_rows.data(), static_cast<std::int64_t>(feature_rows.size()));
@@ -348,9 +348,8 @@ void TensorParallelDriver::send(GroupMessageKind kind, std::span<const std::byte
   last_sent_ = std::chrono::steady_clock::now();
 }
 
-void TensorParallelDriver::send_step(const pllm_batch& batch, std::span<const BlockMapping> swap_out,
-                                     std::span<const BlockMapping> swap_in, std::span<const BlockMapping> copies) {
-  send(GroupMessageKind::kStep, encode_step_plan(batch, swap_out, swap_in, copies));
+void TensorParallelDriver::send_step(const ModelStep& step) {
+  send(GroupMessageKind::kStep, encode_step_plan(step));
 }
 
 void TensorParallelDriver::send_draft(const pllm_batch& batch, bool target_features,

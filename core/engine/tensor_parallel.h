@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/config/config.h"
+#include "core/engine/model_runner.h"
 #include "core/kv/block_id.h"
 #include "core/plugin/plugin_instance.h"
 #include "core/plugin/plugin_registry.h"
@@ -62,8 +63,9 @@ class TensorParallelGroup {
   int size_ = 1;
 };
 
-// The work of one step every rank does alike: the block copies, then plan() and forward() of
-// the batch. A decoded plan owns its arrays; view() points a pllm_batch at them.
+// The work of one step every rank does alike (a ModelStep, model_runner.h: the block copies, then
+// plan() and forward() of the batch), as a worker decodes it: the plan owns its arrays; view()
+// points a pllm_batch at them, step() the ModelStep.
 struct StepPlan {
   pllm_batch scalars{};  // the counts and sizes; its pointers are unused
   std::vector<std::int32_t> token_ids;
@@ -80,6 +82,7 @@ struct StepPlan {
   std::vector<pllm_block_copy> copies;
 
   pllm_batch view() const;
+  ModelStep step() const { return {view(), swap_out, swap_in, copies}; }
 };
 
 // One draft() of the EAGLE head (speculative decoding under tensor parallelism), which every rank
@@ -94,8 +97,7 @@ struct DraftPlan {
 };
 
 // The plan's bytes; decode_step_plan(encode_step_plan(...)) gives back the same plan.
-std::vector<std::byte> encode_step_plan(const pllm_batch& batch, std::span<const BlockMapping> swap_out,
-                                        std::span<const BlockMapping> swap_in, std::span<const BlockMapping> copies);
+std::vector<std::byte> encode_step_plan(const ModelStep& step);
 // Throws std::runtime_error naming what does not add up (a message of another build, or cut short).
 StepPlan decode_step_plan(std::span<const std::byte> bytes);
 std::vector<std::byte> encode_draft_plan(const pllm_batch& batch, bool target_features,
@@ -117,8 +119,7 @@ class TensorParallelDriver {
 
   explicit TensorParallelDriver(TensorParallelGroup& group) : group_(group) {}
 
-  void send_step(const pllm_batch& batch, std::span<const BlockMapping> swap_out,
-                 std::span<const BlockMapping> swap_in, std::span<const BlockMapping> copies);
+  void send_step(const ModelStep& step);
   void send_draft(const pllm_batch& batch, bool target_features, std::span<const std::int32_t> feature_rows);
   // Sends a heartbeat when nothing was sent for kHeartbeatInterval.
   void keep_alive();

@@ -45,6 +45,7 @@ class Worker {
                                                     device};
     attention_ = create_plugin_instance<pllm_attention_api, pllm_attention_backend>(
         library_of(config.attention, PLLM_PLUGIN_KIND_ATTENTION), attention_args);
+    runner_ = std::make_unique<ModelRunner>(attention_, model_, info);
 
     int num_draft_layers = 0, num_speculative_tokens = 0;
     if (config.speculative) {
@@ -70,7 +71,7 @@ class Worker {
     // Sized exactly as rank 0 sizes its pool (the draft's layers after the model's; a pool measured
     // on the device: the smallest rank's), then checked against every rank's.
     const KvCacheSizing sizing = size_and_allocate_kv_cache(
-        {config, attention_, model_, make_kv_cache_spec(config, info, num_draft_layers),
+        {config, attention_, *runner_, make_kv_cache_spec(config, info, num_draft_layers),
          resolve_max_model_len(config, info), num_speculative_tokens,
          [&group](int blocks) { return smallest_across_ranks(group, blocks); }});
     require_same_kv_pool(group, sizing.num_device_blocks, sizing.num_host_blocks);
@@ -101,26 +102,7 @@ class Worker {
 
  private:
   // What rank 0's step does, without the sampling: its logits are rank 0's to use.
-  void run_step(const StepPlan& plan) {
-    pllm_error error{};
-    const auto copy = [&](auto fn, const std::vector<pllm_block_copy>& copies, const char* what) {
-      if (copies.empty()) return;
-      check_plugin_call(fn(attention_.get(), copies.data(), static_cast<std::int64_t>(copies.size()), &error), error,
-                        attention_.library(), what);
-    };
-    copy(attention_.api().swap_out, plan.swap_out, "swap_out");
-    copy(attention_.api().swap_in, plan.swap_in, "swap_in");
-    copy(attention_.api().copy_blocks, plan.copies, "copy_blocks");
-    const pllm_batch batch = plan.view();
-    check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(), "plan");
-    pllm_tensor logits{}, hidden{};
-    logits.struct_size = hidden.struct_size = sizeof(pllm_tensor);
-    pllm_forward_output forward{sizeof(pllm_forward_output), &logits, &hidden};
-    const pllm_attention_ref attention = attention_ref(attention_);
-    check_plugin_call(model_.api().forward(model_.get(), &batch, &attention, &forward, &error), error,
-                      model_.library(), "forward");
-    hidden_ = batch.num_hidden > 0 ? hidden : pllm_tensor{};
-  }
+  void run_step(const StepPlan& plan) { hidden_ = runner_->execute(plan.step()).hidden; }
 
   // rank 0's draft() (SpeculativeDecoder::run_draft) on this rank's split of the head.
   void run_draft(const DraftPlan& plan) {
@@ -134,24 +116,15 @@ class Worker {
                                            "last forward returned none",
                                            group_.rank()));
     }
-    pllm_error error{};
-    const pllm_batch batch = plan.batch.view();
-    check_plugin_call(attention_.api().plan(attention_.get(), &batch, &error), error, attention_.library(),
-                      "plan (draft)");
-    const pllm_attention_ref attention = attention_ref(attention_);
-    const pllm_draft_args args{sizeof(pllm_draft_args), &batch, plan.target_features ? &hidden_ : nullptr,
-                               &attention, plan.feature_rows.data()};
-    pllm_tensor logits{};
-    logits.struct_size = sizeof logits;
-    pllm_draft_output out{sizeof(pllm_draft_output), &logits};
-    check_plugin_call(speculator_.api().draft(speculator_.get(), &args, &out, &error), error, speculator_.library(),
-                      "draft");
+    runner_->draft(speculator_, plan.batch.view(), plan.target_features ? &hidden_ : nullptr,
+                   plan.feature_rows.data());
   }
 
   TensorParallelGroup& group_;
   std::shared_ptr<spdlog::logger> log_;
   AttentionInstance attention_;
   ModelInstance model_;
+  std::unique_ptr<ModelRunner> runner_;  // over attention_ and model_
   SpeculatorInstance speculator_;  // with speculative: in the config
   // The hidden states the last forward returned (the model's memory, until its next forward): the
   // features of a draft that reads the target's.

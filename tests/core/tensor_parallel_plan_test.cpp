@@ -52,11 +52,6 @@ std::vector<std::pair<std::int64_t, std::int64_t>> pairs(const std::vector<pllm_
   for (const pllm_block_copy& c : copies) out.emplace_back(c.src, c.dst);
   return out;
 }
-std::vector<std::pair<std::int64_t, std::int64_t>> pairs(const std::vector<BlockMapping>& mappings) {
-  std::vector<std::pair<std::int64_t, std::int64_t>> out;
-  for (const BlockMapping& m : mappings) out.emplace_back(m.src, m.dst);
-  return out;
-}
 
 }  // namespace
 
@@ -76,9 +71,9 @@ TEST_CASE("tensor-parallel step plan: a mixed batch and its block operations arr
   const StepBatch step = build_step_batch(rows, 4).batch;
   const std::vector<std::int32_t> hidden{0, 3, 8};
   const pllm_batch sent = plugin_batch_view(step, hidden);
-  const std::vector<BlockMapping> swap_out{{4, 0}, {9, 1}}, swap_in{{2, 11}}, copies{{5, 12}, {6, 13}, {7, 14}};
+  const std::vector<pllm_block_copy> swap_out{{4, 0}, {9, 1}}, swap_in{{2, 11}}, copies{{5, 12}, {6, 13}, {7, 14}};
 
-  const std::vector<std::byte> bytes = encode_step_plan(sent, swap_out, swap_in, copies);
+  const std::vector<std::byte> bytes = encode_step_plan({sent, swap_out, swap_in, copies});
   const StepPlan plan = decode_step_plan(bytes);
   check_same_batch(plan.view(), sent);
   CHECK(pairs(plan.swap_out) == pairs(swap_out));
@@ -87,7 +82,7 @@ TEST_CASE("tensor-parallel step plan: a mixed batch and its block operations arr
 
   SECTION("no hidden rows and no block operations: empty, not missing") {
     const pllm_batch plain = plugin_batch_view(step, {});
-    const StepPlan decoded = decode_step_plan(encode_step_plan(plain, {}, {}, {}));
+    const StepPlan decoded = decode_step_plan(encode_step_plan({plain, {}, {}, {}}));
     check_same_batch(decoded.view(), plain);
     CHECK(decoded.view().hidden_indices == nullptr);
     CHECK(decoded.swap_out.empty());
@@ -135,8 +130,8 @@ TEST_CASE("tensor-parallel step plan: large random batches round-trip") {
     }
     const StepBatch step = build_step_batch(rows, 16).batch;
     const pllm_batch sent = plugin_batch_view(step, {});
-    const std::vector<BlockMapping> copies{{static_cast<BlockId>(random() % 100), 3}};
-    const StepPlan plan = decode_step_plan(encode_step_plan(sent, {}, {}, copies));
+    const std::vector<pllm_block_copy> copies{{static_cast<std::int64_t>(random() % 100), 3}};
+    const StepPlan plan = decode_step_plan(encode_step_plan({sent, {}, {}, copies}));
     check_same_batch(plan.view(), sent);
     CHECK(pairs(plan.copies) == pairs(copies));
   }
