@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include "core/engine/engine.h"
 #include "core/plugin/configured_plugins.h"
 #include "cuda_emulation/copy_counters.h"
+#include "cuda_emulation/launch_counters.h"
 #include "tests/support/temp_dir.h"
 
 using namespace pagedllm;
@@ -40,6 +42,7 @@ struct ServedRun {
   int logprobs = 0;
   std::vector<std::string> errors;
   cuda::emulation::CopyCounters copies;
+  cuda::emulation::LaunchCounters launches;
   EngineMetrics metrics;
 };
 
@@ -85,6 +88,7 @@ logging: {{level: warn}}
     });
   }
   cuda::emulation::reset_copy_counters();
+  cuda::emulation::reset_launch_counters();
   engine->start();
   {
     std::unique_lock lock(mutex);
@@ -92,6 +96,7 @@ logging: {{level: warn}}
   }
   engine->shutdown(ShutdownMode::kDrain);
   run.copies = cuda::emulation::copy_counters();
+  run.launches = cuda::emulation::launch_counters();
   run.metrics = engine->metrics();
   return run;
 }
@@ -186,4 +191,44 @@ TEST_CASE("engine on cuda:0 with sampled EAGLE speculation: p and q stay on the 
               static_cast<unsigned long long>(contract), static_cast<unsigned long long>(host_probs));
   CHECK(run.copies.device_to_host_bytes == contract);
   CHECK(drafts > verifications);  // chains of several drafts: q rows written K * vocab floats apart
+}
+
+TEST_CASE("engine on cuda:0: the kernel launches, GEMMs and copies of a decode step", "[cuda][copies][launches]") {
+  // The launch overhead of a decode step (issue 34), counted where CI can count it: one greedy
+  // request served twice, with 4 and with 14 new tokens (prefix caching off, so both prefill
+  // alike); the difference is 10 decode steps at batch 1. Recorded in docs/gpu-validation.md
+  // ("Launches per decode step") and bounded by today's count: a change that launches more per
+  // step fails here; one that launches fewer (fusion, CUDA graphs) lowers the bound.
+  constexpr int kPrompt = 40, kShort = 4, kLong = 14, kSteps = kLong - kShort;
+  const auto serve_one = [&](int new_tokens) {
+    std::vector<GenerateRequest> requests;
+    requests.push_back(random_request(7, kPrompt, new_tokens));
+    requests.back().sampling.temperature = 0.0f;
+    ServedRun run = serve_counting_copies(std::move(requests), "cache: {block_size: 16, kv_cache_bytes: 4MiB, "
+                                                               "enable_prefix_caching: false}");
+    CHECK(run.errors.empty());
+    REQUIRE(run.tokens == new_tokens);
+    return run;
+  };
+  const ServedRun short_run = serve_one(kShort), long_run = serve_one(kLong);
+  const auto per_step = [&](std::uint64_t short_count, std::uint64_t long_count) {
+    REQUIRE(long_count >= short_count);
+    return double(long_count - short_count) / kSteps;
+  };
+  const double kernels = per_step(short_run.launches.kernel_launches, long_run.launches.kernel_launches);
+  const double gemms = per_step(short_run.launches.gemm_calls, long_run.launches.gemm_calls);
+  const double copies_down = per_step(short_run.copies.device_to_host_copies, long_run.copies.device_to_host_copies);
+  const double copies_up = per_step(short_run.copies.host_to_device_copies, long_run.copies.host_to_device_copies);
+  std::printf("engine on cuda:0, pagedllm-tiny f32, one decode step at batch 1: %.1f kernel launches, %.1f GEMM "
+              "calls, %.1f host->device and %.1f device->host copies\n",
+              kernels, gemms, copies_up, copies_down);
+  // Every decode step of this run does the same work.
+  CHECK(kernels == std::floor(kernels));
+  CHECK(gemms == std::floor(gemms));
+  // Today's counts (2026-12-07, before CUDA graphs: 6 layers, 10 L + 5 launches and GEMMs), the
+  // bounds to lower, never to raise.
+  CHECK(kernels <= 40);
+  CHECK(gemms <= 25);
+  CHECK(copies_up <= 3);
+  CHECK(copies_down <= 1);
 }

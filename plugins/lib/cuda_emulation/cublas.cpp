@@ -139,6 +139,7 @@ cublasStatus_t run(cublasHandle_t handle, const Gemm& g, const char* call) {
     accesses.push_back({o.p, o.write});
   }
   if (detail::begin_operation(handle->stream, what, accesses) != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+  detail::count_gemm_call();
 
   std::vector<double> col(std::size_t(g.k));
   for (int batch = 0; batch < g.batch; ++batch) {

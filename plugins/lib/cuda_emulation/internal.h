@@ -49,6 +49,9 @@ cudaError_t check_guards(const std::string& after, std::span<const Access> acces
 // device allocation: what a library kernel reading past a buffer would hit.
 cudaError_t check_range(const std::string& what, const void* p, std::size_t bytes);
 
+// Counts a GEMM that ran (launch_counters.h).
+void count_gemm_call();
+
 // The stream a cuBLAS handle was given (cublasSetStream).
 std::string stream_name(cudaStream_t stream);
 

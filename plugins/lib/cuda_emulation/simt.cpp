@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "cuda_emulation/launch_counters.h"
 #include "internal.h"
 
 #if defined(__x86_64__)
@@ -601,6 +602,20 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, s
   return scheduler().warp_op(op, mask, value, arg, width, site);
 }
 
+namespace {
+std::atomic<uint64_t> kernels_run{0};
+std::atomic<uint64_t> gemms_run{0};
+}  // namespace
+
+void detail::count_gemm_call() { ++gemms_run; }
+
+LaunchCounters launch_counters() { return {kernels_run.load(), gemms_run.load()}; }
+
+void reset_launch_counters() {
+  kernels_run = 0;
+  gemms_run = 0;
+}
+
 cudaError_t launch_kernel(const KernelLaunch& launch) noexcept {
   try {
     const std::string kernel = std::string("kernel ") + launch.name;
@@ -623,6 +638,7 @@ cudaError_t launch_kernel(const KernelLaunch& launch) noexcept {
     device.run([&] { error = scheduler().run(launch, number); });
     if (!error.empty()) return detail::fault(cudaErrorLaunchFailure, kernel + ": " + error);
     if (const cudaError_t e = detail::check_guards(kernel, launch.accesses); e != cudaSuccess) return e;
+    ++kernels_run;
     return cudaSuccess;
   } catch (const std::bad_alloc&) {
     return detail::fail(cudaErrorMemoryAllocation, std::string("kernel ") + launch.name + ": host memory exhausted");
