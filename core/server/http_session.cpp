@@ -149,6 +149,13 @@ void HttpSession::on_read_error(beast::error_code ec) {
   if (closed_) return;
   keep_alive_ = false;
   request_ = {};
+  // A refused request (a body over the limit, one too slow) is answered with the CORS headers its Origin
+  // gets, so that a page can read why. The fields read so far are in the parser's message even when the
+  // header itself was refused (a Content-Length over the limit).
+  if (parser_) {
+    const auto origin = parser_->get()[http::field::origin];
+    if (!origin.empty()) request_.set(http::field::origin, origin);
+  }
   if (auto reply = read_error_reply(ec, state_->config())) {
     write_reply(std::move(*reply));
   } else {
