@@ -249,8 +249,7 @@ void HttpSession::next_request() {
 
 void HttpSession::start_generation(ApiKind kind) {
   Engine& engine = state_->engine();
-  GenerationPlan plan = parse_generation_request(kind, request_.body(), engine,
-                                                 *parse_tool_call_format(state_->config().tool_call_parser));
+  GenerationPlan plan = parse_generation_request(kind, request_.body(), engine, state_->tool_call_parsing());
   if (state_->draining()) throw unavailable("The server is shutting down.", "shutting_down", std::chrono::seconds(1));
   const int count = static_cast<int>(plan.prompts.size());
   const int limit = state_->config().max_concurrent_requests;

@@ -1,6 +1,7 @@
 #include "core/server/tool_call_parser.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -187,6 +188,32 @@ std::optional<ToolCallFormat> parse_tool_call_format(std::string_view name) {
   if (name == "llama3_json") return ToolCallFormat::kLlama3Json;
   if (name == "mistral") return ToolCallFormat::kMistral;
   return std::nullopt;
+}
+
+std::string_view tool_call_format_name(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kNone: return "none";
+    case ToolCallFormat::kHermes: return "hermes";
+    case ToolCallFormat::kLlama3Json: return "llama3_json";
+    case ToolCallFormat::kMistral: return "mistral";
+  }
+  return "none";
+}
+
+std::optional<ToolCallFormat> tool_call_format_of_template(std::string_view chat_template) {
+  // Llama 3.2's template has no <|python_tag|> (it has no built-in tools) but Meta's instruction for calls.
+  constexpr std::string_view kLlamaInstruction = R"(Respond in the format {"name": function name, "parameters")";
+  const std::pair<std::string_view, ToolCallFormat> markers[] = {{kHermesOpen, ToolCallFormat::kHermes},
+                                                                {kPythonTag, ToolCallFormat::kLlama3Json},
+                                                                {kLlamaInstruction, ToolCallFormat::kLlama3Json},
+                                                                {kMistralCalls, ToolCallFormat::kMistral}};
+  std::optional<ToolCallFormat> found;
+  for (const auto& marker : markers) {
+    if (chat_template.find(marker.first) == std::string_view::npos) continue;
+    if (found && *found != marker.second) return std::nullopt;  // two formats: which one the model writes is unknown
+    found = marker.second;
+  }
+  return found;
 }
 
 ToolCallParser::ToolCallParser(ToolCallFormat format, bool calls_forced) : format_(format) {

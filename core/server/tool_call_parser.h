@@ -32,6 +32,22 @@ enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral };
 
 // "none", "hermes", "llama3_json", "mistral"; nullopt for another name.
 std::optional<ToolCallFormat> parse_tool_call_format(std::string_view name);
+// The inverse: the format's name in server.tool_call_parser.
+std::string_view tool_call_format_name(ToolCallFormat format);
+
+// The format a chat template writes tool calls in, recognised by the marker it renders them with:
+// <tool_call> (hermes), <|python_tag|> or Meta's instruction to answer {"name": function name, "parameters":
+// ...} (llama3_json: Llama 3.1 to 3.3) or [TOOL_CALLS] (mistral); nullopt when it shows none of them, or
+// those of two formats.
+std::optional<ToolCallFormat> tool_call_format_of_template(std::string_view chat_template);
+
+// How a server parses tool calls: server.tool_call_parser, or with "auto" the chat template's format.
+struct ToolCallParsing {
+  ToolCallFormat format = ToolCallFormat::kNone;
+  // Why there is no format when one is needed (auto, and the template shows none): then a request offering
+  // tools is refused with this, rather than its calls returned as text. Empty otherwise.
+  std::string missing;
+};
 
 // One piece of the calls: a call opening (its name, and perhaps the start of its arguments), or more of
 // the arguments of the call opened last.

@@ -206,16 +206,26 @@ def test_tool_errors_are_400s_naming_the_field(client, model, servers):
          "tools[0].function.parameters.type"),
         (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_stock"}}),
          "tool_choice.function.name"),
-        (dict(tools=TOOLS, tool_choice="required"), "tool_choice"),  # no server.tool_call_parser here
-        (dict(tools=TOOLS, tool_choice="required", response_format={"type": "json_object"}), "tool_choice"),
+        # server.tool_call_parser auto, and the tiny model's template shows no tool-call format.
+        (dict(tools=TOOLS), "tools"),
+        (dict(tools=TOOLS, tool_choice="required"), "tools"),
     ]
     for kwargs, param in cases:
         with pytest.raises(openai.BadRequestError) as refused:
             client.chat.completions.create(model=model, messages=ASK, max_tokens=1, **kwargs)
         assert refused.value.body["param"] == param, refused.value.body
+        if param == "tools":
+            assert "server.tool_call_parser" in refused.value.body["message"], refused.value.body
+    # Tools the output is not parsed for are still rendered with tool_choice "none".
+    assert client.chat.completions.create(model=model, messages=ASK, max_tokens=1, tools=TOOLS,
+                                          tool_choice="none").choices[0]
     # A schema that admits no output: refused at submit by the constraint plugin (forced calls compile the
     # schemas), naming the tool, not a request that fails later.
     hermes, hermes_model = servers("hermes")
+    with pytest.raises(openai.BadRequestError) as refused:
+        hermes.chat.completions.create(model=hermes_model, messages=ASK, max_tokens=1, tools=TOOLS,
+                                       tool_choice="required", response_format={"type": "json_object"})
+    assert refused.value.body["param"] == "tool_choice", refused.value.body
     looping = [{"type": "function", "function": {"name": "loop", "parameters": {"$ref": "#"}}}]
     with pytest.raises(openai.BadRequestError) as refused:
         hermes.chat.completions.create(model=hermes_model, messages=ASK, max_tokens=5, tools=looping,
@@ -224,3 +234,26 @@ def test_tool_errors_are_400s_naming_the_field(client, model, servers):
     # The servers serve on.
     assert client.chat.completions.create(model=model, messages=ASK, max_tokens=1).choices[0]
     assert hermes.chat.completions.create(model=hermes_model, messages=ASK, max_tokens=1).choices[0]
+
+
+@pytest.mark.parametrize("setting", ["auto", "none"])
+def test_the_parser_chosen_from_the_chat_template(start_server, setting):
+    """tool_call_parser auto (the default) reads Qwen2.5's template, finds <tool_call>, parses as hermes and
+    says so in the log; none renders the tools and leaves the output as content."""
+    host = start_server([f"model.chat_template='{QWEN_TEMPLATE}'", "logging.level=info"] +
+                        ([] if setting == "auto" else ["server.tool_call_parser=none"]))
+    try:
+        with host.client() as client:
+            model = client.models.list().data[0].id
+            text = WRITTEN["hermes"][1]
+            message = client.chat.completions.create(model=model, messages=ASK, tools=TOOLS, max_tokens=300,
+                                                     temperature=0,
+                                                     extra_body={"guided_choice": [text]}).choices[0].message
+        if setting == "auto":
+            assert "tool calls: parsed as hermes (server.tool_call_parser auto, recognised in the chat template" \
+                in host.log()
+            assert calls_of(message.tool_calls) == CALLS
+        else:
+            assert message.content == text and not message.tool_calls
+    finally:
+        assert host.stop() == 0, host.log()

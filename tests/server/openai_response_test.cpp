@@ -327,7 +327,7 @@ TEST_CASE("chat tool calls: the message's tool_calls, and streamed as a name chu
   const std::string first = "Checking.<too", second = "l_call>{\"name\": \"get_weather\", \"arguments\": {\"ci",
                     third = "ty\": \"Oslo\"}}</tool_call>";
 
-  const GenerationPlan whole = parse_generation_request(ApiKind::kChat, body.dump(), engine, ToolCallFormat::kHermes);
+  const GenerationPlan whole = parse_generation_request(ApiKind::kChat, body.dump(), engine, {ToolCallFormat::kHermes, ""});
   ResponseBuilder builder(whole, engine.tokenizer(), "chatcmpl-1", 7);
   builder.add(0, output({delta(0, first, {1})}, false, 4, 1));
   builder.add(0, output({delta(0, second, {2})}, false, 4, 2));
@@ -345,7 +345,7 @@ TEST_CASE("chat tool calls: the message's tool_calls, and streamed as a name chu
   json streamed_body = body;
   streamed_body["stream"] = true;
   const GenerationPlan stream =
-      parse_generation_request(ApiKind::kChat, streamed_body.dump(), engine, ToolCallFormat::kHermes);
+      parse_generation_request(ApiKind::kChat, streamed_body.dump(), engine, {ToolCallFormat::kHermes, ""});
   ResponseBuilder streamer(stream, engine.tokenizer(), "chatcmpl-2", 7);
   std::vector<json> chunks = events(streamer.add(0, output({delta(0, first, {1})}, false, 4, 1)));
   REQUIRE(chunks.size() == 1);
@@ -375,7 +375,7 @@ TEST_CASE("chat tool calls: with parallel_tool_calls false the pieces of a secon
                       {{"type", "function"}, {"function", {{"name", "b"}}}}};
   const json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", tools},
                      {"parallel_tool_calls", false}, {"stream", true}};
-  const GenerationPlan stream = parse_generation_request(ApiKind::kChat, body.dump(), engine, ToolCallFormat::kMistral);
+  const GenerationPlan stream = parse_generation_request(ApiKind::kChat, body.dump(), engine, {ToolCallFormat::kMistral, ""});
   ResponseBuilder streamer(stream, engine.tokenizer(), "chatcmpl-3", 7);
   const std::vector<json> chunks = events(streamer.add(
       0, output({delta(0, R"([TOOL_CALLS]a[ARGS]{"x": 1}[TOOL_CALLS]b[ARGS]{"y": 2})", {1}, FinishReason::kStop)},

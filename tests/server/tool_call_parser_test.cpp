@@ -4,6 +4,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -188,4 +191,38 @@ TEST_CASE("mistral: a list that is not calls, or no list, is content", "[tool_ca
   }
   // After a call, what is no call ends the calls and is content.
   check_every_cut(ToolCallFormat::kMistral, R"([TOOL_CALLS] [{"name": "a"}, 3])", {" 3]", {"a {}"}});
+}
+
+TEST_CASE("the tool-call format recognised in real models' chat templates", "[tool_calls]") {
+  // llama.cpp's collection of real templates, unpacked by scripts/setup.sh.
+  const std::filesystem::path templates = std::filesystem::path(PAGEDLLM_SOURCE_DIR) / ".deps" / "chat-templates";
+  auto format_of = [&](const std::string& name) {
+    std::ifstream file(templates / name, std::ios::binary);
+    REQUIRE(file);
+    return tool_call_format_of_template(
+        std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()));
+  };
+  for (const std::string name : {"Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen-Qwen3-0.6B.jinja", "Qwen-QwQ-32B.jinja",
+                                 "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja"}) {
+    INFO(name);
+    CHECK(format_of(name) == ToolCallFormat::kHermes);
+  }
+  for (const std::string name : {"meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja",
+                                 "meta-llama-Llama-3.3-70B-Instruct.jinja"}) {
+    INFO(name);
+    CHECK(format_of(name) == ToolCallFormat::kLlama3Json);
+  }
+  for (const std::string name : {"mistralai-Mistral-Nemo-Instruct-2407.jinja",
+                                 "Mistral-Small-3.2-24B-Instruct-2506.jinja", "unsloth-mistral-Devstral-Small-2507.jinja"}) {
+    INFO(name);
+    CHECK(format_of(name) == ToolCallFormat::kMistral);
+  }
+  // Templates without tool calls, or with a format no parser reads (DeepSeek's own markers).
+  for (const std::string name : {"google-gemma-2-2b-it.jinja", "microsoft-Phi-3.5-mini-instruct.jinja",
+                                 "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "HuggingFaceTB-SmolLM3-3B.jinja"}) {
+    INFO(name);
+    CHECK_FALSE(format_of(name).has_value());
+  }
+  // Two formats' markers: which one the model writes is not known.
+  CHECK_FALSE(tool_call_format_of_template("{{ '<tool_call>' }}{{ '[TOOL_CALLS]' }}").has_value());
 }
