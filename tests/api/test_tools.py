@@ -257,3 +257,22 @@ def test_the_parser_chosen_from_the_chat_template(start_server, setting):
             assert message.content == text and not message.tool_calls
     finally:
         assert host.stop() == 0, host.log()
+
+
+def test_a_parameters_type_list_with_object_is_taken_and_forced_calls_are_objects(servers):
+    """type ["object", "null"] (what clients generate for optional arguments): offered, and a forced call's
+    arguments are still an object, which the parser reads."""
+    client, model = servers("hermes")
+    tools = [{"type": "function", "function": {"name": "get_weather",
+                                               "parameters": {**WEATHER_SCHEMA, "type": ["object", "null"]}}}]
+    for seed in range(2):
+        result = client.chat.completions.create(model=model, messages=ASK, tools=tools, tool_choice="required",
+                                                max_tokens=1000, temperature=1.0, seed=seed,
+                                                parallel_tool_calls=False).choices[0]
+        assert result.finish_reason == "tool_calls", result.message.content
+        [(name, arguments)] = calls_of(result.message.tool_calls)
+        assert name == "get_weather" and arguments["city"] in ("Paris", "Oslo")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=model, messages=ASK, max_tokens=1, tools=[
+            {"type": "function", "function": {"name": "f", "parameters": {"type": ["array", "null"]}}}])
+    assert refused.value.body["param"] == "tools[0].function.parameters.type", refused.value.body
