@@ -22,8 +22,9 @@ packages=(
   # tensor parallelism: Open MPI (collectives_mpi, mpirun launches the ranks); ip (iproute2) makes the two
   # network namespaces of ctest tensor_parallel:two_namespaces
   libopenmpi-dev openmpi-bin iproute2
-  # tests; clang and its compiler-rt build the libFuzzer targets (tools/fuzz)
-  catch2 clang libclang-rt-dev
+  # tests; clang and its compiler-rt build the libFuzzer targets (tools/fuzz); headless Chromium runs
+  # tests/api/test_cors.py's page from another origin
+  catch2 clang libclang-rt-dev chromium-headless-shell
   # the interpreter the project's virtual environment is made from (Debian's Python 3.11)
   python3 python3-venv
 )

@@ -90,9 +90,10 @@ struct ServerConfig {
   // How chat responses split a reasoning model's thinking into reasoning_content: none, deepseek_r1 or
   // qwen3 (core/server/reasoning_parser.h).
   std::string reasoning_parser = "none";
-  // How chat output is parsed into tool calls: none, hermes, llama3_json or mistral
-  // (core/server/tool_call_parser.h). none: tools are still rendered into the prompt, the output is not parsed.
-  std::string tool_call_parser = "none";
+  // How chat output is parsed into tool calls: auto, none, hermes, llama3_json or mistral
+  // (core/server/tool_call_parser.h). auto: the format the model's chat template writes calls in, and tools
+  // refused when it shows none; none: tools are still rendered into the prompt, the output is not parsed.
+  std::string tool_call_parser = "auto";
   // Threads running the HTTP event loop; connections and streams do not need one each.
   int io_threads = 2;
   // Larger request bodies are refused with 413.

@@ -149,6 +149,13 @@ void HttpSession::on_read_error(beast::error_code ec) {
   if (closed_) return;
   keep_alive_ = false;
   request_ = {};
+  // A refused request (a body over the limit, one too slow) is answered with the CORS headers its Origin
+  // gets, so that a page can read why. The fields read so far are in the parser's message even when the
+  // header itself was refused (a Content-Length over the limit).
+  if (parser_) {
+    const auto origin = parser_->get()[http::field::origin];
+    if (!origin.empty()) request_.set(http::field::origin, origin);
+  }
   if (auto reply = read_error_reply(ec, state_->config())) {
     write_reply(std::move(*reply));
   } else {
@@ -242,8 +249,7 @@ void HttpSession::next_request() {
 
 void HttpSession::start_generation(ApiKind kind) {
   Engine& engine = state_->engine();
-  GenerationPlan plan = parse_generation_request(kind, request_.body(), engine,
-                                                 *parse_tool_call_format(state_->config().tool_call_parser));
+  GenerationPlan plan = parse_generation_request(kind, request_.body(), engine, state_->tool_call_parsing());
   if (state_->draining()) throw unavailable("The server is shutting down.", "shutting_down", std::chrono::seconds(1));
   const int count = static_cast<int>(plan.prompts.size());
   const int limit = state_->config().max_concurrent_requests;

@@ -215,9 +215,13 @@ std::optional<BeamSearchOptions> get_beam_search(const json& request, bool beam_
 // How the chat output is parsed into tool calls, and for tool_choice required or a named function the
 // constraint that makes it one. tool_choice "none" still renders the tools (as vLLM does by default) but
 // leaves the output unparsed.
-void plan_tool_calls(GenerationPlan& plan, const ChatTools& tools, ToolCallFormat parser,
+void plan_tool_calls(GenerationPlan& plan, const ChatTools& tools, const ToolCallParsing& parsing,
                      bool skip_special_tokens_given) {
   if (!tools.offered() || tools.choice == ToolChoice::kNone) return;
+  if (!parsing.missing.empty()) {
+    throw invalid_request(fmt::format("'tools' needs the model's tool-call format, and {}", parsing.missing), "tools");
+  }
+  const ToolCallFormat parser = parsing.format;
   plan.parallel_tool_calls = tools.parallel;
   if (tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed) {
     if (plan.constraint) {
@@ -424,7 +428,7 @@ GenerateRequest make_engine_request(const GenerationPlan& plan, std::size_t inde
 }
 
 GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, const Engine& engine,
-                                        ToolCallFormat tool_parser) {
+                                        const ToolCallParsing& tool_parsing) {
   const json request = parse_json_object(body);
   check_model(request, engine);
   const bool beam_search = get_bool(request, "use_beam_search").value_or(false);
@@ -522,7 +526,7 @@ GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, con
   if (chat) {
     const nlohmann::ordered_json ordered_request = parse_ordered_json(body);
     const ChatTools tools = parse_chat_tools(request, ordered_request);
-    plan_tool_calls(plan, tools, tool_parser, field(request, "skip_special_tokens") != nullptr);
+    plan_tool_calls(plan, tools, tool_parsing, field(request, "skip_special_tokens") != nullptr);
     const auto messages = parse_chat_messages(request, ordered_request);
     plan.prompts.push_back(
         {render_chat_prompt(engine, messages, tools.definitions, /*add_generation_prompt=*/true), {}, std::nullopt});

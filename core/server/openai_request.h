@@ -76,9 +76,9 @@ GenerateRequest make_engine_request(const GenerationPlan& plan, std::size_t inde
 
 // Parses a request body. Throws ApiError: 400 for malformed JSON, wrong types,
 // values out of range, prompts longer than the context; 404 model_not_found.
-// `tool_parser` is server.tool_call_parser: how chat output is parsed into tool calls.
+// `tool_parsing`: how chat output is parsed into tool calls (server.tool_call_parser, or the template's).
 GenerationPlan parse_generation_request(ApiKind kind, std::string_view body, const Engine& engine,
-                                        ToolCallFormat tool_parser = ToolCallFormat::kNone);
+                                        const ToolCallParsing& tool_parsing = {});
 
 // The JSON object of a request body, or a 400.
 nlohmann::json parse_json_object(std::string_view body);

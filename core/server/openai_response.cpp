@@ -81,16 +81,27 @@ json ResponseBuilder::stop_reason(const SequenceDelta& delta) const {
   return nullptr;  // EOS
 }
 
-json ResponseBuilder::take_tool_calls(Choice& choice, std::vector<ParsedToolCall>&& calls) const {
-  json taken = json::array();
-  for (ParsedToolCall& call : calls) {
-    if (!plan_.parallel_tool_calls && choice.num_tool_calls > 0) break;
-    taken.push_back({{"index", choice.num_tool_calls++},
-                     {"id", tool_call_id(plan_.tool_call_format)},
-                     {"type", "function"},
-                     {"function", {{"name", std::move(call.name)}, {"arguments", std::move(call.arguments)}}}});
+json ResponseBuilder::tool_call_deltas(Choice& choice, std::vector<ToolCallPiece>&& pieces) const {
+  json deltas = json::array();
+  for (ToolCallPiece& piece : pieces) {
+    if (piece.opens) {
+      choice.dropping_call = !plan_.parallel_tool_calls && choice.num_tool_calls > 0;
+      if (choice.dropping_call) continue;
+      deltas.push_back({{"index", choice.num_tool_calls++},
+                        {"id", tool_call_id(plan_.tool_call_format)},
+                        {"type", "function"},
+                        {"function", {{"name", std::move(piece.name)}, {"arguments", ""}}}});
+    }
+    if (choice.dropping_call || piece.arguments.empty()) continue;
+    // The last entry, if any, is this call's: its opening (arguments stay a chunk of their own) or its
+    // arguments so far.
+    if (!deltas.empty() && !deltas.back().contains("id")) {
+      deltas.back()["function"]["arguments"].get_ref<std::string&>() += piece.arguments;
+    } else {
+      deltas.push_back({{"index", choice.num_tool_calls - 1}, {"function", {{"arguments", std::move(piece.arguments)}}}});
+    }
   }
-  return taken;
+  return deltas;
 }
 
 json ResponseBuilder::choice_finish_reason(const Choice& choice) {
@@ -232,7 +243,7 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
         std::move(rest.calls.begin(), rest.calls.end(), std::back_inserter(parts.calls));
       }
       text = std::move(parts.content);
-      tool_calls = take_tool_calls(choice, std::move(parts.calls));
+      tool_calls = tool_call_deltas(choice, std::move(parts.calls));
     }
     if (delta.finish_reason) {
       choice.finish_reason = delta.finish_reason;
@@ -245,9 +256,14 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
     if (!plan_.stream) {
       choice.text += text;
       choice.reasoning += reasoning;
-      for (json& call : tool_calls) {
-        call.erase("index");
-        choice.tool_calls.push_back(std::move(call));
+      for (json& entry : tool_calls) {
+        if (entry.contains("id")) {
+          entry.erase("index");
+          choice.tool_calls.push_back(std::move(entry));
+        } else {
+          choice.tool_calls[entry["index"].get<std::size_t>()]["function"]["arguments"].get_ref<std::string&>() +=
+              entry["function"]["arguments"].get_ref<const std::string&>();
+        }
       }
       if (plan_.return_token_ids) {
         choice.token_ids.insert(choice.token_ids.end(), delta.token_ids.begin(), delta.token_ids.end());
@@ -261,21 +277,15 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
         !(plan_.logprobs && has_tokens) && !sends_prompt_logprobs && !sends_token_ids) {
       continue;
     }
-    // Chat: the text's delta, then each call's (its id, type and name, then its arguments), one chunk each;
-    // the first carries the tokens' logprobs and ids, the last the finish reason.
+    // Chat: the text's delta, then each tool_calls entry (a call's id, type and name, or more of its
+    // arguments), one chunk each; the first carries the tokens' logprobs and ids, the last the finish reason.
     std::vector<json> deltas;
     if (plan_.kind == ApiKind::kChat) {
       json message = json::object();
       if (!reasoning.empty()) message["reasoning_content"] = reasoning;
       if (!text.empty()) message["content"] = text;
       if (!message.empty() || tool_calls.empty()) deltas.push_back(std::move(message));
-      for (json& call : tool_calls) {
-        json arguments = std::move(call["function"]["arguments"]);
-        call["function"]["arguments"] = "";
-        const json call_index = call["index"];
-        deltas.push_back({{"tool_calls", json::array({std::move(call)})}});
-        deltas.push_back({{"tool_calls", json::array({{{"index", call_index}, {"function", {{"arguments", std::move(arguments)}}}}})}});
-      }
+      for (json& entry : tool_calls) deltas.push_back({{"tool_calls", json::array({std::move(entry)})}});
     } else {
       deltas.push_back(nullptr);
     }

@@ -57,6 +57,7 @@ class ResponseBuilder {
     std::optional<ReasoningSplitter> splitter;  // chat with a reasoning format
     std::optional<ToolCallParser> tool_parser;  // chat with plan.tool_call_format
     int num_tool_calls = 0;                     // calls returned so far (streamed, or below)
+    bool dropping_call = false;  // parallel_tool_calls false: the pieces of a call past the first are dropped
     nlohmann::json tool_calls = nlohmann::json::array();  // not streaming: the message's tool_calls
     double cumulative_logprob = 0;  // of the sampled tokens (best_of's ranking)
     bool started = false;
@@ -83,9 +84,10 @@ class ResponseBuilder {
   void append_logprobs(nlohmann::json& into, nlohmann::json&& more) const;
   nlohmann::json chunk(nlohmann::json choice) const;
   nlohmann::json stop_reason(const SequenceDelta& delta) const;
-  // The calls of `calls` the choice returns (parallel_tool_calls false: its first only), as OpenAI's
-  // tool_calls entries with fresh ids.
-  nlohmann::json take_tool_calls(Choice& choice, std::vector<ParsedToolCall>&& calls) const;
+  // The pieces of calls the choice returns (parallel_tool_calls false: its first call's only), as OpenAI's
+  // delta.tool_calls entries: a call's index, fresh id, type and name (arguments ""), then its arguments'
+  // pieces, consecutive ones joined. Not streaming, the same entries build the message's tool_calls.
+  nlohmann::json tool_call_deltas(Choice& choice, std::vector<ToolCallPiece>&& pieces) const;
   // finish_reason_json, but "tool_calls" for a choice that stopped after calling.
   static nlohmann::json choice_finish_reason(const Choice& choice);
   std::string token_text(std::int32_t id) const;

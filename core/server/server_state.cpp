@@ -1,6 +1,42 @@
 #include "core/server/server_state.h"
 
+#include <fmt/format.h>
+
+#include "core/common/logging.h"
+
 namespace pagedllm::server {
+
+namespace {
+
+ToolCallParsing choose_tool_call_parsing(const ServerConfig& config, const tokenizer::ChatTemplate* chat_template) {
+  if (config.tool_call_parser != "auto") return {*parse_tool_call_format(config.tool_call_parser), ""};
+  if (chat_template == nullptr) {
+    host_log().info("tool calls: not parsed (server.tool_call_parser auto, and the model has no chat template)");
+    return {ToolCallFormat::kNone, "the model has no chat template to recognise its tool-call format in: set "
+                                   "server.tool_call_parser (hermes, llama3_json or mistral)"};
+  }
+  if (const auto format = tool_call_format_of_template(chat_template->text())) {
+    host_log().info("tool calls: parsed as {} (server.tool_call_parser auto, recognised in the chat template {})",
+                    tool_call_format_name(*format), chat_template->source());
+    return {*format, ""};
+  }
+  host_log().info("tool calls: not parsed (server.tool_call_parser auto, and the chat template {} shows no "
+                  "<tool_call>, <|python_tag|> or [TOOL_CALLS]); requests offering tools are refused",
+                  chat_template->source());
+  return {ToolCallFormat::kNone,
+          fmt::format("the model's chat template ({}) shows no tool-call format this server recognises: set "
+                      "server.tool_call_parser (hermes, llama3_json or mistral; none renders tools without "
+                      "parsing calls)",
+                      chat_template->source())};
+}
+
+}  // namespace
+
+ServerState::ServerState(Engine& engine, ServerConfig config)
+    : engine_(engine),
+      config_(std::move(config)),
+      tool_call_parsing_(choose_tool_call_parsing(config_, engine.chat_template())),
+      started_(std::chrono::system_clock::now()) {}
 
 bool ServerState::try_reserve(int count) {
   int current = reserved_.load();

@@ -14,6 +14,7 @@
 
 #include "core/config/config.h"
 #include "core/engine/engine.h"
+#include "core/server/tool_call_parser.h"
 
 namespace pagedllm::server {
 
@@ -42,11 +43,13 @@ class OutputGate {
 
 class ServerState {
  public:
-  ServerState(Engine& engine, ServerConfig config)
-      : engine_(engine), config_(std::move(config)), started_(std::chrono::system_clock::now()) {}
+  ServerState(Engine& engine, ServerConfig config);
 
   Engine& engine() { return engine_; }
   const ServerConfig& config() const { return config_; }
+  // server.tool_call_parser, or with "auto" the format the model's chat template shows (chosen, and logged,
+  // once at start).
+  const ToolCallParsing& tool_call_parsing() const { return tool_call_parsing_; }
   OutputGate& gate() { return gate_; }
   std::int64_t started_unix() const {
     return std::chrono::duration_cast<std::chrono::seconds>(started_.time_since_epoch()).count();
@@ -83,6 +86,7 @@ class ServerState {
  private:
   Engine& engine_;
   const ServerConfig config_;
+  const ToolCallParsing tool_call_parsing_;
   const std::chrono::system_clock::time_point started_;
   OutputGate gate_;
   std::atomic<bool> draining_{false};

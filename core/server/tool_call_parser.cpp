@@ -1,6 +1,7 @@
 #include "core/server/tool_call_parser.h"
 
 #include <algorithm>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,7 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
+constexpr std::string_view kMistralArgs = "[ARGS]";
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -37,37 +39,31 @@ std::size_t partial_tag(std::string_view text, std::string_view tag) {
 // while it is not closed yet. Only brackets outside strings count; whether the value is valid JSON is
 // the parser's judgement afterwards.
 std::size_t json_value_end(std::string_view text) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
+  ToolCallParser::BracketScanner scanner;
   for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if (c == '}' || c == ']') {
-      if (--depth == 0) return i + 1;
-    }
+    if (scanner.closes(text[i])) return i + 1;
   }
   return std::string_view::npos;
 }
 
+// OpenAI's function names: letters, digits, '_' and '-' (mistral v11 writes the name bare).
+bool is_name_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+}
+
 // {"name": "...", "<arguments_key>": {...}} (the arguments may also be a string holding the object's
 // JSON, as some models write them); nullopt for anything else.
-std::optional<ParsedToolCall> call_from_json(const ordered_json& value, std::string_view arguments_key) {
+struct WholeCall {
+  std::string name;
+  std::string arguments;
+};
+
+std::optional<WholeCall> call_from_json(const ordered_json& value, std::string_view arguments_key) {
   if (!value.is_object()) return std::nullopt;
   const auto name = value.find("name");
   const auto arguments = value.find(std::string(arguments_key));
   if (name == value.end() || !name->is_string() || name->get_ref<const std::string&>().empty()) return std::nullopt;
-  ParsedToolCall call{name->get<std::string>(), "{}"};
+  WholeCall call{name->get<std::string>(), "{}"};
   if (arguments == value.end()) return call;
   if (arguments->is_object()) {
     call.arguments = arguments->dump();
@@ -83,7 +79,108 @@ std::optional<ParsedToolCall> call_from_json(const ordered_json& value, std::str
 
 ordered_json parse_json(std::string_view text) { return ordered_json::parse(text, nullptr, false); }
 
+enum class Match { kIncomplete, kNo, kYes };
+
+// The JSON string that starts at text[at]: its value, and `at` moved past it. kIncomplete while its closing
+// quote has not come.
+Match read_string(std::string_view text, std::size_t& at, std::string& value) {
+  if (text[at] != '"') return Match::kNo;
+  bool escaped = false;
+  for (std::size_t i = at + 1; i < text.size(); ++i) {
+    if (escaped) {
+      escaped = false;
+    } else if (text[i] == '\\') {
+      escaped = true;
+    } else if (text[i] == '"') {
+      const ordered_json parsed = parse_json(text.substr(at, i + 1 - at));
+      if (!parsed.is_string()) return Match::kNo;
+      value = parsed.get<std::string>();
+      at = i + 1;
+      return Match::kYes;
+    }
+  }
+  return Match::kIncomplete;
+}
+
+// The start of a call object as models write it, {"name": "<name>", "<arguments key>": {, or a whole call
+// without arguments, {"name": "<name>"}. kIncomplete while the text may still become one.
+struct CallHeader {
+  Match match = Match::kNo;
+  std::string name;
+  std::size_t end = 0;         // the arguments' '{', or one past the object's '}' when it has none
+  bool has_arguments = false;
+};
+
+CallHeader read_call_header(std::string_view text, bool parameters_key) {
+  CallHeader header;
+  header.match = Match::kIncomplete;
+  std::size_t at = 0;
+  // Moves past whitespace; false when the text ends there (so far, the header is incomplete).
+  auto more = [&] {
+    at += leading_space(text.substr(at));
+    return at < text.size();
+  };
+  // The next token is the character `c`.
+  auto expect = [&](char c) {
+    if (text[at] != c) return false;
+    ++at;
+    return true;
+  };
+  const CallHeader no;
+  std::string key;
+  if (!more()) return header;
+  if (!expect('{')) return no;
+  if (!more()) return header;
+  Match read = read_string(text, at, key);
+  if (read != Match::kYes) return read == Match::kIncomplete ? header : no;
+  if (key != "name") return no;
+  if (!more()) return header;
+  if (!expect(':')) return no;
+  if (!more()) return header;
+  read = read_string(text, at, header.name);
+  if (read != Match::kYes) return read == Match::kIncomplete ? header : no;
+  if (header.name.empty()) return no;
+  if (!more()) return header;
+  if (expect('}')) {
+    header.match = Match::kYes;
+    header.end = at;
+    return header;
+  }
+  if (!expect(',')) return no;
+  if (!more()) return header;
+  read = read_string(text, at, key);
+  if (read != Match::kYes) return read == Match::kIncomplete ? header : no;
+  if (key != "arguments" && !(parameters_key && key == "parameters")) return no;
+  if (!more()) return header;
+  if (!expect(':')) return no;
+  if (!more()) return header;
+  if (text[at] != '{') return no;
+  header.match = Match::kYes;
+  header.end = at;
+  header.has_arguments = true;
+  return header;
+}
+
 }  // namespace
+
+bool ToolCallParser::BracketScanner::closes(char c) {
+  if (in_string) {
+    if (escaped) {
+      escaped = false;
+    } else if (c == '\\') {
+      escaped = true;
+    } else if (c == '"') {
+      in_string = false;
+    }
+  } else if (c == '"') {
+    in_string = true;
+  } else if (c == '{' || c == '[') {
+    ++depth;
+  } else if (c == '}' || c == ']') {
+    return --depth == 0;
+  }
+  return false;
+}
 
 std::optional<ToolCallFormat> parse_tool_call_format(std::string_view name) {
   if (name == "none") return ToolCallFormat::kNone;
@@ -91,6 +188,32 @@ std::optional<ToolCallFormat> parse_tool_call_format(std::string_view name) {
   if (name == "llama3_json") return ToolCallFormat::kLlama3Json;
   if (name == "mistral") return ToolCallFormat::kMistral;
   return std::nullopt;
+}
+
+std::string_view tool_call_format_name(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kNone: return "none";
+    case ToolCallFormat::kHermes: return "hermes";
+    case ToolCallFormat::kLlama3Json: return "llama3_json";
+    case ToolCallFormat::kMistral: return "mistral";
+  }
+  return "none";
+}
+
+std::optional<ToolCallFormat> tool_call_format_of_template(std::string_view chat_template) {
+  // Llama 3.2's template has no <|python_tag|> (it has no built-in tools) but Meta's instruction for calls.
+  constexpr std::string_view kLlamaInstruction = R"(Respond in the format {"name": function name, "parameters")";
+  const std::pair<std::string_view, ToolCallFormat> markers[] = {{kHermesOpen, ToolCallFormat::kHermes},
+                                                                {kPythonTag, ToolCallFormat::kLlama3Json},
+                                                                {kLlamaInstruction, ToolCallFormat::kLlama3Json},
+                                                                {kMistralCalls, ToolCallFormat::kMistral}};
+  std::optional<ToolCallFormat> found;
+  for (const auto& marker : markers) {
+    if (chat_template.find(marker.first) == std::string_view::npos) continue;
+    if (found && *found != marker.second) return std::nullopt;  // two formats: which one the model writes is unknown
+    found = marker.second;
+  }
+  return found;
 }
 
 ToolCallParser::ToolCallParser(ToolCallFormat format, bool calls_forced) : format_(format) {
@@ -122,6 +245,11 @@ void ToolCallParser::settle(Parts& parts, bool at_end) {
       case State::kLeading: progress = settle_leading(at_end); break;
       case State::kText: progress = settle_text(parts, at_end); break;
       case State::kCall: progress = settle_call(parts, at_end); break;
+      case State::kMistralName: progress = settle_mistral_name(parts, at_end); break;
+      case State::kArguments: progress = settle_arguments(parts, at_end); break;
+      case State::kCallTail: progress = settle_call_tail(); break;
+      case State::kHermesEnd: progress = settle_hermes_end(at_end); break;
+      case State::kListNext: progress = settle_list_next(at_end); break;
       case State::kPlain:
         emit_content(parts, held_);
         held_.clear();
@@ -146,11 +274,28 @@ void ToolCallParser::emit_content(Parts& parts, std::string_view text) {
   }
 }
 
-void ToolCallParser::add_call(Parts& parts, ParsedToolCall call) {
+void ToolCallParser::open_call(Parts& parts, std::string name, std::string arguments) {
   found_calls_ = true;
   content_after_call_ = false;
   pending_space_.clear();
-  parts.calls.push_back(std::move(call));
+  opening_.clear();
+  parts.calls.push_back({true, std::move(name), std::move(arguments)});
+}
+
+void ToolCallParser::after_call() {
+  switch (format_) {
+    case ToolCallFormat::kHermes: state_ = State::kHermesEnd; break;
+    case ToolCallFormat::kLlama3Json: state_ = State::kLeading; break;
+    case ToolCallFormat::kMistral: state_ = in_mistral_list_ ? State::kListNext : State::kText; break;
+    case ToolCallFormat::kNone: state_ = State::kPlain; break;
+  }
+}
+
+void ToolCallParser::not_a_call() {
+  held_.insert(0, opening_);
+  opening_.clear();
+  in_mistral_list_ = false;
+  state_ = State::kPlain;
 }
 
 // llama3_json: at the start, a call ('{' or <|python_tag|>) or content; after a call, ';' and the next.
@@ -197,14 +342,47 @@ bool ToolCallParser::settle_text(Parts& parts, bool at_end) {
   return false;
 }
 
+// After the marker: a call object that opens as soon as its header is read (mistral: first its list, or
+// its v11 name).
 bool ToolCallParser::settle_call(Parts& parts, bool at_end) {
+  if (format_ == ToolCallFormat::kMistral && !in_mistral_list_) {
+    const std::size_t start = leading_space(held_);
+    if (start == held_.size()) {
+      if (!at_end) return false;
+      not_a_call();
+      return true;
+    }
+    const bool list = held_[start] == '[';
+    const std::size_t taken = list ? start + 1 : start;
+    opening_ += held_.substr(0, taken);
+    held_.erase(0, taken);
+    in_mistral_list_ = list;
+    if (!list) state_ = State::kMistralName;
+    return true;
+  }
+  CallHeader header = read_call_header(held_, format_ == ToolCallFormat::kLlama3Json);
+  if (header.match == Match::kIncomplete && !at_end) return false;
+  if (header.match != Match::kYes) return settle_whole_call(parts, at_end);
+  open_call(parts, std::move(header.name), header.has_arguments ? "" : "{}");
+  held_.erase(0, header.end);
+  if (header.has_arguments) {
+    scanner_ = {};
+    state_ = State::kArguments;
+  } else {
+    after_call();
+  }
+  return true;
+}
+
+// A call object whose header is not the streamed form: parsed once complete, one piece or content.
+bool ToolCallParser::settle_whole_call(Parts& parts, bool at_end) {
   if (format_ == ToolCallFormat::kHermes) {
     const std::size_t close = held_.find(kHermesClose);
     if (close == std::string::npos && !at_end) return false;
     const std::string_view body = std::string_view(held_).substr(0, std::min(close, held_.size()));
     const std::size_t consumed = close == std::string::npos ? held_.size() : close + kHermesClose.size();
     if (auto call = call_from_json(parse_json(body), "arguments")) {
-      add_call(parts, std::move(*call));
+      open_call(parts, std::move(call->name), std::move(call->arguments));
     } else {
       emit_content(parts, opening_ + held_.substr(0, consumed));
     }
@@ -213,43 +391,134 @@ bool ToolCallParser::settle_call(Parts& parts, bool at_end) {
     state_ = State::kText;
     return true;
   }
-  // llama3_json (at a '{') and mistral (a list, after optional whitespace).
+  // llama3_json and mistral's list items: an object.
   const std::size_t start = leading_space(held_);
   if (start == held_.size() && !at_end) return false;
-  const char open = format_ == ToolCallFormat::kMistral ? '[' : '{';
-  const bool opens = start < held_.size() && held_[start] == open;
+  const bool opens = start < held_.size() && held_[start] == '{';
   const std::size_t length = opens ? json_value_end(std::string_view(held_).substr(start)) : std::string_view::npos;
   if (opens && length == std::string_view::npos && !at_end) return false;
-  const std::string_view value = length == std::string_view::npos
-                                     ? std::string_view()
-                                     : std::string_view(held_).substr(start, length);
-  const ordered_json parsed = parse_json(value);
-  std::vector<ParsedToolCall> calls;
-  if (format_ == ToolCallFormat::kLlama3Json) {
-    // vLLM's llama3_json takes "arguments" too.
-    const bool parameters = !parsed.is_object() || parsed.contains("parameters") || !parsed.contains("arguments");
-    if (auto call = call_from_json(parsed, parameters ? "parameters" : "arguments")) calls.push_back(std::move(*call));
-  } else if (parsed.is_array() && !parsed.empty()) {
-    for (const ordered_json& item : parsed) {
-      auto call = call_from_json(item, "arguments");
-      if (!call) {
-        calls.clear();
-        break;
-      }
-      calls.push_back(std::move(*call));
-    }
-  }
-  if (calls.empty()) {
-    // Not a call: the text is content, verbatim (the marker it followed included).
-    held_.insert(0, opening_);
-    opening_.clear();
-    state_ = State::kPlain;
+  const ordered_json parsed =
+      parse_json(length == std::string_view::npos ? std::string_view() : std::string_view(held_).substr(start, length));
+  // vLLM's llama3_json takes "arguments" too.
+  const bool parameters = format_ == ToolCallFormat::kLlama3Json &&
+                          (!parsed.is_object() || parsed.contains("parameters") || !parsed.contains("arguments"));
+  auto call = call_from_json(parsed, parameters ? "parameters" : "arguments");
+  if (!call) {
+    not_a_call();
     return true;
   }
-  for (ParsedToolCall& call : calls) add_call(parts, std::move(call));
-  opening_.clear();
+  open_call(parts, std::move(call->name), std::move(call->arguments));
   held_.erase(0, start + length);
-  state_ = format_ == ToolCallFormat::kLlama3Json ? State::kLeading : State::kText;
+  after_call();
+  return true;
+}
+
+// mistral v11: [TOOL_CALLS]name[ARGS]{...}; the call opens at its arguments' '{'.
+bool ToolCallParser::settle_mistral_name(Parts& parts, bool at_end) {
+  std::size_t end = 0;
+  while (end < held_.size() && is_name_char(held_[end])) ++end;
+  const std::string_view rest = std::string_view(held_).substr(end);
+  if (end == 0 && !rest.empty()) {
+    not_a_call();
+    return true;
+  }
+  if (!rest.starts_with(kMistralArgs)) {
+    if (!at_end && kMistralArgs.starts_with(rest)) return false;
+    not_a_call();
+    return true;
+  }
+  const std::size_t arguments = end + kMistralArgs.size() + leading_space(rest.substr(kMistralArgs.size()));
+  if (arguments == held_.size() && !at_end) return false;
+  if (arguments == held_.size() || held_[arguments] != '{') {
+    not_a_call();
+    return true;
+  }
+  open_call(parts, held_.substr(0, end), "");
+  held_.erase(0, arguments);
+  scanner_ = {};
+  state_ = State::kArguments;
+  return true;
+}
+
+// The arguments as they come, up to the bracket that closes them (hermes: or </tool_call>, whichever first).
+bool ToolCallParser::settle_arguments(Parts& parts, bool at_end) {
+  std::size_t taken = 0;
+  bool closed = false, block_closed = false;
+  for (; taken < held_.size(); ++taken) {
+    if (format_ == ToolCallFormat::kHermes && !scanner_.in_string && held_[taken] == '<') {
+      const std::string_view rest = std::string_view(held_).substr(taken);
+      if (rest.starts_with(kHermesClose)) {
+        block_closed = true;
+        break;
+      }
+      if (!at_end && kHermesClose.starts_with(rest)) break;  // may be the close tag: wait
+    }
+    if (scanner_.closes(held_[taken])) {
+      closed = true;
+      ++taken;
+      break;
+    }
+  }
+  if (taken > 0) {
+    parts.calls.push_back({false, "", held_.substr(0, taken)});
+    held_.erase(0, taken);
+  }
+  if (block_closed) {
+    held_.erase(0, kHermesClose.size());
+    state_ = State::kText;
+    return true;
+  }
+  if (!closed) return false;
+  if (format_ == ToolCallFormat::kLlama3Json || in_mistral_list_) {
+    // The rest of the call object, up to its '}'.
+    scanner_ = {};
+    scanner_.depth = 1;
+    state_ = State::kCallTail;
+  } else {
+    after_call();
+  }
+  return true;
+}
+
+bool ToolCallParser::settle_call_tail() {
+  for (std::size_t i = 0; i < held_.size(); ++i) {
+    if (scanner_.closes(held_[i])) {
+      held_.erase(0, i + 1);
+      after_call();
+      return true;
+    }
+  }
+  held_.clear();
+  return false;
+}
+
+// hermes: the rest of a call's block is dropped up to </tool_call>.
+bool ToolCallParser::settle_hermes_end(bool at_end) {
+  const std::size_t close = held_.find(kHermesClose);
+  if (close != std::string::npos) {
+    held_.erase(0, close + kHermesClose.size());
+    state_ = State::kText;
+    return true;
+  }
+  const std::size_t keep = at_end ? 0 : partial_tag(held_, kHermesClose);
+  held_.erase(0, held_.size() - keep);
+  return false;
+}
+
+// mistral's list after a call: ',' and the next, or ']'; anything else ends the calls and is content.
+bool ToolCallParser::settle_list_next(bool at_end) {
+  const std::size_t at = leading_space(held_);
+  if (at == held_.size()) {
+    if (!at_end) return false;
+    held_.clear();
+    in_mistral_list_ = false;
+    state_ = State::kText;
+    return true;
+  }
+  const char next = held_[at];
+  if (next == ',' || next == ']') held_.erase(0, at + 1);
+  in_mistral_list_ = next == ',';
+  state_ = next == ',' ? State::kCall : next == ']' ? State::kText : State::kPlain;
   return true;
 }
 

@@ -22,12 +22,23 @@ bool valid_function_name(const std::string& name) {
   });
 }
 
+// Whether a schema's "type" admits an object: "object", or a list of type names holding it (as in
+// ["object", "null"], which clients generate for optional arguments).
+bool admits_object(const json& type) {
+  if (type.is_array()) {
+    return std::all_of(type.begin(), type.end(), [](const json& name) { return name.is_string(); }) &&
+           std::find(type.begin(), type.end(), json("object")) != type.end();
+  }
+  return type == "object";
+}
+
 // The parameters of a function are a JSON object, so their schema must describe one.
 void check_parameters(const json& parameters, const std::string& param) {
   if (!parameters.is_object()) wrong_type(param, "a JSON schema (an object)", parameters);
-  if (const json* type = field(parameters, "type"); type && *type != "object") {
+  if (const json* type = field(parameters, "type"); type && !admits_object(*type)) {
     throw invalid_request(fmt::format("'{}.type' is {}: a function's arguments are a JSON object, so its "
-                                      "parameters schema must have type \"object\"",
+                                      "parameters schema must have type \"object\" (alone or in a list of "
+                                      "type names)",
                                       param, type->dump()),
                           param + ".type");
   }
@@ -175,7 +186,9 @@ OutputConstraint tool_call_constraint(const ChatTools& tools, ToolCallFormat for
     if (tools.choice == ToolChoice::kNamed && name != tools.named) continue;
     ordered_json schema = function.at("parameters");
     if (schema.is_null()) schema = ordered_json::object();
-    if (!schema.contains("type")) schema["type"] = "object";
+    // A forced call's arguments are an object, which is what every parser reads ("null" of a type list
+    // would be no call).
+    schema["type"] = "object";
     tags.push_back({{"type", "tag"},
                     {"begin", fmt::format(fmt::runtime(call_begin), ordered_json(name).dump())},
                     // Whitespace runs bounded as constraint_xgrammar's max_whitespace default bounds them,

@@ -77,6 +77,7 @@ std::string_view chat_format_template(ChatFormat format) {
 
 ChatTemplate::ChatTemplate(std::string_view jinja, std::string source, const TokenizerConfig& special_tokens)
     : source_(std::move(source)),
+      text_(jinja),
       bos_token_(special_tokens.bos_token),
       eos_token_(special_tokens.eos_token),
       unk_token_(special_tokens.unk_token),

@@ -77,10 +77,13 @@ class ChatTemplate {
                      const nlohmann::ordered_json& tools = nullptr) const;
 
   const std::string& source() const { return source_; }
+  // The Jinja text (what the server reads to recognise the model's tool-call format).
+  const std::string& text() const { return text_; }
 
  private:
   std::unique_ptr<jinja::Template> template_;
   std::string source_;
+  std::string text_;
   std::optional<std::string> bos_token_;
   std::optional<std::string> eos_token_;
   std::optional<std::string> unk_token_;

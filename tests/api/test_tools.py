@@ -37,7 +37,10 @@ WRITTEN = {
         json.dumps({"name": n, "arguments": a}) for n, a in CALLS) + "\n</tool_call>"),
     "llama3_json": (None, "; ".join(json.dumps({"name": n, "parameters": a}) for n, a in CALLS)),
     "mistral": ("Looking.", "Looking.[TOOL_CALLS] " + json.dumps([{"name": n, "arguments": a} for n, a in CALLS])),
+    # Mistral's v11 tokenizers on: each call after its own marker, its name bare, its arguments after [ARGS].
+    "mistral v11": ("Looking.", "Looking." + "".join(f"[TOOL_CALLS]{n}[ARGS]{json.dumps(a)}" for n, a in CALLS)),
 }
+PARSER = {"hermes": "hermes", "llama3_json": "llama3_json", "mistral": "mistral", "mistral v11": "mistral"}
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +67,11 @@ def calls_of(tool_calls):
     return [(c.function.name, json.loads(c.function.arguments)) for c in tool_calls]
 
 
-@pytest.mark.parametrize("parser", sorted(WRITTEN))
-def test_calls_parsed_whole_and_streamed(servers, parser):
+@pytest.mark.parametrize("written", sorted(WRITTEN))
+def test_calls_parsed_whole_and_streamed(servers, written):
+    parser = PARSER[written]
     client, model = servers(parser)
-    content, text = WRITTEN[parser]
+    content, text = WRITTEN[written]
     args = dict(model=model, messages=ASK, tools=TOOLS, max_tokens=300, temperature=0,
                 extra_body={"guided_choice": [text]})
 
@@ -82,14 +86,21 @@ def test_calls_parsed_whole_and_streamed(servers, parser):
     else:
         assert all(i.startswith("call_") for i in ids)
 
-    # The client's own stream helper assembles the deltas.
+    # The client's own stream helper assembles the deltas: the arguments come token by token, and join to the
+    # text the whole response has.
+    arguments_fragments = 0
     with client.chat.completions.stream(**args) as stream:
-        for _ in stream:
-            pass
+        for event in stream:
+            if event.type == "chunk" and event.chunk.choices:
+                for call in event.chunk.choices[0].delta.tool_calls or []:
+                    arguments_fragments += bool(call.function and call.function.arguments)
         final = stream.get_final_completion().choices[0]
     assert final.finish_reason == "tool_calls"
     assert (final.message.content or None) == content
     assert calls_of(final.message.tool_calls) == CALLS
+    assert [c.function.arguments for c in final.message.tool_calls] == \
+        [c.function.arguments for c in choice.message.tool_calls]
+    assert arguments_fragments > 2 * len(CALLS)  # several pieces per call, not one block each
 
 
 def test_parallel_tool_calls_false_returns_the_first_call(servers):
@@ -101,7 +112,7 @@ def test_parallel_tool_calls_false_returns_the_first_call(servers):
 
 
 @pytest.mark.parametrize("text", [
-    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>",
+    "<tool_call>\n{\"name\": get_weather, \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
     "I would call get_weather, but I will not.",
 ], ids=["broken JSON", "plain text"])
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
@@ -160,7 +171,7 @@ def test_a_tool_round_trip_renders_as_transformers_does(servers, serve_config):
     assert response.choices[0].prompt_token_ids == expected
 
 
-@pytest.mark.parametrize("parser", sorted(WRITTEN))
+@pytest.mark.parametrize("parser", sorted(set(PARSER.values())))
 @pytest.mark.parametrize("choice", ["required", "named"])
 def test_required_or_named_choice_always_parses(servers, parser, choice):
     client, model = servers(parser)
@@ -195,16 +206,26 @@ def test_tool_errors_are_400s_naming_the_field(client, model, servers):
          "tools[0].function.parameters.type"),
         (dict(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_stock"}}),
          "tool_choice.function.name"),
-        (dict(tools=TOOLS, tool_choice="required"), "tool_choice"),  # no server.tool_call_parser here
-        (dict(tools=TOOLS, tool_choice="required", response_format={"type": "json_object"}), "tool_choice"),
+        # server.tool_call_parser auto, and the tiny model's template shows no tool-call format.
+        (dict(tools=TOOLS), "tools"),
+        (dict(tools=TOOLS, tool_choice="required"), "tools"),
     ]
     for kwargs, param in cases:
         with pytest.raises(openai.BadRequestError) as refused:
             client.chat.completions.create(model=model, messages=ASK, max_tokens=1, **kwargs)
         assert refused.value.body["param"] == param, refused.value.body
+        if param == "tools":
+            assert "server.tool_call_parser" in refused.value.body["message"], refused.value.body
+    # Tools the output is not parsed for are still rendered with tool_choice "none".
+    assert client.chat.completions.create(model=model, messages=ASK, max_tokens=1, tools=TOOLS,
+                                          tool_choice="none").choices[0]
     # A schema that admits no output: refused at submit by the constraint plugin (forced calls compile the
     # schemas), naming the tool, not a request that fails later.
     hermes, hermes_model = servers("hermes")
+    with pytest.raises(openai.BadRequestError) as refused:
+        hermes.chat.completions.create(model=hermes_model, messages=ASK, max_tokens=1, tools=TOOLS,
+                                       tool_choice="required", response_format={"type": "json_object"})
+    assert refused.value.body["param"] == "tool_choice", refused.value.body
     looping = [{"type": "function", "function": {"name": "loop", "parameters": {"$ref": "#"}}}]
     with pytest.raises(openai.BadRequestError) as refused:
         hermes.chat.completions.create(model=hermes_model, messages=ASK, max_tokens=5, tools=looping,
@@ -213,3 +234,45 @@ def test_tool_errors_are_400s_naming_the_field(client, model, servers):
     # The servers serve on.
     assert client.chat.completions.create(model=model, messages=ASK, max_tokens=1).choices[0]
     assert hermes.chat.completions.create(model=hermes_model, messages=ASK, max_tokens=1).choices[0]
+
+
+@pytest.mark.parametrize("setting", ["auto", "none"])
+def test_the_parser_chosen_from_the_chat_template(start_server, setting):
+    """tool_call_parser auto (the default) reads Qwen2.5's template, finds <tool_call>, parses as hermes and
+    says so in the log; none renders the tools and leaves the output as content."""
+    host = start_server([f"model.chat_template='{QWEN_TEMPLATE}'", "logging.level=info"] +
+                        ([] if setting == "auto" else ["server.tool_call_parser=none"]))
+    try:
+        with host.client() as client:
+            model = client.models.list().data[0].id
+            text = WRITTEN["hermes"][1]
+            message = client.chat.completions.create(model=model, messages=ASK, tools=TOOLS, max_tokens=300,
+                                                     temperature=0,
+                                                     extra_body={"guided_choice": [text]}).choices[0].message
+        if setting == "auto":
+            assert "tool calls: parsed as hermes (server.tool_call_parser auto, recognised in the chat template" \
+                in host.log()
+            assert calls_of(message.tool_calls) == CALLS
+        else:
+            assert message.content == text and not message.tool_calls
+    finally:
+        assert host.stop() == 0, host.log()
+
+
+def test_a_parameters_type_list_with_object_is_taken_and_forced_calls_are_objects(servers):
+    """type ["object", "null"] (what clients generate for optional arguments): offered, and a forced call's
+    arguments are still an object, which the parser reads."""
+    client, model = servers("hermes")
+    tools = [{"type": "function", "function": {"name": "get_weather",
+                                               "parameters": {**WEATHER_SCHEMA, "type": ["object", "null"]}}}]
+    for seed in range(2):
+        result = client.chat.completions.create(model=model, messages=ASK, tools=tools, tool_choice="required",
+                                                max_tokens=1000, temperature=1.0, seed=seed,
+                                                parallel_tool_calls=False).choices[0]
+        assert result.finish_reason == "tool_calls", result.message.content
+        [(name, arguments)] = calls_of(result.message.tool_calls)
+        assert name == "get_weather" and arguments["city"] in ("Paris", "Oslo")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=model, messages=ASK, max_tokens=1, tools=[
+            {"type": "function", "function": {"name": "f", "parameters": {"type": ["array", "null"]}}}])
+    assert refused.value.body["param"] == "tools[0].function.parameters.type", refused.value.body

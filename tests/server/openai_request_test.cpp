@@ -338,6 +338,11 @@ TEST_CASE("chat logprobs, fields and message errors", "[server][request]") {
              {"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "string"}}}}}}}}},
             "tools[0].function.parameters.type", "must have type \"object\"");
   check_400(engine, k,
+            {{"messages", hi},
+             {"tools", {{{"type", "function"},
+                         {"function", {{"name", "f"}, {"parameters", {{"type", {"string", "null"}}}}}}}}}},
+            "tools[0].function.parameters.type", "must have type \"object\"");
+  check_400(engine, k,
             {{"messages", hi}, {"tools", {weather}},
              {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_time"}}}}}},
             "tool_choice.function.name", "not one of 'tools' (get_weather)");

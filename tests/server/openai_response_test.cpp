@@ -318,16 +318,16 @@ TEST_CASE("stop_reason names a stop string or token, null for EOS", "[server][re
   CHECK(body["choices"][1]["stop_reason"] == 8);
 }
 
-TEST_CASE("chat tool calls: the message's tool_calls, and streamed as a name chunk then an arguments chunk",
+TEST_CASE("chat tool calls: the message's tool_calls, and streamed as a name chunk then the arguments as written",
           "[server][response][tool_calls]") {
   FakeEngine engine;
   const json tools = {{{"type", "function"}, {"function", {{"name", "get_weather"}}}}};
   const json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", tools}};
-  const std::string text = "Checking.<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>";
-  // Cut inside the marker and inside the call: nothing of either reaches the client early.
-  const std::string first = text.substr(0, 13), second = text.substr(13, 30), third = text.substr(43);
+  // Cut inside the marker (nothing of it reaches the client early), then inside the arguments.
+  const std::string first = "Checking.<too", second = "l_call>{\"name\": \"get_weather\", \"arguments\": {\"ci",
+                    third = "ty\": \"Oslo\"}}</tool_call>";
 
-  const GenerationPlan whole = parse_generation_request(ApiKind::kChat, body.dump(), engine, ToolCallFormat::kHermes);
+  const GenerationPlan whole = parse_generation_request(ApiKind::kChat, body.dump(), engine, {ToolCallFormat::kHermes, ""});
   ResponseBuilder builder(whole, engine.tokenizer(), "chatcmpl-1", 7);
   builder.add(0, output({delta(0, first, {1})}, false, 4, 1));
   builder.add(0, output({delta(0, second, {2})}, false, 4, 2));
@@ -340,24 +340,49 @@ TEST_CASE("chat tool calls: the message's tool_calls, and streamed as a name chu
   const json& call = choice["message"]["tool_calls"][0];
   CHECK(call["type"] == "function");
   CHECK(call["id"].get<std::string>().starts_with("call_"));
-  CHECK(call["function"] == json({{"name", "get_weather"}, {"arguments", R"({"city":"Oslo"})"}}));
+  CHECK(call["function"] == json({{"name", "get_weather"}, {"arguments", R"({"city": "Oslo"})"}}));
 
   json streamed_body = body;
   streamed_body["stream"] = true;
   const GenerationPlan stream =
-      parse_generation_request(ApiKind::kChat, streamed_body.dump(), engine, ToolCallFormat::kHermes);
+      parse_generation_request(ApiKind::kChat, streamed_body.dump(), engine, {ToolCallFormat::kHermes, ""});
   ResponseBuilder streamer(stream, engine.tokenizer(), "chatcmpl-2", 7);
   std::vector<json> chunks = events(streamer.add(0, output({delta(0, first, {1})}, false, 4, 1)));
   REQUIRE(chunks.size() == 1);
   CHECK(chunks[0]["choices"][0]["delta"] == json({{"content", "Checking."}}));
-  CHECK(events(streamer.add(0, output({delta(0, second, {2})}, false, 4, 2))).empty());
-  chunks = events(streamer.add(0, output({delta(0, third, {3}, FinishReason::kStop)}, true, 4, 3)));
+  chunks = events(streamer.add(0, output({delta(0, second, {2})}, false, 4, 2)));
   REQUIRE(chunks.size() == 2);
   const json& named = chunks[0]["choices"][0];
   CHECK(named["delta"]["tool_calls"][0]["index"] == 0);
+  CHECK(named["delta"]["tool_calls"][0]["id"] != call["id"]);  // each response's ids are fresh
+  CHECK(named["delta"]["tool_calls"][0]["type"] == "function");
   CHECK(named["delta"]["tool_calls"][0]["function"] == json({{"name", "get_weather"}, {"arguments", ""}}));
   CHECK(named["finish_reason"].is_null());
-  const json& arguments = chunks[1]["choices"][0];
-  CHECK(arguments["delta"] == json({{"tool_calls", {{{"index", 0}, {"function", {{"arguments", R"({"city":"Oslo"})"}}}}}}}));
+  CHECK(chunks[1]["choices"][0]["delta"] ==
+        json({{"tool_calls", {{{"index", 0}, {"function", {{"arguments", R"({"ci)"}}}}}}}));
+  chunks = events(streamer.add(0, output({delta(0, third, {3}, FinishReason::kStop)}, true, 4, 3)));
+  REQUIRE(chunks.size() == 1);
+  const json& arguments = chunks[0]["choices"][0];
+  CHECK(arguments["delta"] ==
+        json({{"tool_calls", {{{"index", 0}, {"function", {{"arguments", R"(ty": "Oslo"})"}}}}}}}));
   CHECK(arguments["finish_reason"] == "tool_calls");
+}
+
+TEST_CASE("chat tool calls: with parallel_tool_calls false the pieces of a second call are dropped",
+          "[server][response][tool_calls]") {
+  FakeEngine engine;
+  const json tools = {{{"type", "function"}, {"function", {{"name", "a"}}}},
+                      {{"type", "function"}, {"function", {{"name", "b"}}}}};
+  const json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"tools", tools},
+                     {"parallel_tool_calls", false}, {"stream", true}};
+  const GenerationPlan stream = parse_generation_request(ApiKind::kChat, body.dump(), engine, {ToolCallFormat::kMistral, ""});
+  ResponseBuilder streamer(stream, engine.tokenizer(), "chatcmpl-3", 7);
+  const std::vector<json> chunks = events(streamer.add(
+      0, output({delta(0, R"([TOOL_CALLS]a[ARGS]{"x": 1}[TOOL_CALLS]b[ARGS]{"y": 2})", {1}, FinishReason::kStop)},
+                true, 4, 1)));
+  REQUIRE(chunks.size() == 2);
+  CHECK(chunks[0]["choices"][0]["delta"]["tool_calls"][0]["function"]["name"] == "a");
+  CHECK(chunks[1]["choices"][0]["delta"]["tool_calls"][0] ==
+        json({{"index", 0}, {"function", {{"arguments", R"({"x": 1})"}}}}));
+  CHECK(chunks[1]["choices"][0]["finish_reason"] == "tool_calls");
 }

@@ -4,6 +4,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -25,7 +28,14 @@ Parsed parse(ToolCallFormat format, const std::string& text, const std::vector<s
   Parsed out;
   auto take = [&](ToolCallParser::Parts&& parts) {
     out.content += parts.content;
-    for (const ParsedToolCall& call : parts.calls) out.calls.push_back(call.name + " " + call.arguments);
+    for (const ToolCallPiece& piece : parts.calls) {
+      if (piece.opens) {
+        out.calls.push_back(piece.name + " " + piece.arguments);
+      } else {
+        REQUIRE_FALSE(out.calls.empty());
+        out.calls.back() += piece.arguments;
+      }
+    }
   };
   std::size_t from = 0;
   for (std::size_t cut : cuts) {
@@ -71,23 +81,59 @@ TEST_CASE("tool call formats by their vLLM names", "[tool_calls]") {
 }
 
 TEST_CASE("hermes: content before the calls, each <tool_call> block a call", "[tool_calls]") {
+  // Streamed calls' arguments are the model's text, as written.
   check_every_cut(ToolCallFormat::kHermes,
                   "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
                   "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
-                  {"Let me check.\n", {R"(get_weather {"city":"Paris"})", "get_time {}"}});
-  // Arguments keep their key order; arguments given as a JSON string are taken too.
+                  {"Let me check.\n", {R"(get_weather {"city": "Paris"})", "get_time {}"}});
+  // Arguments given as a JSON string, or keys in another order: the whole object is parsed, key order kept.
   check_every_cut(ToolCallFormat::kHermes,
                   R"(<tool_call>{"name": "f", "arguments": "{\"b\": 1, \"a\": [2]}"}</tool_call>)",
                   {"", {R"(f {"b":1,"a":[2]})"}});
-  // An unterminated last block (max_tokens) is parsed to the end.
-  check_every_cut(ToolCallFormat::kHermes, R"(<tool_call>{"name": "f", "arguments": {"x": 1}})",
-                  {"", {R"(f {"x":1})"}});
+  check_every_cut(ToolCallFormat::kHermes, R"(<tool_call>{"arguments": {"b": 1, "a": 2}, "name": "f"}</tool_call>)",
+                  {"", {R"(f {"b":1,"a":2})"}});
+  // A call without arguments has "{}"; an unterminated last block (max_tokens) is parsed to the end.
+  check_every_cut(ToolCallFormat::kHermes, R"(<tool_call>{"name": "f"}</tool_call>)", {"", {"f {}"}});
+  check_every_cut(ToolCallFormat::kHermes, R"(<tool_call>{"name": "f", "arguments": {"x": 1}})", {"", {R"(f {"x": 1})"}});
+}
+
+TEST_CASE("hermes: once the name and the arguments' brace are written, a call streams as written", "[tool_calls]") {
+  // Cut off inside the arguments (max_tokens): what was written. Malformed arguments: as written, up to the
+  // bracket that closes them or </tool_call>; what follows in the block is dropped.
+  check_every_cut(ToolCallFormat::kHermes, R"(<tool_call>{"name": "f", "arguments": {"s": "a<b", "n": [1, )",
+                  {"", {R"(f {"s": "a<b", "n": [1, )"}});
+  check_every_cut(ToolCallFormat::kHermes, R"(<tool_call>{"name": "f", "arguments": {"x": }</tool_call> after)",
+                  {" after", {R"(f {"x": })"}});
+  check_every_cut(ToolCallFormat::kHermes, R"(<tool_call>{"name": "f", "arguments": {"x": 1</tool_call>)",
+                  {"", {R"(f {"x": 1)"}});
+  check_every_cut(ToolCallFormat::kHermes, R"(<tool_call>{"name": "f", "arguments": {}, "id": 3}</tool_call>x)",
+                  {"x", {"f {}"}});
+}
+
+TEST_CASE("hermes: arguments come in pieces as they are written", "[tool_calls]") {
+  ToolCallParser parser(ToolCallFormat::kHermes, false);
+  std::vector<ToolCallPiece> pieces;
+  for (const std::string_view token : {"<tool_call>", "{\"name\": \"", "get_weather", "\", \"arguments\": {\"",
+                                       "city", "\": \"", "Par", "is\"}}", "</tool_call>"}) {
+    for (ToolCallPiece& piece : parser.add(token).calls) pieces.push_back(std::move(piece));
+  }
+  REQUIRE(parser.finish().calls.empty());
+  REQUIRE(pieces.size() == 6);
+  CHECK(pieces[0].opens);
+  CHECK(pieces[0].name == "get_weather");
+  CHECK(pieces[0].arguments == "");
+  const std::vector<std::string> fragments = {"{\"", "city", "\": \"", "Par", "is\"}"};
+  for (std::size_t i = 1; i < pieces.size(); ++i) {
+    CHECK_FALSE(pieces[i].opens);
+    CHECK(pieces[i].arguments == fragments[i - 1]);
+  }
 }
 
 TEST_CASE("hermes: what does not parse as a call stays content, verbatim", "[tool_calls]") {
   for (const std::string text : {"No tools needed: 1 < 2 and <tool> is not a tag.",
-                                 "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": }</tool_call> after",
-                                 "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>", "<tool_call>{\"name\": "}) {
+                                 "<tool_call>{\"name\": get_weather}</tool_call> after",
+                                 "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>", "<tool_call>{\"name\": ",
+                                 "<tool_call>{\"name\": \"f\", \"arguments\": 3}</tool_call>"}) {
     check_every_cut(ToolCallFormat::kHermes, text, {text, {}});
   }
   // A call, then a block that does not parse: the call stays, the block is content.
@@ -99,12 +145,13 @@ TEST_CASE("hermes: what does not parse as a call stays content, verbatim", "[too
 TEST_CASE("llama3_json: an output that is a call, optionally after <|python_tag|>, several split by semicolons",
           "[tool_calls]") {
   check_every_cut(ToolCallFormat::kLlama3Json, R"({"name": "get_weather", "parameters": {"city": "Oslo"}})",
-                  {"", {R"(get_weather {"city":"Oslo"})"}});
+                  {"", {R"(get_weather {"city": "Oslo"})"}});
   check_every_cut(ToolCallFormat::kLlama3Json,
                   R"(<|python_tag|>{"name": "a", "parameters": {}}; {"name": "b", "arguments": {"k": "}"}})",
-                  {"", {"a {}", R"(b {"k":"}"})"}});
-  check_every_cut(ToolCallFormat::kLlama3Json, R"(  {"name": "a", "parameters": {"s": "x\"y"}})",
-                  {"", {R"(a {"s":"x\"y"})"}});
+                  {"", {"a {}", R"(b {"k": "}"})"}});
+  check_every_cut(ToolCallFormat::kLlama3Json, R"(  {"name": "a", "parameters": {"s": "x\"y"}, "extra": [1]})",
+                  {"", {R"(a {"s": "x\"y"})"}});
+  check_every_cut(ToolCallFormat::kLlama3Json, R"({"parameters": {"b": 1}, "name": "a"})", {"", {R"(a {"b":1})"}});
 }
 
 TEST_CASE("llama3_json: text, or JSON that is not a call, is content", "[tool_calls]") {
@@ -119,14 +166,63 @@ TEST_CASE("llama3_json: text, or JSON that is not a call, is content", "[tool_ca
 TEST_CASE("mistral: the TOOL_CALLS marker and a JSON list of calls, the text before it content", "[tool_calls]") {
   check_every_cut(ToolCallFormat::kMistral,
                   R"(Checking.[TOOL_CALLS] [{"name": "a", "arguments": {"q": [1, {"r": 2}]}}, {"name": "b", "arguments": {}}])",
-                  {"Checking.", {R"(a {"q":[1,{"r":2}]})", "b {}"}});
+                  {"Checking.", {R"(a {"q": [1, {"r": 2}]})", "b {}"}});
   // Forced (constrained) output is the list alone: the marker is a special token no constraint writes.
   check_every_cut(ToolCallFormat::kMistral, R"([{"name": "a", "arguments": {}}])", {"", {"a {}"}}, true);
+  // A list cut off after a call (max_tokens): the calls written.
+  check_every_cut(ToolCallFormat::kMistral, R"([TOOL_CALLS] [{"name": "a", "arguments": {}})", {"", {"a {}"}});
+}
+
+TEST_CASE("mistral v11: each call as TOOL_CALLS, its name, ARGS and its arguments", "[tool_calls]") {
+  check_every_cut(ToolCallFormat::kMistral,
+                  R"(Checking.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 2}[TOOL_CALLS]get_time[ARGS]{})",
+                  {"Checking.", {R"(get_weather {"city": "Paris", "days": 2})", "get_time {}"}});
+  check_every_cut(ToolCallFormat::kMistral, R"([TOOL_CALLS]f[ARGS] {"s": "]"} Done.)", {" Done.", {R"(f {"s": "]"})"}});
+  for (const std::string text : {"[TOOL_CALLS]get weather[ARGS]{}", "[TOOL_CALLS]f[ARGS]", "[TOOL_CALLS]f[ARG",
+                                 "[TOOL_CALLS]f[ARGS][1]", "[TOOL_CALLS][ARGS]{}"}) {
+    check_every_cut(ToolCallFormat::kMistral, text, {text, {}});
+  }
 }
 
 TEST_CASE("mistral: a list that is not calls, or no list, is content", "[tool_calls]") {
-  for (const std::string text : {R"([TOOL_CALLS] [{"name": "a"}, 3])", "[TOOL_CALLS] not a list",
-                                 R"([TOOL_CALLS] [{"name": "a", "arguments": {}})", "[TOOL_CALL", R"([1, 2])"}) {
+  for (const std::string text : {R"([TOOL_CALLS] [3, {"name": "a"}])", "[TOOL_CALLS] not a list", "[TOOL_CALLS]  ",
+                                 "[TOOL_CALL", R"([1, 2])"}) {
     check_every_cut(ToolCallFormat::kMistral, text, {text, {}});
   }
+  // After a call, what is no call ends the calls and is content.
+  check_every_cut(ToolCallFormat::kMistral, R"([TOOL_CALLS] [{"name": "a"}, 3])", {" 3]", {"a {}"}});
+}
+
+TEST_CASE("the tool-call format recognised in real models' chat templates", "[tool_calls]") {
+  // llama.cpp's collection of real templates, unpacked by scripts/setup.sh.
+  const std::filesystem::path templates = std::filesystem::path(PAGEDLLM_SOURCE_DIR) / ".deps" / "chat-templates";
+  auto format_of = [&](const std::string& name) {
+    std::ifstream file(templates / name, std::ios::binary);
+    REQUIRE(file);
+    return tool_call_format_of_template(
+        std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()));
+  };
+  for (const std::string name : {"Qwen-Qwen2.5-7B-Instruct.jinja", "Qwen-Qwen3-0.6B.jinja", "Qwen-QwQ-32B.jinja",
+                                 "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja"}) {
+    INFO(name);
+    CHECK(format_of(name) == ToolCallFormat::kHermes);
+  }
+  for (const std::string name : {"meta-llama-Llama-3.1-8B-Instruct.jinja", "meta-llama-Llama-3.2-3B-Instruct.jinja",
+                                 "meta-llama-Llama-3.3-70B-Instruct.jinja"}) {
+    INFO(name);
+    CHECK(format_of(name) == ToolCallFormat::kLlama3Json);
+  }
+  for (const std::string name : {"mistralai-Mistral-Nemo-Instruct-2407.jinja",
+                                 "Mistral-Small-3.2-24B-Instruct-2506.jinja", "unsloth-mistral-Devstral-Small-2507.jinja"}) {
+    INFO(name);
+    CHECK(format_of(name) == ToolCallFormat::kMistral);
+  }
+  // Templates without tool calls, or with a format no parser reads (DeepSeek's own markers).
+  for (const std::string name : {"google-gemma-2-2b-it.jinja", "microsoft-Phi-3.5-mini-instruct.jinja",
+                                 "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", "HuggingFaceTB-SmolLM3-3B.jinja"}) {
+    INFO(name);
+    CHECK_FALSE(format_of(name).has_value());
+  }
+  // Two formats' markers: which one the model writes is not known.
+  CHECK_FALSE(tool_call_format_of_template("{{ '<tool_call>' }}{{ '[TOOL_CALLS]' }}").has_value());
 }

@@ -1,14 +1,13 @@
 // Tool calls parsed from hostile model output (core/server/tool_call_parser.h): the first byte picks the
 // format and whether calls were forced, the second where the text is cut, the rest is the output. Properties:
 // the parse never throws or crashes; the text fed whole, cut once, and byte by byte gives the same content
-// and calls (a stream and a whole response agree); every call's arguments are a JSON object's text.
+// and calls (a stream and a whole response agree); every call has a name, and its arguments (the pieces joined)
+// are a JSON object's text or, streamed as the model wrote them, start as one.
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/server/tool_call_parser.h"
 
@@ -27,10 +26,14 @@ Parsed parse(ToolCallFormat format, bool forced, std::string_view text, const st
   Parsed out;
   auto take = [&](ToolCallParser::Parts&& parts) {
     out.content += parts.content;
-    for (const ParsedToolCall& call : parts.calls) {
-      const nlohmann::json arguments = nlohmann::json::parse(call.arguments, nullptr, false);
-      if (call.name.empty() || !arguments.is_object()) __builtin_trap();
-      out.calls.push_back(call.name + '\0' + call.arguments);
+    for (const ToolCallPiece& piece : parts.calls) {
+      if (piece.opens) {
+        if (piece.name.empty()) __builtin_trap();
+        out.calls.push_back(piece.name + '\0' + piece.arguments);
+      } else {
+        if (out.calls.empty() || piece.arguments.empty()) __builtin_trap();
+        out.calls.back() += piece.arguments;
+      }
     }
   };
   std::size_t from = 0;
@@ -40,6 +43,10 @@ Parsed parse(ToolCallFormat format, bool forced, std::string_view text, const st
   }
   take(parser.add(text.substr(from)));
   take(parser.finish());
+  for (const std::string& call : out.calls) {
+    const std::string_view arguments = std::string_view(call).substr(call.find('\0') + 1);
+    if (!arguments.starts_with('{')) __builtin_trap();
+  }
   return out;
 }
 

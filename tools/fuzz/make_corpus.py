@@ -209,6 +209,8 @@ def main():
         bytes([1, 20]) + b'<|python_tag|>{"name": "a", "parameters": {"s": "}\\""}}; {"name": "b", "parameters": {}}',
         bytes([2, 5]) + b'Hm.[TOOL_CALLS] [{"name": "a", "arguments": {}}, {"name": "b", "arguments": {"x": [1]}}]',
         bytes([6, 1]) + b'[{"name": "a", "arguments": {"k": "v"}}]',
+        bytes([2, 7]) + b'Hm.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS] {}',
+        bytes([0, 30]) + b'<tool_call>{"name": "f", "arguments": {"s": "<b", "n": [1, </tool_call> x',
     ]
     for target, items in seeds.items():
         d = out / target
