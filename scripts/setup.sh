@@ -22,12 +22,14 @@ packages=(
   # tensor parallelism: Open MPI (collectives_mpi, mpirun launches the ranks); ip (iproute2) makes the two
   # network namespaces of ctest tensor_parallel:two_namespaces
   libopenmpi-dev openmpi-bin iproute2
-  # tests; clang and its compiler-rt build the libFuzzer targets (tools/fuzz); headless Chromium runs
-  # tests/api/test_cors.py's page from another origin
-  catch2 clang libclang-rt-dev chromium-headless-shell
+  # tests; clang and its compiler-rt build the libFuzzer targets (tools/fuzz)
+  catch2 clang libclang-rt-dev
   # the interpreter the project's virtual environment is made from (Debian's Python 3.11)
   python3 python3-venv
 )
+# Headless Chromium runs tests/api/test_cors.py's page from another origin: the tests' alone, so serving
+# (--serve-only) goes without its 200 MB.
+if ! $serve_only; then packages+=(chromium-headless-shell); fi
 
 missing=()
 for p in "${packages[@]}"; do

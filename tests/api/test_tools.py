@@ -276,3 +276,36 @@ def test_a_parameters_type_list_with_object_is_taken_and_forced_calls_are_object
         client.chat.completions.create(model=model, messages=ASK, max_tokens=1, tools=[
             {"type": "function", "function": {"name": "f", "parameters": {"type": ["array", "null"]}}}])
     assert refused.value.body["param"] == "tools[0].function.parameters.type", refused.value.body
+
+
+def test_arguments_cut_off_by_max_tokens_come_as_written_whole_and_streamed(servers, serve_config):
+    """A call cut off inside its arguments (finish_reason "length") returns the arguments written so far, the
+    same whole and streamed: OpenAI's behaviour, the client parses them."""
+    client, model = servers("hermes")
+    text = WRITTEN["hermes"][1]
+    args = dict(model=model, messages=ASK, tools=TOOLS, temperature=0, extra_body={"guided_choice": [text]})
+    ids = client.chat.completions.create(**{**args, "extra_body": {"guided_choice": [text], "return_token_ids": True}},
+                                         max_tokens=300).choices[0].token_ids
+    # The first number of tokens whose text ends inside the first call's arguments, after '"city": "'.
+    tokenizer = Tokenizer.from_file(str(serve_config.parent / "tiny" / "tokenizer.json"))
+    opened = text.index('"arguments": ') + len('"arguments": ')
+    cut = next(n for n in range(1, len(ids)) if len(tokenizer.decode(ids[:n], skip_special_tokens=False)) >
+               text.index('"city": "') + len('"city": "'))
+    written = tokenizer.decode(ids[:cut], skip_special_tokens=False)
+    assert len(written) < text.index("}", opened)  # still inside the arguments
+
+    choice = client.chat.completions.create(**args, max_tokens=cut).choices[0]
+    assert choice.finish_reason == "length"
+    [call] = choice.message.tool_calls
+    assert (call.function.name, call.function.arguments) == ("get_weather", written[opened:])
+    # The stream helper refuses a completion cut by the length limit, so the chunks are joined here as it
+    # joins them: by tool call index, the name from the opening chunk, the arguments appended.
+    calls, finish_reason = {}, None
+    for chunk in client.chat.completions.create(**args, max_tokens=cut, stream=True):
+        choice_delta = chunk.choices[0]
+        finish_reason = choice_delta.finish_reason or finish_reason
+        for delta in choice_delta.delta.tool_calls or []:
+            name, arguments = calls.get(delta.index, ("", ""))
+            calls[delta.index] = (name + (delta.function.name or ""), arguments + (delta.function.arguments or ""))
+    assert finish_reason == "length"
+    assert list(calls.values()) == [("get_weather", written[opened:])]

@@ -352,6 +352,24 @@ TEST_CASE("chat logprobs, fields and message errors", "[server][request]") {
   // No server.tool_call_parser: a call cannot be forced, since no format says how to write it.
   check_400(engine, k, {{"messages", hi}, {"tools", {weather}}, {"tool_choice", "required"}}, "tool_choice",
             "set server.tool_call_parser");
+  {
+    // tool_call_parser auto and a template that shows no format: tools are refused (unless tool_choice is
+    // "none"), naming why, rather than their calls returned as text.
+    const ToolCallParsing unrecognised{ToolCallFormat::kNone, "the template shows none: set server.tool_call_parser"};
+    for (const json& choice : {json("auto"), json("required")}) {
+      const json body = {{"messages", hi}, {"tools", {weather}}, {"tool_choice", choice}};
+      try {
+        parse_generation_request(k, body.dump(), engine, unrecognised);
+        FAIL("expected a 400 for " << body.dump());
+      } catch (const ApiError& e) {
+        CHECK(e.status() == 400);
+        CHECK(e.param() == std::optional<std::string>("tools"));
+        CHECK_THAT(e.what(), Contains("'tools' needs the model's tool-call format, and the template shows none"));
+      }
+    }
+    const json unparsed = {{"messages", hi}, {"tools", {weather}}, {"tool_choice", "none"}};
+    CHECK(parse_generation_request(k, unparsed.dump(), engine, unrecognised).tool_call_format == ToolCallFormat::kNone);
+  }
   check_400(engine, k,
             {{"messages", {{{"role", "assistant"},
                             {"tool_calls", {{{"id", "c1"}, {"type", "function"},
