@@ -47,18 +47,13 @@ LlamaModel::LlamaModel(const std::filesystem::path& model_dir, int num_threads, 
     config_ = shard_->config();
     vocab_first_ = shard_->vocab_first();
     vocab_rows_ = shard_->vocab_rows();
-    check_tensor_parallel(model_dir);
+    log_tensor_parallel_rank();
   }
   load_weights(model_dir, weight_dtype);
 }
 
-void LlamaModel::check_tensor_parallel(const std::filesystem::path& model_dir) const {
+void LlamaModel::log_tensor_parallel_rank() const {
   const int32_t n = shard_->size(), r = shard_->rank();
-  if (llama::is_gguf_path(model_dir)) {
-    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: tensor_parallel_size " + std::to_string(n) +
-                                                  ": shards are read from HF safetensors checkpoints; " +
-                                                  model_dir.string() + " is a GGUF file");
-  }
   const int32_t kv_first = shard_->kv_head_first();
   pllm::log_info("models_llama: rank ", r, " of ", n, ": heads ", int64_t(r) * config_.num_heads, "..",
                  int64_t(r + 1) * config_.num_heads - 1, ", kv heads ", kv_first, "..",

@@ -89,8 +89,8 @@ class LlamaModel final : public llama::LlamaForward {
     llama_cpu::BlockType blocks;
   };
 
-  // Refuses what the shards cannot be read from, and logs what this rank holds.
-  void check_tensor_parallel(const std::filesystem::path& model_dir) const;
+  // Logs what this tensor-parallel rank holds.
+  void log_tensor_parallel_rank() const;
   void load_weights(const std::filesystem::path& model_dir, pllm_dtype weight_dtype);
   // On a compressed-tensors checkpoint: the matrices it stores int8 are made int8 storage (copied as stored
   // by the loader); refused when a fused matrix mixes int8 and float tensors.
