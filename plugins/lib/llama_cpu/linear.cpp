@@ -18,6 +18,7 @@
 
 #include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
+#include "pagedllm/sdk/cpp/gguf_types.hpp"
 #include "common/float16_rounding.h"
 #include "llama_cpu/buffer.h"
 #include "llama_cpu/cpu_isa.h"
@@ -47,8 +48,8 @@ struct I8 {
 };
 
 // A row of activations quantized for GGUF block weights (weights.h
-// BlockType), as llama.cpp quantizes them (quantize_block_rows below), the
-// same bits on every level:
+// BlockType), as llama.cpp quantizes them (quantize_row_blocks32 /
+// quantize_row_blocks256 below), the same bits on every level:
 //   ActBlock32   llama.cpp's Q8_0 / Q8_1, per 32 elements: d = max |x| / 127,
 //                q = nearbyint(x * (1 / d)) (0 when d = 0), d kept as the f16
 //                llama.cpp stores it; s = f16(d * sum q) (Q8_1's, for Q4_1)
@@ -109,8 +110,8 @@ struct Kernels {
   // dot_rows_w8a8 at any row count), on the interleaved quantized rows.
   void (*gemm_w8a8)(const uint32_t*, const float*, int64_t, const int8_t*, const float*, const int32_t*, int64_t,
                     int64_t, float*, int64_t, bool, const LanesBlocking&);
-  // GGUF block weights (block_kernels.inc), on activations quantized by
-  // quantize_block_rows: any row count.
+  // Up to kDotRowsMaxRows rows of GGUF block weights (block_kernels.inc), on
+  // activations quantized by quantize_row_blocks32 / quantize_row_blocks256.
   void (*dot_rows_blocks)(BlockType, const void*, int64_t, const std::byte*, int64_t, int64_t, float*, int64_t,
                           bool);
 };
@@ -413,12 +414,25 @@ int64_t block_row_bytes(BlockType type, int64_t k) {
                                         : k / 256 * int64_t(sizeof(ActBlock256));
 }
 
-// linear() on GGUF block weights: the activations quantized once per call
-// (over the pool past kDotRowsMaxRows rows), then column slices. Past
-// kDotRowsMaxRows rows the same kernel runs over chunks of rows whose
-// quantized activations fill about half of L2 (each slice reads its weights
-// once per chunk): a blocked integer GEMM whose every output is computed as
-// in a decode step, so a row's result is the same in any batch.
+// More than kDotRowsMaxRows rows of GGUF block weights: SGEMM over tiles of
+// the slice dequantized to f32 (ggml's dequantization, gguf_types.hpp), f32
+// activations. At prefill sizes the f32 SGEMM outruns the integer block
+// kernels (which unpack every block once per 4 rows) by about 2x, and the
+// dequantization (n x k elements) costs little against its m x n x k FMAs.
+void gemm_blocks_dequantized(const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k, float* out,
+                             int64_t ldc, bool accumulate) {
+  thread_local Buffer tile_buf;
+  float* tile_f32 = tile_buf.reserve(std::size_t(std::min(sgemm_tile_cols(k), n) * k));
+  sgemm_tiles(a, lda, m, n, k, out, ldc, accumulate, [&](int64_t j, int64_t cols) {
+    pllm::gguf::dequantize(block_format(w.blocks).ggml_type, w.rows_from(j, k).data, tile_f32, cols * k);
+    return tile_f32;
+  });
+}
+
+// linear() on GGUF block weights. Up to kDotRowsMaxRows rows: the activations
+// quantized once per call, then column slices on the block kernels, each
+// weight row read once for all rows (a row's result the same bits in any such
+// batch). Past that: one slice per thread on gemm_blocks_dequantized.
 void linear_blocks(ThreadPool& pool, const Kernels& kern, const float* a, int64_t lda, int64_t m, WeightsRef w,
                    int64_t n, int64_t k, float* out, int64_t ldc, bool accumulate) {
   const BlockFormat& format = block_format(w.blocks);
@@ -427,32 +441,35 @@ void linear_blocks(ThreadPool& pool, const Kernels& kern, const float* a, int64_
                                                " blocks of width " + std::to_string(k) + ", not a multiple of " +
                                                std::to_string(format.elems));
   }
+  constexpr int64_t kInlineMacs = int64_t(1) << 17;
+  const int64_t threads = pool.size();
+  const bool few = m <= kDotRowsMaxRows;
+  const int64_t target = threads == 1 || m * n * k < kInlineMacs ? 1 : few ? 2 * threads : threads;
+  const int64_t slice = std::max<int64_t>(16, ((n + target - 1) / target + 15) / 16 * 16);
+  const int64_t slices = (n + slice - 1) / slice;
+  if (!few) {
+    pool.parallel_for(slices, [&](int64_t s, int) {
+      const int64_t n0 = s * slice;
+      gemm_blocks_dequantized(a, lda, m, w.rows_from(n0, k), std::min(slice, n - n0), k, out + n0, ldc, accumulate);
+    });
+    return;
+  }
   const int64_t act_bytes = block_row_bytes(w.blocks, k);
   thread_local Buffer quantized;
   std::byte* act = quantized.reserve_of<std::byte>(std::size_t(m * act_bytes));
-  parallel_rows(pool, m, m > kDotRowsMaxRows ? 4 * k : 0, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      if (format.elems == 32) {
-        quantize_row_blocks32(a + r * lda, k, reinterpret_cast<ActBlock32*>(act + r * act_bytes));
-      } else {
-        quantize_row_blocks256(a + r * lda, k, reinterpret_cast<ActBlock256*>(act + r * act_bytes));
-      }
+  for (int64_t r = 0; r < m; ++r) {
+    if (format.elems == 32) {
+      quantize_row_blocks32(a + r * lda, k, reinterpret_cast<ActBlock32*>(act + r * act_bytes));
+    } else {
+      quantize_row_blocks256(a + r * lda, k, reinterpret_cast<ActBlock256*>(act + r * act_bytes));
     }
-  });
+  }
   const int64_t w_row_bytes = k / format.elems * format.bytes;
-  const int64_t chunk_rows = std::max<int64_t>(1, cache_sizes().l2 / 2 / act_bytes);
-  constexpr int64_t kInlineMacs = int64_t(1) << 17;
-  const int64_t threads = pool.size();
-  const int64_t target = threads == 1 || m * n * k < kInlineMacs ? 1 : 2 * threads;
-  const int64_t slice = std::max<int64_t>(16, ((n + target - 1) / target + 15) / 16 * 16);
-  const int64_t slices = (n + slice - 1) / slice;
   const auto* weights = static_cast<const std::byte*>(w.data);
   pool.parallel_for(slices, [&](int64_t s, int) {
-    const int64_t n0 = s * slice, cols = std::min(slice, n - n0);
-    for (int64_t r0 = 0; r0 < m; r0 += chunk_rows) {
-      kern.dot_rows_blocks(w.blocks, act + r0 * act_bytes, std::min(chunk_rows, m - r0), weights + n0 * w_row_bytes,
-                           cols, k, out + r0 * ldc + n0, ldc, accumulate);
-    }
+    const int64_t n0 = s * slice;
+    kern.dot_rows_blocks(w.blocks, act, m, weights + n0 * w_row_bytes, std::min(slice, n - n0), k, out + n0, ldc,
+                         accumulate);
   });
 }
 

@@ -12,30 +12,33 @@
 // output, attn_v and some ffn_down); and files the loader must refuse.
 //
 // models_llama loads them with model.dtype auto: the Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and
-// Q6_K matrices held as stored and multiplied as llama.cpp multiplies them (activations
-// quantized per block to Q8_0 / Q8_1 / Q8_K, integer block sums, f32 accumulation:
-// llama_cpu/weights.h), the rest (float tensors, and a fused matrix of two block types,
-// here layer 1's q/k/v of the K_M files) dequantized to f16 (f32 activations there).
+// Q6_K matrices held as stored (llama_cpu/weights.h), the rest (float tensors, and a
+// fused matrix of two block types, here layer 1's q/k/v of the K_M files) dequantized to
+// f16. Up to 16 rows a step multiplies the blocks as llama.cpp does (activations quantized
+// per block to Q8_0 / Q8_1 / Q8_K, integer block sums, f32 accumulation); past 16 rows (a
+// prompt of more tokens, in one step here) f32 activations times the blocks dequantized
+// to f32 (SGEMM), where llama.cpp still quantizes the activations.
 //
-// Tolerance per file. Both sides start from the same stored weights and, for the
-// matrices held as blocks, quantize the activations the same way, so what remains is
-// the f32 order of sums (in the matrices, attention and norms), which moves an
-// activation across a rounding step of its block now and then, and, where pagedllm
-// holds f16, llama.cpp's rounding of the activations (F16: to f16, 2^-11 per element;
-// BF16: to bf16, 2^-8; Q4_K / Q6_K matrices held in f16: Q8_K's step of max|x| / 127).
-// Worst |logit difference| measured over every position of prompt and greedy tokens
-// (printed by each case) at each level (PAGEDLLM_CPU_ISA=scalar / avx2 / avx512 /
-// avx512bf16), and the bounds, about twice the worst:
+// Tolerance per file. Both sides start from the same stored weights. Where both quantize
+// the activations the same way (the decode steps on held blocks) only the f32 order of
+// sums differs, which moves an activation across a rounding step of its block now and
+// then; elsewhere llama.cpp's rounding of the activations is the difference (F16: to f16,
+// 2^-11 per element; BF16: to bf16, 2^-8; quantized weights: Q8_0 / Q8_1 / Q8_K, a step of
+// max|x| / 127 per block: for the tied lm_head of the Q8_0 file, rows of norm ~8 and normed
+// activations up to ~3.5, an rms error of 3.5/127/sqrt(12) * 8 = 0.064 per logit, ~0.3 at
+// the extremes of 12,000 logits). Worst |logit difference| measured over every position
+// of prompt and greedy tokens (printed by each case) at each level (PAGEDLLM_CPU_ISA=
+// scalar / avx2 / avx512 / avx512bf16), and the bounds, about twice the worst:
 //   F16 random model          0.0059 at every level             (|logits| <= 14)  atol 0.02
-//   Q8_0 random model         7.6e-6 at every level             (|logits| <= 61)  atol 0.02
-//   BF16 + Q4_0 random model  0.092 / 0.092 / 0.092 / 0.10      (|logits| <= 15)  atol 0.25
+//   Q8_0 random model         0.33 at every level (the prompt)  (|logits| <= 61)  atol 0.6
+//   BF16 + Q4_0 random model  0.16 / 0.16 / 0.16 / 0.17         (|logits| <= 15)  atol 0.35
 //   SmolLM2-135M Q4_1         1.23 / 1.18 / 1.18 / 1.18         (|logits| <= 33)  atol 2.5
 //   Q4_K_M random model       0.38 at every level               (|logits| <= 24)  atol 0.8
-//   Q5_K_M random model       0.38 at every level               (|logits| <= 27)  atol 0.8
-// (Dequantized to f16 with f32 activations, as before the blocks were kept, the Q8_0 file
-// was 0.32 off, SmolLM2 1.22, the Q4_0 file 0.14: only the Q8_0 bound was tightened, the
-// others' worst cases moved less than their margin. SmolLM2's figure moves with the order
-// of the f32 sums: 0.90 from avx2 up with one accumulator per output, 1.18 with two.)
+//   Q5_K_M random model       0.42 at every level               (|logits| <= 27)  atol 0.8
+// (Dequantized to f16 at load, as before the blocks were kept: Q8_0 0.32, BF16 + Q4_0 0.14
+// with atol 0.25, SmolLM2 1.22, Q4_K_M 0.37, Q5_K_M 0.41. With the integer block kernels at
+// every row count too, the Q8_0 file matched llama.cpp to 7.6e-6 and the Q4_0 file to 0.09;
+// prefill on SGEMM is the price of prefill speed: docs/benchmarks.md.)
 // The random files are the same in every run (seeded weights, tokenizers trained on the
 // tokenizer fixtures' fixed corpus), so these figures are too.
 // The loader's errors are far larger: without the q/k un-permutation the Q8_0 file's
@@ -187,7 +190,7 @@ TEST_CASE("gguf: Q8_0 random model (llama-bpe pre-tokenizer, tied embeddings) eq
           "[gguf][llama_cpp]") {
   const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-q8_0.gguf");
   check_tokenizer(expected);
-  check_model(expected, {0.02, 0.0});
+  check_model(expected, {0.6, 0.0});
 }
 
 TEST_CASE("gguf: SmolLM2-135M-Instruct Q4_1 (the default model) equals llama.cpp", "[gguf][llama_cpp]") {
@@ -200,7 +203,7 @@ TEST_CASE("gguf: SentencePiece random model (llama vocabulary, BF16 embedding, Q
           "[gguf][llama_cpp]") {
   const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-spm.gguf");
   check_tokenizer(expected);
-  check_model(expected, {0.25, 0.0});
+  check_model(expected, {0.35, 0.0});
 }
 
 TEST_CASE("gguf: Q4_K_M random model (llama.cpp's quantizer: Q4_K, Q6_K) equals llama.cpp", "[gguf][llama_cpp]") {
