@@ -47,18 +47,13 @@ LlamaModel::LlamaModel(const std::filesystem::path& model_dir, int num_threads, 
     config_ = shard_->config();
     vocab_first_ = shard_->vocab_first();
     vocab_rows_ = shard_->vocab_rows();
-    check_tensor_parallel(model_dir);
+    log_tensor_parallel_rank();
   }
   load_weights(model_dir, weight_dtype);
 }
 
-void LlamaModel::check_tensor_parallel(const std::filesystem::path& model_dir) const {
+void LlamaModel::log_tensor_parallel_rank() const {
   const int32_t n = shard_->size(), r = shard_->rank();
-  if (llama::is_gguf_path(model_dir)) {
-    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: tensor_parallel_size " + std::to_string(n) +
-                                                  ": shards are read from HF safetensors checkpoints; " +
-                                                  model_dir.string() + " is a GGUF file");
-  }
   const int32_t kv_first = shard_->kv_head_first();
   pllm::log_info("models_llama: rank ", r, " of ", n, ": heads ", int64_t(r) * config_.num_heads, "..",
                  int64_t(r + 1) * config_.num_heads - 1, ", kv heads ", kv_first, "..",
@@ -76,6 +71,8 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype
   const LlamaConfig& c = full_config_;
   const std::unique_ptr<llama::WeightSource> source = llama::open_weight_source(model_dir, c);
   const llama::WeightSource& checkpoint = *source;
+  // auto on a GGUF file: its quantized matrices are multiplied as stored (llama_cpu/weights.h BlockType).
+  const bool keep_blocks = weight_dtype == PLLM_DTYPE_INVALID && !quantization_ && llama::is_gguf_path(model_dir);
   if (weight_dtype == PLLM_DTYPE_INVALID) {
     // auto: as the checkpoint stores the embedding (a missing one fails below).
     const llama::SourceTensor* embed = checkpoint.find("model.embed_tokens.weight");
@@ -123,6 +120,13 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype
 
   if (quantization_) int8_matrices_ = quantization_name(quantization_);
   if (c.int8_checkpoint) keep_stored_int8(checkpoint, parts);
+  if (keep_blocks) {
+    const std::string dequantized = llama_cpu::keep_gguf_blocks(checkpoint, parts, gguf_blocks_);
+    if (!dequantized.empty()) {
+      pllm::log_info("models_llama: not held as stored (", plugins::dtype_name(weight_dtype), " instead): ",
+                     dequantized);
+    }
+  }
 
   const llama_cpu::LoadedWeights loaded = llama_cpu::load_weight_parts(checkpoint, parts, pool_);
   if (!loaded.unused.empty()) {
@@ -131,15 +135,18 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype
   }
   for (std::size_t i = 0; i < model_parts; ++i) {
     const WeightPart& part = parts[i];
-    slots_.emplace(part.name, Slot{part.data(), part.storage->dtype(), part.shape});
+    slots_.emplace(part.name, Slot{part.data(), part.storage->dtype(), part.shape, part.storage->blocks()});
   }
   if (c.tie_word_embeddings) {
-    slots_.emplace("lm_head.weight", Slot{embed_.data(), embed_.dtype(), {vocab_rows_, c.hidden_size}});
+    slots_.emplace("lm_head.weight",
+                   Slot{embed_.data(), embed_.dtype(), {vocab_rows_, c.hidden_size}, embed_.blocks()});
   }
   pllm::log_info("models_llama: loaded ", model_parts, " tensors from ", checkpoint.describe(), " (",
                  loaded.stored_bytes >> 20, " MiB read, ", weight_bytes() >> 20, " MiB as ",
                  plugins::dtype_name(weight_dtype_), int8_matrices_.empty() ? "" : " with int8 matrices (",
-                 int8_matrices_, int8_matrices_.empty() ? "" : ")", ")");
+                 int8_matrices_, int8_matrices_.empty() ? "" : ")",
+                 gguf_blocks_.empty() ? "" : " with GGUF blocks as stored (", gguf_blocks_,
+                 gguf_blocks_.empty() ? "" : " matrices)", ")");
 }
 
 void LlamaModel::keep_stored_int8(const llama::WeightSource& checkpoint, const std::vector<WeightPart>& parts) {
@@ -176,11 +183,12 @@ std::string LlamaModel::describe() const {
       : int8_matrices_.empty() ? std::string(plugins::dtype_name(weight_dtype_)) + " weights"
                          : std::string(plugins::dtype_name(weight_dtype_)) + " weights with int8 matrices (" +
                                int8_matrices_ + ")";
+  const std::string blocks = gguf_blocks_.empty() ? "" : " with GGUF blocks as stored (" + gguf_blocks_ + " matrices)";
   // linear() rounds the activations of bf16 products to bf16 on avx512bf16 unless told not to (weights.h).
   const bool bf16_activations = !quantization_ && weight_dtype_ == PLLM_DTYPE_BF16 &&
                                 bf16_compute_ == llama_cpu::Bf16Compute::kVdpbf16ps &&
                                 llama_cpu::active_isa() == llama_cpu::Isa::kAvx512Bf16;
-  return "the CPU, " + weights +
+  return "the CPU, " + weights + blocks +
          (bf16_activations ? ", activations rounded to bf16 for vdpbf16ps, " : ", f32 activations, ") +
          llama_cpu::isa_name(llama_cpu::active_isa()) + " kernels, " + std::to_string(pool_.size()) + " threads";
 }
@@ -203,6 +211,12 @@ pllm_tensor LlamaModel::tensor(std::string_view name) const {
                                                                        quantization_name(quantization_)
                                                                  : int8_matrices_) +
                                                   "); get_tensor serves unquantized weights only");
+  }
+  if (it->second.blocks != llama_cpu::BlockType::kNone) {
+    throw pllm::Error(PLLM_ERROR_UNSUPPORTED, "models_llama: '" + std::string(name) + "' is held as GGUF " +
+                                                  llama_cpu::block_format(it->second.blocks).name +
+                                                  " blocks; get_tensor serves unquantized weights only (load "
+                                                  "with an explicit dtype to dequantize them)");
   }
   return llama::tensor_view(it->second.data, it->second.dtype, {PLLM_DEVICE_CPU, 0}, it->second.shape);
 }

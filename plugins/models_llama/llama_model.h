@@ -86,10 +86,11 @@ class LlamaModel final : public llama::LlamaForward {
     void* data;
     pllm_dtype dtype;
     std::vector<int64_t> shape;
+    llama_cpu::BlockType blocks;
   };
 
-  // Refuses what the shards cannot be read from, and logs what this rank holds.
-  void check_tensor_parallel(const std::filesystem::path& model_dir) const;
+  // Logs what this tensor-parallel rank holds.
+  void log_tensor_parallel_rank() const;
   void load_weights(const std::filesystem::path& model_dir, pllm_dtype weight_dtype);
   // On a compressed-tensors checkpoint: the matrices it stores int8 are made int8 storage (copied as stored
   // by the loader); refused when a fused matrix mixes int8 and float tensors.
@@ -112,6 +113,7 @@ class LlamaModel final : public llama::LlamaForward {
   llama_cpu::Int8Compute int8_compute_ = llama_cpu::Int8Compute::kW8A8;  // how int8 matrices are multiplied
   llama_cpu::Bf16Compute bf16_compute_;                                   // how bf16 matrices are multiplied
   std::string int8_matrices_;  // what the int8 matrices are, for log lines; "" when there are none
+  std::string gguf_blocks_;    // the GGUF block types held as stored and how many matrices each ("" when none)
   llama_cpu::WeightStorage embed_, norm_, lm_head_;
   std::vector<llama_cpu::DecoderLayerWeights> layers_;
   std::map<std::string, Slot, std::less<>> slots_;

@@ -16,7 +16,7 @@ package (BPE, byte fallback, digits split, as Llama 2's), BF16 embedding and out
 Q4_0 matrices. tiny-q4_k_m.gguf, tiny-q5_k_m.gguf: a random model with 256-wide rows
 (k-f16.gguf) quantized by llama.cpp's own quantizer (Q4_K or Q5_K matrices, Q6_K for
 output.weight, attn_v and some ffn_down). bad-*.gguf: files the loader must refuse (another architecture, a missing
-tensor, a tensor type it does not dequantize, an unknown pre-tokenizer).
+tensor, a tensor type it does not dequantize, an infinite block scale, an unknown pre-tokenizer).
 
 run: IN.json = {"files": [{"path", "texts": [...], "prompt", "greedy_tokens"}]}; for
 each file, llama.cpp's ids of every text (add_bos as the file says, special tokens not
@@ -229,6 +229,14 @@ def make(directory):
                 extra_floats={"llama.rope.scaling.factor": 4.0, "llama.rope.scale_linear": 2.0})
     write_model(directory / "bad-tokenizer-key.gguf", f16, gpt2, tied=True, rope_factors=False, seed=4,
                 extra_floats={"tokenizer.ggml.normalizer_scale": 1.0, "llama.rope.scaling.finetuned": 0.0})
+    # A Q8_0 file whose blk.1.attn_output.weight has an infinite f16 block scale (block 3's d).
+    write_model(directory / "bad-scale.gguf", gguf.GGMLQuantizationType.Q8_0, gpt2, tied=True, rope_factors=False,
+                seed=4)
+    reader = gguf.GGUFReader(directory / "bad-scale.gguf")
+    offset = next(t.data_offset for t in reader.tensors if t.name == "blk.1.attn_output.weight")
+    with open(directory / "bad-scale.gguf", "r+b") as f:
+        f.seek(offset + 3 * 34)
+        f.write(bytes([0x00, 0x7C]))
     # K-quants: gguf-py cannot write them, so llama.cpp's own quantizer makes them from an
     # F16 file whose rows are whole 256-element super-blocks; its _M mixes put attn_v,
     # some ffn_down and output.weight in Q6_K.

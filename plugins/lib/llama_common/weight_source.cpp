@@ -270,6 +270,17 @@ class GgufSource final : public WeightSource {
       t.convert = [stored, width, permuted_heads](int64_t first, int64_t count, float* dst) {
         convert_rows(*stored, width, permuted_heads, first, count, dst);
       };
+      if (const pllm::gguf::TypeTraits* traits = pllm::gguf::type_traits(uint32_t(info.type));
+          traits && traits->block_size > 1) {
+        t.ggml_type = uint32_t(info.type);
+        const int64_t block = traits->block_size, block_bytes = traits->type_size;
+        t.read_blocks = [stored, width, permuted_heads, block, block_bytes](int64_t row, int64_t first_col,
+                                                                             int64_t cols, std::byte* dst) {
+          const int64_t source_row = stored_row(*stored, width, permuted_heads, row);
+          std::memcpy(dst, stored->data + (source_row * width + first_col) / block * block_bytes,
+                      std::size_t(cols / block * block_bytes));
+        };
+      }
       stored_.emplace(t.name, stored);
       add(std::move(t));
     }
@@ -294,12 +305,55 @@ class GgufSource final : public WeightSource {
                  "tensor '" + shown + " is " + pllm::gguf::type_traits(uint32_t(type))->name +
                      ", which is not dequantized (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)");
     }
+    check_block_scales(file_, *stored_.at(t->name), shown);
     return *t;
   }
 
   std::string describe() const override { return file_.path().string() + " (GGUF)"; }
 
  private:
+  // The GGUF row of HF row `row` of a [rows, width] tensor whose rows llama.cpp's
+  // converter interleaved per head (permuted_heads > 0: q and k).
+  static int64_t stored_row(const pllm::gguf::TensorInfo& info, int64_t width, int64_t permuted_heads, int64_t row) {
+    if (permuted_heads <= 0) return row;
+    const int64_t head_rows = info.numel() / width / permuted_heads, half = head_rows / 2;
+    const int64_t head = row / head_rows, within = row % head_rows;
+    return head * head_rows + 2 * (within % half) + within / half;
+  }
+
+  // Refuses a quantized tensor with a block scale (f16 d, and dmin / m where the
+  // type has one) that is infinite or NaN, naming the tensor and the block: its
+  // weights would be too, in any dtype.
+  static void check_block_scales(const pllm::gguf::File& file, const pllm::gguf::TensorInfo& info,
+                                 const std::string& shown) {
+    using G = pllm::gguf::GgmlType;
+    int scale_offsets[2] = {-1, -1};
+    if (info.type == G::Q8_0 || info.type == G::Q4_0) {
+      scale_offsets[0] = 0;
+    } else if (info.type == G::Q4_1 || info.type == G::Q4_K || info.type == G::Q5_K) {
+      scale_offsets[0] = 0;
+      scale_offsets[1] = 2;
+    } else if (info.type == G::Q6_K) {
+      scale_offsets[0] = 208;
+    } else {
+      return;
+    }
+    const pllm::gguf::TypeTraits& traits = *pllm::gguf::type_traits(uint32_t(info.type));
+    const uint64_t blocks = info.nbytes / traits.type_size;
+    for (uint64_t b = 0; b < blocks; ++b) {
+      for (const int offset : scale_offsets) {
+        if (offset < 0) continue;
+        uint16_t bits;
+        std::memcpy(&bits, info.data + b * traits.type_size + std::size_t(offset), 2);
+        if ((bits & 0x7C00) == 0x7C00) {
+          file.fail(PLLM_ERROR_INVALID_CONFIG, "tensor '" + shown + " (" + traits.name + ") block " +
+                                                   std::to_string(b) + ": its f16 scale at byte " +
+                                                   std::to_string(offset) + " is not finite");
+        }
+      }
+    }
+  }
+
   // HF elements [first, first + count) of a [rows, width] tensor: each HF row is
   // dequantized whole (quantized blocks never straddle rows: dims[0] is a multiple
   // of the block size) from the GGUF row it was permuted to.
@@ -307,16 +361,11 @@ class GgufSource final : public WeightSource {
                            int64_t count, float* dst) {
     thread_local std::vector<float> row;
     row.resize(std::size_t(width));
-    const int64_t head_rows = permuted_heads > 0 ? info.numel() / width / permuted_heads : 0;
     int64_t at = first;
     const int64_t end = first + count;
     while (at < end) {
-      const int64_t r = at / width, column = at % width;
-      int64_t stored_row = r;
-      if (permuted_heads > 0) {
-        const int64_t head = r / head_rows, within = r % head_rows, half = head_rows / 2;
-        stored_row = head * head_rows + 2 * (within % half) + within / half;
-      }
+      const int64_t column = at % width;
+      const int64_t stored_row = GgufSource::stored_row(info, width, permuted_heads, at / width);
       const int64_t n = std::min(width - column, end - at);
       if (column == 0 && n == width) {
         info.to_f32(stored_row * width, width, dst + (at - first));

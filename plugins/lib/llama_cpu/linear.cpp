@@ -18,6 +18,8 @@
 
 #include "pagedllm/sdk.hpp"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
+#include "pagedllm/sdk/cpp/gguf_types.hpp"
+#include "common/float16_rounding.h"
 #include "llama_cpu/buffer.h"
 #include "llama_cpu/cpu_isa.h"
 #include "llama_cpu/cpu_kernels.h"
@@ -43,6 +45,30 @@ struct F16 {
 // int8 weights (weight-only: the scales are passed next to them).
 struct I8 {
   int8_t q;
+};
+
+// A row of activations quantized for GGUF block weights (weights.h
+// BlockType), as llama.cpp quantizes them (quantize_row_blocks32 /
+// quantize_row_blocks256 below), the same bits on every level:
+//   ActBlock32   llama.cpp's Q8_0 / Q8_1, per 32 elements: d = max |x| / 127,
+//                q = nearbyint(x * (1 / d)) (0 when d = 0), d kept as the f16
+//                llama.cpp stores it; s = f16(d * sum q) (Q8_1's, for Q4_1)
+//   ActBlock256  llama.cpp's Q8_K, per 256 elements: with x_max the element
+//                of largest magnitude, q = min(127, nearbyint(x * (-127 /
+//                x_max))), d = 1 / (-127 / x_max) in f32 (0 and q = 0 for an
+//                all-zero block), and the sums of q per 16 elements
+// The error this adds to an output is about that of rounding each activation
+// to 8 bits (a relative 2^-8 of its block's largest magnitude), which is well
+// within the weights' own 4-6 bit quantization (docs/architecture.md).
+struct ActBlock32 {
+  float d;
+  float s;
+  int8_t q[32];
+};
+struct ActBlock256 {
+  float d;
+  int16_t bsums[16];
+  int8_t q[256];
 };
 
 // The cache blocking of the lanes GEMMs (linear_kernels.inc): chunks of `rows`
@@ -84,6 +110,10 @@ struct Kernels {
   // dot_rows_w8a8 at any row count), on the interleaved quantized rows.
   void (*gemm_w8a8)(const uint32_t*, const float*, int64_t, const int8_t*, const float*, const int32_t*, int64_t,
                     int64_t, float*, int64_t, bool, const LanesBlocking&);
+  // Up to kDotRowsMaxRows rows of GGUF block weights (block_kernels.inc), on
+  // activations quantized by quantize_row_blocks32 / quantize_row_blocks256.
+  void (*dot_rows_blocks)(BlockType, const void*, int64_t, const std::byte*, int64_t, int64_t, float*, int64_t,
+                          bool);
 };
 
 namespace isa_scalar {
@@ -334,6 +364,115 @@ const uint32_t* interleave(ThreadPool& pool, const Kernels& kern, const void* ro
   return dst;
 }
 
+float f16_rounded(float x) { return pllm::f16_to_f32(plugins::f32_to_f16(x)); }
+
+// Row `a` of k floats as ActBlock32s (k a multiple of 32).
+void quantize_row_blocks32(const float* a, int64_t k, ActBlock32* out) {
+  for (int64_t b = 0; b < k / 32; ++b, a += 32) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::abs(a[i]));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      out[b].q[i] = int8_t(std::nearbyint(a[i] * id));
+      sum += out[b].q[i];
+    }
+    out[b].d = f16_rounded(d);
+    out[b].s = f16_rounded(d * float(sum));
+  }
+}
+
+// Row `a` of k floats as ActBlock256s (k a multiple of 256).
+void quantize_row_blocks256(const float* a, int64_t k, ActBlock256* out) {
+  for (int64_t b = 0; b < k / 256; ++b, a += 256) {
+    float amax = 0.0f, max = 0.0f;
+    for (int i = 0; i < 256; ++i) {
+      if (std::abs(a[i]) > amax) {
+        amax = std::abs(a[i]);
+        max = a[i];
+      }
+    }
+    ActBlock256& o = out[b];
+    if (amax == 0.0f) {
+      o = ActBlock256{};
+      continue;
+    }
+    const float iscale = -127.0f / max;
+    for (int i = 0; i < 256; ++i) o.q[i] = int8_t(std::min(127.0f, std::nearbyint(iscale * a[i])));
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int i = 0; i < 16; ++i) sum += o.q[16 * g + i];
+      o.bsums[g] = int16_t(sum);
+    }
+    o.d = 1.0f / iscale;
+  }
+}
+
+// Bytes of one row of k activations quantized for `type`.
+int64_t block_row_bytes(BlockType type, int64_t k) {
+  return block_format(type).elems == 32 ? k / 32 * int64_t(sizeof(ActBlock32))
+                                        : k / 256 * int64_t(sizeof(ActBlock256));
+}
+
+// More than kDotRowsMaxRows rows of GGUF block weights: SGEMM over tiles of
+// the slice dequantized to f32 (ggml's dequantization, gguf_types.hpp), f32
+// activations. At prefill sizes the f32 SGEMM outruns the integer block
+// kernels (which unpack every block once per 4 rows) by about 2x, and the
+// dequantization (n x k elements) costs little against its m x n x k FMAs.
+void gemm_blocks_dequantized(const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k, float* out,
+                             int64_t ldc, bool accumulate) {
+  thread_local Buffer tile_buf;
+  float* tile_f32 = tile_buf.reserve(std::size_t(std::min(sgemm_tile_cols(k), n) * k));
+  sgemm_tiles(a, lda, m, n, k, out, ldc, accumulate, [&](int64_t j, int64_t cols) {
+    pllm::gguf::dequantize(block_format(w.blocks).ggml_type, w.rows_from(j, k).data, tile_f32, cols * k);
+    return tile_f32;
+  });
+}
+
+// linear() on GGUF block weights. Up to kDotRowsMaxRows rows: the activations
+// quantized once per call, then column slices on the block kernels, each
+// weight row read once for all rows (a row's result the same bits in any such
+// batch). Past that: one slice per thread on gemm_blocks_dequantized.
+void linear_blocks(ThreadPool& pool, const Kernels& kern, const float* a, int64_t lda, int64_t m, WeightsRef w,
+                   int64_t n, int64_t k, float* out, int64_t ldc, bool accumulate) {
+  const BlockFormat& format = block_format(w.blocks);
+  if (k % format.elems != 0) {
+    throw pllm::Error(PLLM_ERROR_INTERNAL, std::string("llama_cpu: linear() on ") + format.name +
+                                               " blocks of width " + std::to_string(k) + ", not a multiple of " +
+                                               std::to_string(format.elems));
+  }
+  constexpr int64_t kInlineMacs = int64_t(1) << 17;
+  const int64_t threads = pool.size();
+  const bool few = m <= kDotRowsMaxRows;
+  const int64_t target = threads == 1 || m * n * k < kInlineMacs ? 1 : few ? 2 * threads : threads;
+  const int64_t slice = std::max<int64_t>(16, ((n + target - 1) / target + 15) / 16 * 16);
+  const int64_t slices = (n + slice - 1) / slice;
+  if (!few) {
+    pool.parallel_for(slices, [&](int64_t s, int) {
+      const int64_t n0 = s * slice;
+      gemm_blocks_dequantized(a, lda, m, w.rows_from(n0, k), std::min(slice, n - n0), k, out + n0, ldc, accumulate);
+    });
+    return;
+  }
+  const int64_t act_bytes = block_row_bytes(w.blocks, k);
+  thread_local Buffer quantized;
+  std::byte* act = quantized.reserve_of<std::byte>(std::size_t(m * act_bytes));
+  for (int64_t r = 0; r < m; ++r) {
+    if (format.elems == 32) {
+      quantize_row_blocks32(a + r * lda, k, reinterpret_cast<ActBlock32*>(act + r * act_bytes));
+    } else {
+      quantize_row_blocks256(a + r * lda, k, reinterpret_cast<ActBlock256*>(act + r * act_bytes));
+    }
+  }
+  const int64_t w_row_bytes = k / format.elems * format.bytes;
+  const auto* weights = static_cast<const std::byte*>(w.data);
+  pool.parallel_for(slices, [&](int64_t s, int) {
+    const int64_t n0 = s * slice;
+    kern.dot_rows_blocks(w.blocks, act, m, weights + n0 * w_row_bytes, std::min(slice, n - n0), k, out + n0, ldc,
+                         accumulate);
+  });
+}
+
 }  // namespace
 
 void quantize_activations_u8(const float* a, int64_t lda, int64_t m, int64_t k, uint8_t* q, int64_t ldq,
@@ -345,6 +484,7 @@ void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef
             int64_t ldc, bool accumulate) {
   if (m <= 0 || n <= 0) return;
   const Kernels& kern = kernels(active_isa());
+  if (w.blocks != BlockType::kNone) return linear_blocks(pool, kern, a, lda, m, w, n, k, out, ldc, accumulate);
   const bool w8a8 = w.dtype == PLLM_DTYPE_I8 && w.int8_compute == Int8Compute::kW8A8;
   // Past kDotRowsMaxRows rows the lanes GEMMs take the activations interleaved.
   const bool lanes_gemm = m > kDotRowsMaxRows && kern.interleave_rows;

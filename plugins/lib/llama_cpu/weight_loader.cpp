@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "pagedllm/sdk.hpp"
 #include "common/float16_rounding.h"
@@ -59,7 +60,77 @@ void int8_rows(const llama::SourceTensor& view, const WeightPart& part, int64_t 
   }
 }
 
+// Rows [first_row, first_row + rows) of `part`'s block of `view` into the
+// part's block storage, as stored.
+void block_rows(const llama::SourceTensor& view, const WeightPart& part, int64_t first_row, int64_t rows) {
+  const int64_t k = part.width();
+  const std::size_t row_bytes = weight_bytes_of(part.storage->dtype(), part.storage->blocks(), k);
+  auto* dst = static_cast<std::byte*>(part.data());
+  for (int64_t r = first_row; r < first_row + rows; ++r) {
+    view.read_blocks(part.source_first_row + r, part.source_first_col, k, dst + std::size_t(r) * row_bytes);
+  }
+}
+
 }  // namespace
+
+std::string keep_gguf_blocks(const llama::WeightSource& checkpoint, const std::vector<WeightPart>& parts,
+                             std::string& kept) {
+  struct Matrix {
+    std::vector<std::string> names;
+    std::set<BlockType> types;
+    std::string unheld;  // why it is not held as stored ("" when it can be)
+  };
+  std::map<WeightStorage*, Matrix> matrices;
+  for (const WeightPart& part : parts) {
+    if (part.shape.size() != 2) continue;
+    Matrix& m = matrices[part.storage];
+    m.names.push_back(part.name);
+    const llama::SourceTensor* t = checkpoint.find(part.name);
+    const BlockType type = t && t->read_blocks ? block_type_of(pllm::gguf::GgmlType(t->ggml_type)) : BlockType::kNone;
+    m.types.insert(type);
+    if (type == BlockType::kNone) {
+      if (t && t->read_blocks) {
+        m.unheld = "stored in a block type linear() has no kernels for (" +
+                   std::string(pllm::gguf::type_traits(t->ggml_type)->name) + ")";
+      }
+      continue;
+    }
+    const int64_t elems = block_format(type).elems;
+    if (part.source_first_col % elems != 0 || part.width() % elems != 0) {
+      m.unheld = "a tensor-parallel column block of " + std::to_string(part.width()) + " columns from column " +
+                 std::to_string(part.source_first_col) + " is not whole " + block_format(type).name + " blocks of " +
+                 std::to_string(elems);
+    }
+  }
+  std::map<std::string, std::vector<std::string>> unheld;  // by reason
+  std::map<std::string, int> held;                         // by block type
+  for (auto& [storage, m] : matrices) {
+    if (m.types.count(BlockType::kNone)) {
+      if (!m.unheld.empty()) unheld[m.unheld].insert(unheld[m.unheld].end(), m.names.begin(), m.names.end());
+      continue;
+    }
+    if (m.types.size() > 1) {
+      std::string types;
+      for (BlockType t : m.types) types += std::string(types.empty() ? "" : " and ") + block_format(t).name;
+      m.unheld = "a fused matrix of " + types + " tensors (a matrix is held in one block type)";
+    }
+    if (!m.unheld.empty()) {
+      unheld[m.unheld].insert(unheld[m.unheld].end(), m.names.begin(), m.names.end());
+      continue;
+    }
+    storage->set_blocks(*m.types.begin());
+    ++held[block_format(*m.types.begin()).name];
+  }
+  kept.clear();
+  for (const auto& [name, count] : held) {
+    kept += (kept.empty() ? "" : ", ") + std::to_string(count) + " " + name;
+  }
+  std::string reasons;
+  for (const auto& [reason, names] : unheld) {
+    reasons += (reasons.empty() ? "" : "; ") + llama::join_names(names) + ": " + reason;
+  }
+  return reasons;
+}
 
 void quantize_row_int8(const float* w, int64_t k, int8_t* q, float& scale, int32_t& sum) {
   double amax = 0.0;
@@ -102,7 +173,12 @@ LoadedWeights load_weight_parts(const llama::WeightSource& checkpoint, const std
     const int64_t k = part.width(), rows = part.shape[0];
     const int64_t chunk_rows = std::max<int64_t>(1, kChunk / k);
     const int64_t chunks = (rows + chunk_rows - 1) / chunk_rows;
-    if (dtype == PLLM_DTYPE_I8) {
+    if (part.storage->blocks() != BlockType::kNone) {
+      pool.parallel_for(chunks, [&](int64_t chunk, int) {
+        const int64_t first = chunk * chunk_rows;
+        block_rows(view, part, first, std::min(chunk_rows, rows - first));
+      });
+    } else if (dtype == PLLM_DTYPE_I8) {
       pool.parallel_for(chunks, [&](int64_t chunk, int) {
         const int64_t first = chunk * chunk_rows;
         int8_rows(view, part, first, std::min(chunk_rows, rows - first));

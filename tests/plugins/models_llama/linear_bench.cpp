@@ -21,6 +21,9 @@
 //       GB/s, GFLOP/s, the fraction of vdpbf16ps's measured peak and the time
 //       against the same mode's one-row time (1.0: the rows cost no more than
 //       streaming the weights once)
+//   build/bin/llama_cpu_linear_bench blocks [threads]   GGUF blocks (Q8_0, Q4_0,
+//       Q4_1, Q4_K, Q5_K, Q6_K) against f16 weights on the 1B shapes at 1 to
+//       64 rows, per level up to avx512vnni: time, weight GB/s, ratio to f16
 //   build/bin/llama_cpu_linear_bench blocking [threads]   the many-rows GEMMs
 //       (32 to 2048 rows) on the peers' shapes (K x N = 2048 x 2048, 2048 x
 //       8192, 8192 x 2048) on `threads` threads (default 2): bf16 on vdpbf16ps,
@@ -170,6 +173,73 @@ int int8_bench() {
         std::printf("%-11s %4lld %-10s %-16s %10.1f %7.2f %8.2f %6.2fx\n", s.name, static_cast<long long>(m),
                     pagedllm::llama_cpu::isa_name(v.isa), v.name, us, double(count) * v.bytes_per_weight / us / 1e3,
                     flops / us / 1e3, bf16_us / us);
+      }
+    }
+  }
+  pagedllm::llama_cpu::set_isa_cap(std::nullopt);
+  return 0;
+}
+
+// GGUF blocks (random quant bytes, f16 scales of a plausible size) against f16 weights of the same shape.
+int blocks_bench(int threads) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
+  pagedllm::llama_cpu::use_single_threaded_blas();
+  pagedllm::plugins::ThreadPool pool(threads);
+  struct Shape {
+    const char* name;
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{"1B gate_up", 16384, 2048}, {"1B down", 2048, 8192}};
+  using pagedllm::llama_cpu::BlockType;
+  const BlockType types[] = {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ4_1,
+                             BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K};
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::printf("linear() on GGUF blocks against f16 weights, %d thread(s), best of up to 40 calls\n", threads);
+  std::printf("GB/s: weight bytes per call / time; x f16: f16 time / this time (same level)\n");
+  std::printf("%-11s %4s %-10s %-5s %10s %7s %7s\n", "shape", "rows", "isa", "type", "us", "GB/s", "x f16");
+  for (const Shape& s : shapes) {
+    const auto count = std::size_t(s.n * s.k);
+    std::vector<uint16_t> f16(count);
+    for (uint16_t& h : f16) h = pagedllm::plugins::f32_to_f16(normal(rng) * 0.02f);
+    std::vector<std::vector<uint8_t>> blocks;
+    for (const BlockType t : types) {
+      const pagedllm::llama_cpu::BlockFormat& f = pagedllm::llama_cpu::block_format(t);
+      std::vector<uint8_t> data(count / std::size_t(f.elems) * std::size_t(f.bytes));
+      for (uint8_t& b : data) b = uint8_t(byte(rng));
+      const int scale_at = t == BlockType::kQ6_K ? 208 : 0;
+      const bool has_min = t == BlockType::kQ4_1 || t == BlockType::kQ4_K || t == BlockType::kQ5_K;
+      for (std::size_t b = 0; b < data.size(); b += std::size_t(f.bytes)) {
+        const uint16_t d = pagedllm::plugins::f32_to_f16(0.001f);
+        std::memcpy(&data[b + std::size_t(scale_at)], &d, 2);
+        if (has_min) std::memcpy(&data[b + 2], &d, 2);
+      }
+      blocks.push_back(std::move(data));
+    }
+    std::vector<float> a(std::size_t(64 * s.k)), out(std::size_t(64 * s.n));
+    for (float& x : a) x = normal(rng);
+    for (const Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+      if (isa > pagedllm::llama_cpu::detected_isa()) continue;
+      pagedllm::llama_cpu::set_isa_cap(isa);
+      for (const int64_t m : {1, 4, 16, 64}) {
+        const int calls = int(std::clamp(2e9 / (2.0 * double(m) * double(count)), 2.0, 40.0));
+        const double f16_us = best_of_us(calls, [&] {
+          pagedllm::llama_cpu::linear(pool, a.data(), s.k, m, WeightsRef{f16.data(), PLLM_DTYPE_F16}, s.n, s.k,
+                                      out.data(), s.n, false);
+        });
+        std::printf("%-11s %4lld %-10s %-5s %10.1f %7.2f %6.2fx\n", s.name, static_cast<long long>(m),
+                    pagedllm::llama_cpu::isa_name(isa), "f16", f16_us, double(count) * 2.0 / f16_us / 1e3, 1.0);
+        for (std::size_t t = 0; t < std::size(types); ++t) {
+          WeightsRef w{blocks[t].data(), PLLM_DTYPE_F32};
+          w.blocks = types[t];
+          const double us = best_of_us(calls, [&] {
+            pagedllm::llama_cpu::linear(pool, a.data(), s.k, m, w, s.n, s.k, out.data(), s.n, false);
+          });
+          std::printf("%-11s %4lld %-10s %-5s %10.1f %7.2f %6.2fx\n", s.name, static_cast<long long>(m),
+                      pagedllm::llama_cpu::isa_name(isa), pagedllm::llama_cpu::block_format(types[t]).name, us,
+                      double(blocks[t].size()) / us / 1e3, f16_us / us);
+        }
       }
     }
   }
@@ -657,6 +727,9 @@ int main(int argc, char** argv) {
   if (mode == "rows") return rows_bench();
   if (mode == "blocking") return blocking_bench(argc > 2 ? std::max(1, std::atoi(argv[2])) : 2);
   if (mode == "step") return step_bench(argc > 2 ? std::max(1, std::atoi(argv[2])) : 2);
-  std::fprintf(stderr, "usage: llama_cpu_linear_bench [dtypes|int8|gemm|rows|blocking [threads]|step [threads]|blas]\n");
+  if (mode == "blocks") return blocks_bench(argc > 2 ? std::max(1, std::atoi(argv[2])) : 1);
+  std::fprintf(stderr,
+               "usage: llama_cpu_linear_bench [dtypes|int8|gemm|rows|blocking [threads]|step [threads]|blas|"
+               "blocks [threads]]\n");
   return 2;
 }

@@ -2,7 +2,8 @@
 under mpirun, on the embedded model and on random-weight save_pretrained checkpoints
 (tools/testing/make_tiny_llama.py) with 8 kv heads and with 2 (at TP = 4: each kv head on two ranks), and on
 the embedded model as a compressed-tensors W8A8 checkpoint (tools/testing/make_compressed_int8_checkpoint.py),
-each rank copying its block of the stored int8 rows and scales; and on checkpoints of the other families
+each rank copying its block of the stored int8 rows and scales; on GGUF files of Q8_0 and Q4_0 blocks held as
+stored (split on block boundaries); and on checkpoints of the other families
 (tools/testing/hf_oracle.py's presets qwen3_bias and llama_bias: q/k/v biases split by heads like their rows,
 o_proj / down_proj biases added once to the ranks' sum, gate/up biases split by columns, q/k norms whole). That one runs weight-only: W8A8 quantizes each
 rank's slice of the o_proj / down_proj input with a scale of its own (as vLLM's row-parallel layers do), which
@@ -72,6 +73,16 @@ def main():
                         str(source / "models/pagedllm-tiny"), str(w8a8), "--scheme", "W8A8"],
                        check=True, capture_output=True)
         weight_only = '{"num_threads": 1, "quantization": "int8_weight_only"}'
+        # GGUF files held as stored blocks (tools/testing/gguf_oracle.py's random models): every rank's column
+        # blocks of o_proj / down_proj are whole blocks (32 and 64 columns of Q8_0 / Q4_0), so each rank's
+        # activation blocks are TP = 1's and the ranks' sums add up to its outputs.
+        gguf_dir = Path(tmp) / "gguf"
+        subprocess.run([args.python, str(source / "tools/testing/gguf_oracle.py"), "make", str(gguf_dir)],
+                       check=True, capture_output=True)
+        run_cases(args, [
+            (2, gguf_dir / "tiny-q8_0.gguf", 6, one_thread),
+            (2, gguf_dir / "tiny-spm.gguf", 6, one_thread),
+        ])
         run_cases(args, [
             (2, source / "models/pagedllm-tiny", 6, one_thread),
             (2, kv8, 8, one_thread),

@@ -55,6 +55,13 @@ struct SourceTensor {
   std::function<void(int64_t first, int64_t count, float* dst)> convert;
   // A compressed-tensors int8 weight's values and scales; null for any other tensor.
   std::shared_ptr<const Int8Values> int8;
+  // A GGUF quantized tensor's stored type (pllm::gguf::GgmlType's value; 0, F32,
+  // for any other tensor) and a reader of its blocks as stored: the blocks of
+  // columns [first_col, first_col + cols) of HF row `row` (both multiples of the
+  // type's block size: blocks never straddle rows) copied to dst, from the GGUF
+  // row that llama.cpp's converter permuted it to (q and k).
+  uint32_t ggml_type = 0;
+  std::function<void(int64_t row, int64_t first_col, int64_t cols, std::byte* dst)> read_blocks;
   // Why the tensor cannot be read ("" when it can): an integer tensor outside a
   // quantization config. check_checkpoint refuses it before allocating anything.
   std::string unreadable;

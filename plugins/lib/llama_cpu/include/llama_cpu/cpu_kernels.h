@@ -65,6 +65,13 @@ constexpr int64_t kDotRowsMaxRows = 16;
 // (vpdpbusd on avx512vnni and above, past kDotRowsMaxRows rows on the same
 // lanes GEMM as bf16; plain integer loops below avx512vnni, same result); k at
 // most kW8A8MaxK.
+//
+// GGUF blocks (weights.h BlockType): up to kDotRowsMaxRows rows the rows of a
+// are quantized per block as llama.cpp does (Q8_0 / Q8_1 / Q8_K, linear.cpp),
+// then each output is a sum of integer block dot products times the blocks'
+// scales, in f32 (block_kernels.inc, every level; a row's result the same bits
+// in any batch of up to kDotRowsMaxRows rows); past that, SGEMM over column
+// tiles dequantized to f32. k must be a multiple of the block size.
 void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, WeightsRef w, int64_t n, int64_t k, float* out,
             int64_t ldc, bool accumulate);
 inline constexpr int64_t kW8A8MaxK = 132104;  // k 127 128 < 2^31 (pre-quantized weights reach -128)

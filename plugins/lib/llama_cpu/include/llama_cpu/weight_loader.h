@@ -7,7 +7,8 @@
 // dequantized: GGUF, compressed-tensors int8) to f32 and, for a 16-bit target,
 // rounded to nearest even; for int8, a compressed-tensors int8 weight's values
 // and scales are copied as stored, any other is quantized row by row
-// (quantize_row_int8).
+// (quantize_row_int8); for GGUF blocks (keep_gguf_blocks), the blocks of
+// each row copied as stored (q/k rows un-permuted whole).
 
 #include <cstdint>
 #include <string>
@@ -44,13 +45,24 @@ struct WeightPart {
   // Where the tensor lives once loaded.
   void* data() const {
     return static_cast<std::byte*>(storage->data()) +
-           std::size_t(first_row * width()) * weight_dtype_size(storage->dtype());
+           weight_bytes_of(storage->dtype(), storage->blocks(), first_row * width());
   }
 };
 
 // One row of k weights to int8 (weights.h): s = max |w| / 127 and q = rint(w
 // / s) (round half to even), both in double, s stored as f32; sum = sum of q.
 void quantize_row_int8(const float* w, int64_t k, int8_t* q, float& scale, int32_t& sum);
+
+// model.dtype auto on a GGUF file: each matrix (a storage of 2-D parts) whose
+// tensors are all stored in one block type with kernels (weights.h BlockType)
+// is held in those blocks as stored (set_blocks, before loading), when every
+// part's columns start and end on block boundaries (a tensor-parallel shard's
+// column block). Any other matrix stays in its dtype (dequantized at load):
+// returns one line per reason it happened, naming the tensors ("" when every
+// matrix is held as stored), and in `kept` the block types held and how many
+// matrices each.
+std::string keep_gguf_blocks(const llama::WeightSource& checkpoint, const std::vector<WeightPart>& parts,
+                             std::string& kept);
 
 struct LoadedWeights {
   uint64_t stored_bytes = 0;        // bytes the parts took in the checkpoint

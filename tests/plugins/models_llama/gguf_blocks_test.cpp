@@ -1,0 +1,395 @@
+// linear() on GGUF blocks held as stored (llama_cpu/weights.h BlockType)
+// against an oracle of this file's own: the blocks decoded per the GGUF spec
+// (ggml's block layouts, written out again here in float64, not through the
+// SDK's or the kernels' code), the activations quantized the way weights.h
+// and linear.cpp state (llama.cpp's Q8_0 / Q8_1 / Q8_K: redone here), and the
+// products summed in float64 block by block in the form llama.cpp computes
+// them (d_w * d_a * integer sum, plus Q4_1's m_w * s_a and the K-quants'
+// dmin * d_a * sum of min * block sums). On every instruction-set level the
+// CPU has, m = 1, 3, 16, 17, 33, widths of 32-element blocks that are not a
+// multiple of 256 (the widths llama.cpp's files fall back to Q8_0 / Q4_0 /
+// Q4_1 for). Past kDotRowsMaxRows rows linear() multiplies f32 activations by
+// the weights dequantized to f32 (SGEMM): the oracle there is the float64 sum
+// of a_i * w_i with w_i decoded here in float64.
+//
+// Tolerance (up to kDotRowsMaxRows rows): the kernels differ from the float64 oracle only in f32
+// rounding: per block one rounding of d_w * d_a, one of the integer sum's
+// conversion (exact below 2^24; a K-quant super-block's can be larger), one of
+// the product, and the addition to a running f32 sum that takes at most
+// `blocks` additions (fewer on the SIMD levels: eight lanes, then a tree),
+// plus the accumulate addition. So |got - ref| <= (blocks + 4) * 2^-23 *
+// (sum of the products' magnitudes + |before|): each rounding moves its
+// value by at most 2^-24 of it, and no partial sum (a lane's part of a block
+// included) exceeds the sum of magnitudes. The K-quants' mins are summed here
+// element by element (min * q_a), which is the kernels' min * block sums.
+// Past kDotRowsMaxRows rows: ggml's f32 dequantization rounds each weight at
+// most twice (d * q, then + m or - dmin * m, each term moved by 2^-24 of its
+// magnitude), and the SGEMM's sums take at most k additions (the f32 bound of
+// cpu_kernels_test.cpp), so |got - ref| <= (k + 4) * 2^-23 * (sum_i |a_i| *
+// (|d q_i| + |min term_i|) + |before|).
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <vector>
+
+#include "common/float16_rounding.h"
+#include "pagedllm/sdk/cpp/float_convert.hpp"
+#include "llama_cpu/cpu_isa.h"
+#include "llama_cpu/cpu_kernels.h"
+
+using pagedllm::llama_cpu::BlockType;
+using pagedllm::llama_cpu::Isa;
+using pagedllm::llama_cpu::kDotRowsMaxRows;
+using pagedllm::llama_cpu::linear;
+using pagedllm::llama_cpu::WeightsRef;
+using pagedllm::plugins::ThreadPool;
+
+namespace {
+
+struct Layout {
+  BlockType type;
+  const char* name;
+  int elems;
+  int bytes;
+};
+constexpr Layout kLayouts[] = {
+    {BlockType::kQ8_0, "Q8_0", 32, 34}, {BlockType::kQ4_0, "Q4_0", 32, 18}, {BlockType::kQ4_1, "Q4_1", 32, 20},
+    {BlockType::kQ4_K, "Q4_K", 256, 144}, {BlockType::kQ5_K, "Q5_K", 256, 176}, {BlockType::kQ6_K, "Q6_K", 256, 210},
+};
+
+double f16_at(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return double(pllm::f16_to_f32(bits));
+}
+
+void put_f16(uint8_t* p, float x) {
+  const uint16_t bits = pagedllm::plugins::f32_to_f16(x);
+  std::memcpy(p, &bits, 2);
+}
+
+// Random blocks: random quant bytes, f16 scales (and mins) of a plausible size.
+std::vector<uint8_t> random_blocks(const Layout& layout, int64_t blocks, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+  std::vector<uint8_t> data(std::size_t(blocks * layout.bytes));
+  for (uint8_t& b : data) b = uint8_t(byte(rng));
+  for (int64_t i = 0; i < blocks; ++i) {
+    uint8_t* b = data.data() + i * layout.bytes;
+    switch (layout.type) {
+      case BlockType::kQ8_0: case BlockType::kQ4_0: put_f16(b, scale(rng)); break;
+      case BlockType::kQ4_1: case BlockType::kQ4_K: case BlockType::kQ5_K:
+        put_f16(b, scale(rng));
+        put_f16(b + 2, layout.type == BlockType::kQ4_1 ? -8 * scale(rng) : scale(rng));
+        break;
+      case BlockType::kQ6_K: put_f16(b + 208, scale(rng)); break;
+      case BlockType::kNone: break;
+    }
+  }
+  return data;
+}
+
+// A quantized activation block as weights.h states it.
+struct ActBlock {
+  double d = 0, s = 0;   // s: Q8_1's f16(d * sum q)
+  std::vector<int> q;
+  std::vector<int> sums16;  // Q8_K's sums of q per 16
+};
+
+double f16_rounded(float x) { return double(pllm::f16_to_f32(pagedllm::plugins::f32_to_f16(x))); }
+
+ActBlock quantize32(const float* x) {
+  ActBlock a;
+  float amax = 0;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::abs(x[i]));
+  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  int sum = 0;
+  for (int i = 0; i < 32; ++i) {
+    a.q.push_back(int(std::nearbyint(x[i] * id)));
+    sum += a.q.back();
+  }
+  a.d = f16_rounded(d);
+  a.s = f16_rounded(d * float(sum));
+  return a;
+}
+
+ActBlock quantize256(const float* x) {
+  ActBlock a;
+  float amax = 0, max = 0;
+  for (int i = 0; i < 256; ++i) {
+    if (std::abs(x[i]) > amax) {
+      amax = std::abs(x[i]);
+      max = x[i];
+    }
+  }
+  a.q.assign(256, 0);
+  a.sums16.assign(16, 0);
+  if (amax == 0) return a;
+  const float iscale = -127.0f / max;
+  for (int i = 0; i < 256; ++i) {
+    a.q[std::size_t(i)] = std::min(127, int(std::nearbyint(iscale * x[i])));
+    a.sums16[std::size_t(i / 16)] += a.q[std::size_t(i)];
+  }
+  a.d = double(1.0f / iscale);
+  return a;
+}
+
+// Q4_K / Q5_K's 6-bit scale and min of sub-block j from the 12 packed bytes.
+void k_scale_min(const uint8_t* p, int j, int& scale, int& min) {
+  if (j < 4) {
+    scale = p[j] & 63;
+    min = p[j + 4] & 63;
+  } else {
+    scale = (p[j + 4] & 15) | ((p[j - 4] >> 6) << 4);
+    min = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
+  }
+}
+
+// One output's sum of block terms in float64, and the sum of the magnitudes
+// of its products (element by element: the SIMD kernels hold parts of a block
+// in separate lanes, whose partial sums may be larger than the block's term).
+struct Term {
+  double value = 0, magnitude = 0;
+  // factor * sum, with abs_sum the sum of the integer products' magnitudes.
+  void add(double factor, long sum, long abs_sum) {
+    value += factor * double(sum);
+    magnitude += std::abs(factor) * double(abs_sum);
+  }
+};
+
+void block_term(const Layout& layout, const uint8_t* b, const ActBlock& a, Term& t) {
+  switch (layout.type) {
+    case BlockType::kQ8_0: {
+      long sum = 0, abs_sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        sum += int8_t(b[2 + i]) * a.q[std::size_t(i)];
+        abs_sum += std::abs(int8_t(b[2 + i]) * a.q[std::size_t(i)]);
+      }
+      t.add(f16_at(b) * a.d, sum, abs_sum);
+      return;
+    }
+    case BlockType::kQ4_0:
+    case BlockType::kQ4_1: {
+      const int offset = layout.type == BlockType::kQ4_0 ? 8 : 0;
+      const uint8_t* qs = b + (layout.type == BlockType::kQ4_0 ? 2 : 4);
+      long sum = 0, abs_sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        const int q = (i < 16 ? qs[i] & 15 : qs[i - 16] >> 4) - offset;
+        sum += q * a.q[std::size_t(i)];
+        abs_sum += std::abs(q * a.q[std::size_t(i)]);
+      }
+      t.add(f16_at(b) * a.d, sum, abs_sum);
+      if (layout.type == BlockType::kQ4_1) t.add(f16_at(b + 2) * a.s, 1, 1);
+      return;
+    }
+    case BlockType::kQ4_K:
+    case BlockType::kQ5_K: {
+      const bool five = layout.type == BlockType::kQ5_K;
+      const uint8_t* qh = b + 16;
+      const uint8_t* qs = b + (five ? 48 : 16);
+      long sum = 0, abs_sum = 0, mins = 0, abs_mins = 0;
+      for (int e = 0; e < 256; ++e) {
+        const int j = e / 32, l = e % 32;  // sub-block j: the low (even j) or high nibbles of bytes 32 (j / 2) + l
+        int scale, min;
+        k_scale_min(b + 4, j, scale, min);
+        int q = j % 2 == 0 ? qs[32 * (j / 2) + l] & 15 : qs[32 * (j / 2) + l] >> 4;
+        if (five && (qh[l] >> j) & 1) q += 16;
+        sum += scale * q * a.q[std::size_t(e)];
+        abs_sum += std::abs(scale * q * a.q[std::size_t(e)]);
+        mins += min * a.q[std::size_t(e)];
+        abs_mins += std::abs(min * a.q[std::size_t(e)]);
+      }
+      t.add(f16_at(b) * a.d, sum, abs_sum);
+      t.add(-f16_at(b + 2) * a.d, mins, abs_mins);
+      return;
+    }
+    case BlockType::kQ6_K: {
+      long sum = 0, abs_sum = 0;
+      for (int e = 0; e < 256; ++e) {
+        // Halves of 128; in each, four runs of 32 (quarter): low nibbles of ql[0..32), ql[32..64), then
+        // their high nibbles, with 2 high bits from qh[l] at bits 2 * quarter.
+        const int half = e / 128, quarter = (e % 128) / 32, l = e % 32;
+        const uint8_t low_byte = b[64 * half + 32 * (quarter % 2) + l];
+        const int low = quarter < 2 ? low_byte & 15 : low_byte >> 4;
+        const int high = (b[128 + 32 * half + l] >> (2 * quarter)) & 3;
+        const int product = int8_t(b[192 + e / 16]) * (low + 16 * high - 32) * a.q[std::size_t(e)];
+        sum += product;
+        abs_sum += std::abs(product);
+      }
+      t.add(f16_at(b + 208) * a.d, sum, abs_sum);
+      return;
+    }
+    case BlockType::kNone: return;
+  }
+}
+
+// The block's elements in float64 per the GGUF spec, and each one's magnitude
+// bound (|d q| + |min term|).
+void decode_block(const Layout& layout, const uint8_t* b, double* value, double* magnitude) {
+  switch (layout.type) {
+    case BlockType::kQ8_0:
+      for (int i = 0; i < 32; ++i) value[i] = f16_at(b) * int8_t(b[2 + i]);
+      break;
+    case BlockType::kQ4_0:
+    case BlockType::kQ4_1: {
+      const bool with_min = layout.type == BlockType::kQ4_1;
+      const uint8_t* qs = b + (with_min ? 4 : 2);
+      for (int i = 0; i < 32; ++i) {
+        const int q = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+        value[i] = with_min ? f16_at(b) * q + f16_at(b + 2) : f16_at(b) * (q - 8);
+        magnitude[i] = std::abs(f16_at(b) * (with_min ? q : q - 8)) + (with_min ? std::abs(f16_at(b + 2)) : 0.0);
+      }
+      return;
+    }
+    case BlockType::kQ4_K:
+    case BlockType::kQ5_K: {
+      const bool five = layout.type == BlockType::kQ5_K;
+      const uint8_t* qs = b + (five ? 48 : 16);
+      for (int e = 0; e < 256; ++e) {
+        const int j = e / 32, l = e % 32;
+        int scale, min;
+        k_scale_min(b + 4, j, scale, min);
+        int q = j % 2 == 0 ? qs[32 * (j / 2) + l] & 15 : qs[32 * (j / 2) + l] >> 4;
+        if (five && (b[16 + l] >> j) & 1) q += 16;
+        value[e] = f16_at(b) * scale * q - f16_at(b + 2) * min;
+        magnitude[e] = std::abs(f16_at(b) * scale * q) + std::abs(f16_at(b + 2) * min);
+      }
+      return;
+    }
+    case BlockType::kQ6_K:
+      for (int e = 0; e < 256; ++e) {
+        const int half = e / 128, quarter = (e % 128) / 32, l = e % 32;
+        const uint8_t low_byte = b[64 * half + 32 * (quarter % 2) + l];
+        const int low = quarter < 2 ? low_byte & 15 : low_byte >> 4;
+        const int high = (b[128 + 32 * half + l] >> (2 * quarter)) & 3;
+        value[e] = f16_at(b + 208) * int8_t(b[192 + e / 16]) * (low + 16 * high - 32);
+      }
+      break;
+    case BlockType::kNone: return;
+  }
+  for (int i = 0; i < layout.elems; ++i) magnitude[i] = std::abs(value[i]);
+}
+
+std::vector<float> random_activations(std::size_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(count);
+  for (float& x : v) x = normal(rng);
+  if (count > 40) std::fill(v.begin() + 8, v.begin() + 40, 0.0f);  // an all-zero activation block or part of one
+  return v;
+}
+
+std::vector<Isa> available_isas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16}) {
+    if (isa <= pagedllm::llama_cpu::detected_isa()) isas.push_back(isa);
+  }
+  return isas;
+}
+
+struct IsaCapGuard {
+  ~IsaCapGuard() { pagedllm::llama_cpu::set_isa_cap(std::nullopt); }
+};
+
+}  // namespace
+
+TEST_CASE("llama_cpu: linear() on GGUF blocks matches a float64 oracle on every type and level", "[llama_cpu]") {
+  IsaCapGuard guard;
+  ThreadPool pool(2);
+  const int64_t n = 37;
+  for (const Layout& layout : kLayouts) {
+    const std::vector<int64_t> widths =
+        layout.elems == 32 ? std::vector<int64_t>{96, 576, 1536} : std::vector<int64_t>{256, 768};
+    for (const int64_t k : widths) {
+      const int64_t blocks = k / layout.elems;
+      const std::vector<uint8_t> w = random_blocks(layout, n * blocks, uint32_t(k) + uint32_t(layout.type));
+      WeightsRef ref{w.data(), PLLM_DTYPE_F32};
+      ref.blocks = layout.type;
+      for (const int64_t m : {1, 3, 16, 17, 33}) {
+        const std::vector<float> a = random_activations(std::size_t(m * k), uint32_t(m * 131 + k));
+        // The oracle. Up to kDotRowsMaxRows rows: per row its quantized blocks, per output the float64 sum
+        // of block terms; past that, the float64 sum of a_i * w_i.
+        std::vector<Term> ref_terms(std::size_t(m * n));
+        if (m <= kDotRowsMaxRows) {
+          for (int64_t r = 0; r < m; ++r) {
+            for (int64_t b = 0; b < blocks; ++b) {
+              const float* x = a.data() + r * k + b * layout.elems;
+              const ActBlock act = layout.elems == 32 ? quantize32(x) : quantize256(x);
+              for (int64_t j = 0; j < n; ++j) {
+                block_term(layout, w.data() + (j * blocks + b) * layout.bytes, act,
+                           ref_terms[std::size_t(r * n + j)]);
+              }
+            }
+          }
+        } else {
+          std::vector<double> value(static_cast<std::size_t>(k)), magnitude(static_cast<std::size_t>(k));
+          for (int64_t j = 0; j < n; ++j) {
+            for (int64_t b = 0; b < blocks; ++b) {
+              decode_block(layout, w.data() + (j * blocks + b) * layout.bytes, value.data() + b * layout.elems,
+                           magnitude.data() + b * layout.elems);
+            }
+            for (int64_t r = 0; r < m; ++r) {
+              Term& t = ref_terms[std::size_t(r * n + j)];
+              for (int64_t i = 0; i < k; ++i) {
+                t.value += double(a[std::size_t(r * k + i)]) * value[std::size_t(i)];
+                t.magnitude += std::abs(double(a[std::size_t(r * k + i)])) * magnitude[std::size_t(i)];
+              }
+            }
+          }
+        }
+        const double additions = m <= kDotRowsMaxRows ? double(blocks) : double(k);
+        for (const Isa isa : available_isas()) {
+          pagedllm::llama_cpu::set_isa_cap(isa);
+          for (const bool accumulate : {false, true}) {
+            std::vector<float> out(std::size_t(m * n), accumulate ? 0.5f : std::nanf(""));
+            linear(pool, a.data(), k, m, ref, n, k, out.data(), n, accumulate);
+            for (int64_t i = 0; i < m * n; ++i) {
+              const Term& t = ref_terms[std::size_t(i)];
+              const double before = accumulate ? 0.5 : 0.0;
+              const double bound = (additions + 4) * std::ldexp(1.0, -23) * (t.magnitude + before);
+              INFO(layout.name << " k " << k << " m " << m << " output " << i << " "
+                               << pagedllm::llama_cpu::isa_name(isa) << " accumulate " << accumulate);
+              REQUIRE(std::abs(double(out[std::size_t(i)]) - (t.value + before)) <= bound);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("llama_cpu: on GGUF blocks a row's result is the same bits alone or in a batch", "[llama_cpu]") {
+  // Up to kDotRowsMaxRows rows each output is one block dot product whichever
+  // rows share the call. (Past it, as for f16 weights, OpenBLAS's SGEMM makes
+  // no such promise.)
+  IsaCapGuard guard;
+  ThreadPool one(1), two(2);
+  const int64_t n = 70, rows = kDotRowsMaxRows;
+  for (const Layout& layout : kLayouts) {
+    const int64_t k = 512, blocks = k / layout.elems;
+    const std::vector<uint8_t> w = random_blocks(layout, n * blocks, 5 + uint32_t(layout.type));
+    WeightsRef ref{w.data(), PLLM_DTYPE_F32};
+    ref.blocks = layout.type;
+    const std::vector<float> a = random_activations(std::size_t(rows * k), 9);
+    for (const Isa isa : available_isas()) {
+      pagedllm::llama_cpu::set_isa_cap(isa);
+      std::vector<float> alone(std::size_t(rows * n));
+      for (int64_t r = 0; r < rows; ++r) linear(one, a.data() + r * k, k, 1, ref, n, k, alone.data() + r * n, n, false);
+      for (const int64_t m : {int64_t(2), int64_t(7), kDotRowsMaxRows}) {
+        for (ThreadPool* pool : {&one, &two}) {
+          INFO(layout.name << " batch of " << m << " rows, " << pool->size() << " threads, "
+                           << pagedllm::llama_cpu::isa_name(isa));
+          std::vector<float> batch(std::size_t(m * n));
+          linear(*pool, a.data(), k, m, ref, n, k, batch.data(), n, false);
+          CHECK(std::memcmp(batch.data(), alone.data(), batch.size() * sizeof(float)) == 0);
+        }
+      }
+    }
+  }
+}
