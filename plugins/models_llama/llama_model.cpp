@@ -63,7 +63,7 @@ void LlamaModel::log_tensor_parallel_rank() const {
 }
 
 llama_cpu::WeightPart LlamaModel::shard_part(const llama::WeightSlot& slot, llama_cpu::WeightStorage* storage) const {
-  if (!shard_) return {slot.name, slot.shape, storage, slot.first_row};
+  if (!shard_) return llama_cpu::whole_model_part(slot, storage);
   return shard_->part(slot, storage);
 }
 
@@ -135,6 +135,11 @@ void LlamaModel::load_weights(const std::filesystem::path& model_dir, pllm_dtype
   }
   for (std::size_t i = 0; i < model_parts; ++i) {
     const WeightPart& part = parts[i];
+    // The blocks of a fused checkpoint tensor (Phi-3's qkv_proj) lie one after another: one tensor of them all.
+    if (auto it = slots_.find(part.name); it != slots_.end()) {
+      it->second.shape[0] += part.shape[0];
+      continue;
+    }
     slots_.emplace(part.name, Slot{part.data(), part.storage->dtype(), part.shape, part.storage->blocks()});
   }
   if (c.tie_word_embeddings) {
@@ -234,13 +239,18 @@ void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm
   const llama_cpu::TensorParallelRank* tensor_parallel = shard_ ? &shard_->layer_rank() : nullptr;
 
   // The embedding rows of this rank's vocabulary; with tensor parallelism the
-  // others are zero here and come from their rank in the all-reduce.
+  // others are zero here and come from their rank in the all-reduce. Gemma scales them by sqrt(hidden) in the
+  // activation dtype (f32 here), as transformers does.
   float* x = x_.reserve(n(tokens * h));
+  const auto embedding_scale = static_cast<float>(std::sqrt(double(h)));
   llama_cpu::parallel_rows(pool_, tokens, h, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
       const int64_t row = int64_t(b.token_ids[t]) - vocab_first_;
       if (row >= 0 && row < vocab_rows_) {
         embed_.ref().row_to_f32(row, h, x + t * h);
+        if (c.scale_embedding) {
+          for (float* v = x + t * h; v < x + (t + 1) * h; ++v) *v *= embedding_scale;
+        }
       } else {
         std::fill(x + t * h, x + (t + 1) * h, 0.0f);
       }
@@ -256,7 +266,7 @@ void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm
   // The final norm only on the rows asked for; lm_head only on the logits rows.
   auto gather_normed = [&](int32_t count, const int32_t* indices, float* dst) {
     for (int32_t i = 0; i < count; ++i) std::memcpy(dst + i * h, x + int64_t(indices[i]) * h, n(h) * sizeof(float));
-    llama_cpu::rms_norm(pool_, dst, h, count, h, norm_.f32(), eps, dst, h);
+    llama_cpu::rms_norm(pool_, dst, h, count, h, norm_.f32(), eps, dst, h, c.unit_offset_norms ? 1.0f : 0.0f);
   };
   float* rows = rows_.reserve(n(int64_t(b.num_logits) * h));
   float* logits = logits_.reserve(n(int64_t(b.num_logits) * vocab));
@@ -272,6 +282,9 @@ void LlamaModel::forward(const pllm_batch& b, pllm_attention_ref attention, pllm
     if (vocab_rows_ > 0) llama_cpu::linear(pool_, rows, h, m, lm_head(), vocab_rows_, h, mine, shard, false);
     float* gathered = gathered_logits_.reserve(n(shard_->size() * m * shard));
     shard_->gather_vocab_columns(mine, m, gathered, logits, "the logits");
+  }
+  if (c.final_logit_softcapping > 0.0) {
+    llama_cpu::softcap(pool_, logits, b.num_logits, vocab, static_cast<float>(c.final_logit_softcapping));
   }
   *out.logits = host_tensor(logits, {b.num_logits, vocab});
 

@@ -176,6 +176,40 @@ PRESETS = {
                       num_experts_per_tok=4, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[1],
                       rope_theta=1000000.0, rope_scaling=None, tie_word_embeddings=False, rms_norm_eps=1e-6,
                       max_position_embeddings=40960, vocab_size=TOKENIZER_VOCAB, dtype="float32"),
+    # google/gemma-3-1b-it: hidden 1152, 4 heads / 1 KV head, head_dim 256, intermediate 6912, GeGLU-tanh,
+    # (1 + w) norms around both sublayers, q/k norms, five local layers (sliding_window 512, rope_local_base_freq
+    # 10000) to one global (rope_theta 1000000; gemma-3-4b's global layers add linear rope_scaling 8),
+    # query_pre_attn_scalar 256, tied, rms_norm_eps 1e-6, bf16. Here every third layer global (layers 2 and 5),
+    # a window of 5 keys, linear scaling 8 on the global layers, query_pre_attn_scalar 24 (not head_dim, so
+    # that a default softmax scale would show) and final_logit_softcapping 5 (Gemma 3 ships none; Gemma 2 has
+    # 30), small enough to bend the logits of standard deviation ~3; f32, head_dim 32 (attention_cuda's).
+    "gemma3": dict(family="gemma3", hidden_size=128, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+                   intermediate_size=384, num_hidden_layers=6, sliding_window=5, sliding_window_pattern=3,
+                   rope_theta=1000000.0, rope_local_base_freq=10000.0,
+                   rope_scaling={"rope_type": "linear", "factor": 8.0}, query_pre_attn_scalar=24,
+                   final_logit_softcapping=5.0, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                   max_position_embeddings=32768, vocab_size=TOKENIZER_VOCAB, dtype="float32"),
+    # microsoft/Phi-3-mini-4k-instruct: hidden 3072, 32 heads (Phi-3-medium: 40 over 10 KV heads), head_dim 96,
+    # fused qkv_proj and gate_up_proj, intermediate 8192, rope_theta 10000, sliding_window 2047, untied,
+    # rms_norm_eps 1e-5, bf16. Here 4 heads over 2 (so that the fused tensor's k and v blocks are narrower
+    # than q), a window of 7 keys, f32, head_dim 32 (attention_cuda's).
+    "phi3": dict(family="phi3", hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=256, num_hidden_layers=2, rope_theta=10000.0, rope_scaling=None,
+                 sliding_window=7, tie_word_embeddings=False, rms_norm_eps=1e-5, max_position_embeddings=4096,
+                 original_max_position_embeddings=4096, pad_token_id=0, vocab_size=TOKENIZER_VOCAB,
+                 dtype="float32"),
+    # microsoft/Phi-3-mini-128k-instruct's longrope (max_position_embeddings 131072 over an original 4096,
+    # short and long factors per frequency, the attention factor sqrt(1 + ln 32 / ln 4096) from their ratio),
+    # here max 64 over an original 8, so every prompt (13 to 30 tokens) is past the original context and
+    # transformers rotates all of it by the long factors (attention factor sqrt(2)).
+    "phi3_longrope": dict(family="phi3", hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                          intermediate_size=256, num_hidden_layers=2, rope_theta=10000.0,
+                          rope_scaling={"type": "longrope",
+                                        "short_factor": [1.0 + 0.05 * i for i in range(16)],
+                                        "long_factor": [1.0 + 0.6 * i for i in range(16)]},
+                          sliding_window=None, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                          max_position_embeddings=64, original_max_position_embeddings=8, pad_token_id=0,
+                          vocab_size=TOKENIZER_VOCAB, dtype="float32"),
 }
 
 # The transformers classes of each preset family: (config, model).
@@ -186,7 +220,12 @@ FAMILIES = {
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
     "mixtral": ("MixtralConfig", "MixtralForCausalLM"),
     "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM"),
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM"),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM"),
 }
+
+# Families whose RMSNorm multiplies by (1 + w) and whose activation is their own hidden_activation.
+GEMMA_FAMILIES = {"gemma3"}
 
 
 def import_torch(threads):
@@ -202,18 +241,22 @@ def make(preset_name, out_dir, seed, threads):
     preset = dict(PRESETS[preset_name])
     dtype = preset.pop("dtype")
     max_shard_size = preset.pop("max_shard_size", "5GB")
-    config_class, model_class = (getattr(transformers, name) for name in FAMILIES[preset.pop("family", "llama")])
+    family = preset.pop("family", "llama")
+    config_class, model_class = (getattr(transformers, name) for name in FAMILIES[family])
     hidden = preset["hidden_size"]
     if config_class is transformers.LlamaConfig:
         preset = {"attention_bias": False, "mlp_bias": False, **preset}
-    config = config_class(**preset, hidden_act="silu", initializer_range=1.0 / math.sqrt(hidden), bos_token_id=BOS,
-                          eos_token_id=EOS)
+    gemma = family in GEMMA_FAMILIES
+    if not gemma:
+        preset["hidden_act"] = "silu"
+    config = config_class(**preset, initializer_range=1.0 / math.sqrt(hidden), bos_token_id=BOS, eos_token_id=EOS)
     torch.manual_seed(seed)
     model = model_class(config).eval()
     with torch.no_grad():
         for name, param in model.named_parameters():
             if name.endswith("norm.weight"):
-                param.uniform_(0.6, 1.4)
+                # Gemma stores w of its (1 + w): the same scales either way.
+                param.uniform_(-0.4, 0.4) if gemma else param.uniform_(0.6, 1.4)
             elif name.endswith(".bias"):
                 param.normal_(0.0, 0.5)
         # Logits of standard deviation ~3 over unit-RMS normed hidden states.
@@ -256,13 +299,22 @@ def write_rows(output, rows, logits_rows, vocab):
     return {"vocab_size": vocab, "rows": rows, "logits_file": logits_file}
 
 
+def lm_logits(model, hidden):
+    """lm_head over final-norm hidden states, soft-capped where the model's forward caps them (Gemma)."""
+    logits = model.lm_head(hidden)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    if cap is not None:
+        logits = (logits / cap).tanh() * cap
+    return logits
+
+
 def every_position(torch, model, sequences):
     """Logits and final-norm hidden states of every position, as nested lists."""
     all_logits, all_hidden = [], []
     with torch.no_grad():
         for seq in sequences:
             hidden = model.model(input_ids=torch.tensor([seq], dtype=torch.long)).last_hidden_state
-            all_logits.append(model.lm_head(hidden)[0].double().numpy().tolist())
+            all_logits.append(lm_logits(model, hidden)[0].double().numpy().tolist())
             all_hidden.append(hidden[0].double().numpy().tolist())
     return all_logits, all_hidden
 
@@ -284,7 +336,7 @@ def logits(args):
             for i, seq in enumerate(sequences):
                 ids = torch.tensor([seq], dtype=torch.long)
                 hidden = model.model(input_ids=ids).last_hidden_state  # after the final norm
-                all_logits = model.lm_head(hidden)[0].double().numpy()
+                all_logits = lm_logits(model, hidden)[0].double().numpy()
                 first, end = ranges[i]
                 for p in range(first, end):
                     rows.append([i, p])

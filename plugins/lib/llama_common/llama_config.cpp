@@ -146,6 +146,8 @@ constexpr ArchitectureName kArchitectures[] = {
     {"Qwen3ForCausalLM", Architecture::kQwen3},
     {"MixtralForCausalLM", Architecture::kMixtral},
     {"Qwen3MoeForCausalLM", Architecture::kQwen3Moe},
+    {"Gemma3ForCausalLM", Architecture::kGemma3},
+    {"Phi3ForCausalLM", Architecture::kPhi3},
 };
 
 std::string supported_classes() {
@@ -229,6 +231,50 @@ void read_qwen3_moe(const Fields& f, LlamaConfig& c) {
   read_router_training_keys(f);
 }
 
+// Gemma 3 (Gemma3ForCausalLM, model_type gemma3_text), as transformers' Gemma3TextConfig reads it: (1 + w) norms
+// before and after each sublayer, q/k norms, GeGLU-tanh, the embedding scaled by sqrt(hidden), the softmax
+// scale from query_pre_attn_scalar, and local layers (a sliding window, their own RoPE base) among global ones.
+// layer_types says which layers are local; without it, every sliding_window_pattern-th layer is global.
+void read_gemma3(const Fields& f, LlamaConfig& c, std::string_view who, const std::vector<bool>& sliding_layers,
+                 const std::function<void(int32_t, const std::function<bool(int32_t)>&)>& set_windows) {
+  const std::string by = "; " + std::string(who);
+  c.qkv_bias = c.o_bias = f.get_bool("attention_bias", false);
+  c.qk_norm = c.unit_offset_norms = c.sandwich_norms = c.scale_embedding = true;
+  const json* act = f.find("hidden_activation");
+  if (act && !(act->is_string() && act->get<std::string>() == "gelu_pytorch_tanh")) {
+    f.fail("hidden_activation", "is " + act->dump() + by + " implements gelu_pytorch_tanh for Gemma",
+           PLLM_ERROR_UNSUPPORTED);
+  }
+  c.hidden_activation = Activation::kGeluTanh;
+  c.query_pre_attn_scalar = f.get_positive("query_pre_attn_scalar", 256.0);
+  c.final_logit_softcapping = f.get_positive("final_logit_softcapping", 0.0);
+  if (const json* cap = f.find("attn_logit_softcapping")) {
+    f.fail("attn_logit_softcapping", "is " + cap->dump() + by + " has no soft-capping of attention scores yet",
+           PLLM_ERROR_UNSUPPORTED);
+  }
+  if (f.get_bool("use_bidirectional_attention", false)) {
+    f.fail("use_bidirectional_attention", "is true" + by + " serves causal decoders", PLLM_ERROR_UNSUPPORTED);
+  }
+  const double local_base = f.get_positive("rope_local_base_freq", 10000.0);
+  if (c.local_rope_theta > 0.0 && f.find("rope_local_base_freq") && c.local_rope_theta != local_base) {
+    f.fail("rope_local_base_freq", "is " + std::to_string(local_base) + " but 'rope_parameters.sliding_attention."
+                                   "rope_theta' is " + std::to_string(c.local_rope_theta) +
+                                   ": two spellings of one setting that disagree");
+  }
+  if (c.local_rope_theta == 0.0) c.local_rope_theta = local_base;
+  const json* window = f.find("sliding_window");
+  const int32_t w = window ? int32_t(f.check_int("sliding_window", *window, 1, std::numeric_limits<int32_t>::max()))
+                           : 4096;
+  // transformers 4 writes the legacy pattern as _sliding_window_pattern next to layer_types, which it follows.
+  int64_t pattern = f.get_int("sliding_window_pattern", 6, 1, 4096);
+  pattern = f.get_int("_sliding_window_pattern", pattern, 1, 4096);
+  if (!sliding_layers.empty()) {
+    set_windows(w, [&](int32_t l) { return bool(sliding_layers[std::size_t(l)]); });
+  } else {
+    set_windows(w, [&](int32_t l) { return (l + 1) % pattern != 0; });
+  }
+}
+
 // The optional parts of the layer each family's config.json turns on, and its sliding-window keys: what a
 // window would change is refused (the attention contract has no window yet), what cannot change anything is
 // read and passed.
@@ -301,13 +347,29 @@ void read_family_features(const Fields& f, LlamaConfig& c, std::string_view who)
       if (c.architecture == Architecture::kQwen3Moe) read_qwen3_moe(f, c);
       break;
     }
+    case Architecture::kGemma3:
+      read_gemma3(f, c, who, sliding_layers, set_windows);
+      break;
+    case Architecture::kPhi3: {
+      // transformers' Phi3 masks every layer to sliding_window when it is set (Phi-3-mini-4k: 2047).
+      const int32_t window = window_key();
+      set_windows(window, [&](int32_t) { return window > 0; });
+      c.fused_checkpoint_tensors = true;
+      // Dropout probabilities: training only.
+      for (const char* key : {"resid_pdrop", "embd_pdrop"}) {
+        if (const json* p = f.find(key); p && !p->is_number()) f.fail(key, "must be a number, got " + p->dump());
+      }
+      break;
+    }
   }
 }
 
 // Features of HF's LlamaConfig this plugin does not implement: refused, never ignored.
-void check_unsupported_features(const Fields& f, std::string_view who) {
+void check_unsupported_features(const Fields& f, Architecture architecture, std::string_view who) {
   const std::string by = "; " + std::string(who);
-  if (const json* act = f.find("hidden_act"); act && !(act->is_string() && act->get<std::string>() == "silu")) {
+  // (Gemma's activation is its hidden_activation, read with its family.)
+  if (const json* act = architecture == Architecture::kGemma3 ? nullptr : f.find("hidden_act");
+      act && !(act->is_string() && act->get<std::string>() == "silu")) {
     f.fail("hidden_act", "is " + act->dump() + by + " implements silu only", PLLM_ERROR_UNSUPPORTED);
   }
   // nanotron's flag: true means the weights were trained with interleaved pairs, which transformers does not
@@ -364,6 +426,7 @@ std::string describe(const RopeEntry& e) {
           << e.scaling.high_freq_factor;
       break;
     case RopeScaling::Type::kFactors: out << "per-frequency factors"; break;
+    case RopeScaling::Type::kLongRope: out << "longrope"; break;
   }
   if (e.theta) out << ", rope_theta " << *e.theta;
   if (e.original_max_position_embeddings) out << ", original_max_position_embeddings " << *e.original_max_position_embeddings;
@@ -415,9 +478,27 @@ RopeEntry parse_rope_object(const Fields& f, const json& object, const std::stri
     if (!(e.scaling.low_freq_factor < e.scaling.high_freq_factor)) {
       f.fail(name + ".low_freq_factor", "must be below high_freq_factor");
     }
+  } else if (type == "longrope") {
+    // Phi-3's: per-frequency factors for short and long contexts; `factor` is what transformers derives from
+    // max / original_max_position_embeddings when the config has the latter, as Phi-3's always does.
+    e.scaling.type = RopeScaling::Type::kLongRope;
+    const auto factors = [&](const char* key) {
+      const json* v = rs.find(key);
+      if (!v) f.fail(name + "." + key, "is required for rope_type longrope");
+      if (!v->is_array()) f.fail(name + "." + key, "must be a list of numbers, got " + v->dump());
+      std::vector<double> out;
+      for (const json& x : *v) out.push_back(rs.check_positive(name + "." + key, x));
+      return out;
+    };
+    e.scaling.short_factor = factors("short_factor");
+    e.scaling.long_factor = factors("long_factor");
+    if (const std::optional<double> factor = positive("factor")) e.scaling.factor = *factor;
+    // 0: derived in resolve_rope, which knows the context lengths.
+    e.scaling.attention_factor = positive("attention_factor").value_or(0.0);
+    e.original_max_position_embeddings = positive("original_max_position_embeddings");
   } else if (type != "default") {
-    f.fail(name + ".rope_type", "is \"" + type + "\"; " + std::string(who) + " supports default, linear and llama3",
-           PLLM_ERROR_UNSUPPORTED);
+    f.fail(name + ".rope_type", "is \"" + type + "\"; " + std::string(who) + " supports default, linear, llama3 and "
+           "longrope", PLLM_ERROR_UNSUPPORTED);
   }
   for (const std::string& key : rs.unread()) {
     f.fail(name + "." + key, "is not read for rope_type " + type + " by " + std::string(who) +
@@ -434,17 +515,30 @@ RopeEntry parse_rope_object(const Fields& f, const json& object, const std::stri
 void resolve_rope(const Fields& f, LlamaConfig& c, std::string_view who) {
   std::optional<RopeEntry> from_parameters, from_scaling;
   if (const json* parameters = f.find("rope_parameters")) {
-    std::set<std::string> layer_types;
+    std::set<std::string> layer_types = {"full_attention", "sliding_attention"};
     if (const json* types = f.find("layer_types")) {
-      for (const json& t : *types) layer_types.insert(t.get<std::string>());
+      for (const json& t : *types) {
+        if (t.is_string()) layer_types.insert(t.get<std::string>());
+      }
     }
     const bool nested = parameters->is_object() && !parameters->empty() &&
                         std::all_of(parameters->items().begin(), parameters->items().end(),
                                     [&](const auto& item) { return layer_types.count(item.key()) > 0; });
     if (nested) {
-      // One RoPE for every layer: a sliding layers' entry of its own (Gemma's local base) is refused.
-      const json& entry = parameters->at("full_attention");
-      if (parameters->contains("sliding_attention") && parameters->at("sliding_attention") != entry) {
+      // One RoPE for every layer, but Gemma 3's local layers, whose entry is their own base without scaling:
+      // another family's sliding layers' entry of its own is refused.
+      const json entry = parameters->contains("full_attention") ? parameters->at("full_attention") : json();
+      if (c.architecture == Architecture::kGemma3 && parameters->contains("sliding_attention")) {
+        const std::string local_name = "rope_parameters.sliding_attention";
+        const RopeEntry local = parse_rope_object(f, parameters->at("sliding_attention"), local_name, who);
+        if (local.scaling.type != RopeScaling::Type::kNone) {
+          f.fail(local_name + ".rope_type", "is not \"default\"; " + std::string(who) +
+                                                " rotates Gemma's local layers by their base alone, as transformers does",
+                 PLLM_ERROR_UNSUPPORTED);
+        }
+        if (!local.theta) f.fail(local_name + ".rope_theta", "is required");
+        c.local_rope_theta = *local.theta;
+      } else if (parameters->contains("sliding_attention") && parameters->at("sliding_attention") != entry) {
         f.fail("rope_parameters.sliding_attention", "differs from 'rope_parameters.full_attention'; " +
                                                         std::string(who) + " rotates every layer alike",
                PLLM_ERROR_UNSUPPORTED);
@@ -496,11 +590,30 @@ void resolve_rope(const Fields& f, LlamaConfig& c, std::string_view who) {
                ".original_max_position_embeddings' is " + std::to_string(*entry.original_max_position_embeddings) +
                ": two spellings of one setting that disagree");
   }
-  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3 || c.rope_scaling.type == RopeScaling::Type::kLongRope) {
     c.rope_scaling.original_max_position_embeddings =
         top_original ? *top_original
         : entry.original_max_position_embeddings ? *entry.original_max_position_embeddings
                                                  : double(c.max_position_embeddings);
+  }
+  if (c.rope_scaling.type == RopeScaling::Type::kLongRope) {
+    RopeScaling& s = c.rope_scaling;
+    for (const auto& [key, factors] : {std::pair{"short_factor", &s.short_factor}, std::pair{"long_factor", &s.long_factor}}) {
+      if (factors->size() != std::size_t(c.head_dim / 2)) {
+        f.fail(std::string(entry_name) + "." + key, "holds " + std::to_string(factors->size()) +
+                                                        " factors; longrope needs head_dim / 2 = " +
+                                                        std::to_string(c.head_dim / 2));
+      }
+    }
+    // transformers' _compute_longrope_parameters: unless given, sqrt(1 + ln(factor) / ln(original)) with
+    // factor = max / original_max_position_embeddings, 1 when that is at most 1.
+    if (s.attention_factor == 0.0) {
+      const double original = s.original_max_position_embeddings;
+      const double factor = (top_original || entry.original_max_position_embeddings)
+                                ? double(c.max_position_embeddings) / original
+                                : s.factor;
+      s.attention_factor = factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(original));
+    }
   }
 }
 
@@ -630,6 +743,8 @@ std::string_view architecture_name(Architecture a) {
     case Architecture::kQwen3: return "qwen3";
     case Architecture::kMixtral: return "mixtral";
     case Architecture::kQwen3Moe: return "qwen3_moe";
+    case Architecture::kGemma3: return "gemma3_text";
+    case Architecture::kPhi3: return "phi3";
   }
   return "unknown";
 }
@@ -650,7 +765,7 @@ LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::strin
   const Fields f(path, object);
   LlamaConfig c;
   c.architecture = read_architecture(f, who);
-  check_unsupported_features(f, who);
+  check_unsupported_features(f, c.architecture, who);
   c.vocab_size = int32_t(f.require_int("vocab_size", 1, std::numeric_limits<int32_t>::max()));
   c.hidden_size = int32_t(f.require_int("hidden_size", 1, kMaxSize));
   c.intermediate_size = int32_t(f.require_int("intermediate_size", 1, kMaxSize));
@@ -674,7 +789,8 @@ LlamaConfig LlamaConfig::load(const std::filesystem::path& model_dir, std::strin
   c.max_position_embeddings = int32_t(f.require_int("max_position_embeddings", 1, std::numeric_limits<int32_t>::max()));
   c.rms_norm_eps = f.require_positive("rms_norm_eps");
   resolve_rope(f, c, who);
-  c.tie_word_embeddings = f.get_bool("tie_word_embeddings", false);
+  // Absent, transformers takes the family's default (save_pretrained leaves out what equals it): Gemma's is tied.
+  c.tie_word_embeddings = f.get_bool("tie_word_embeddings", c.architecture == Architecture::kGemma3);
   read_family_features(f, c, who);
   const std::vector<int32_t> bos = f.token_ids("bos_token_id", c.vocab_size);
   if (bos.size() > 1) f.fail("bos_token_id", "must be one token id");

@@ -5,12 +5,23 @@
 
 namespace pagedllm::llama {
 
-std::vector<double> rope_inv_freq(const LlamaConfig& config) {
-  const int64_t half = config.head_dim / 2;
+namespace {
+
+std::vector<double> unscaled_inv_freq(double theta, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
   std::vector<double> inv_freq(static_cast<std::size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    inv_freq[std::size_t(i)] = 1.0 / std::pow(config.rope_theta, double(2 * i) / double(config.head_dim));
-  }
+  for (int64_t i = 0; i < half; ++i) inv_freq[std::size_t(i)] = 1.0 / std::pow(theta, double(2 * i) / double(head_dim));
+  return inv_freq;
+}
+
+}  // namespace
+
+std::vector<double> local_rope_inv_freq(const LlamaConfig& config) {
+  return unscaled_inv_freq(config.local_rope_theta, config.head_dim);
+}
+
+std::vector<double> rope_inv_freq(const LlamaConfig& config) {
+  std::vector<double> inv_freq = unscaled_inv_freq(config.rope_theta, config.head_dim);
   const RopeScaling& s = config.rope_scaling;
   switch (s.type) {
     case RopeScaling::Type::kNone:
@@ -21,6 +32,12 @@ std::vector<double> rope_inv_freq(const LlamaConfig& config) {
     case RopeScaling::Type::kFactors:
       for (std::size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] /= s.freq_factors[i];
       break;
+    case RopeScaling::Type::kLongRope: {
+      const std::vector<double>& factors =
+          config.max_position_embeddings > s.original_max_position_embeddings ? s.long_factor : s.short_factor;
+      for (std::size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] /= factors[i];
+      break;
+    }
     case RopeScaling::Type::kLlama3: {
       const double low_freq_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
       const double high_freq_wavelen = s.original_max_position_embeddings / s.high_freq_factor;

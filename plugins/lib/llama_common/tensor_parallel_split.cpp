@@ -70,6 +70,13 @@ std::vector<int64_t> rows_of(const WeightSlot& slot, int64_t rows) {
 }  // namespace
 
 ShardBlock TensorParallelSplit::block(const WeightSlot& slot) const {
+  ShardBlock block = split_block(slot);
+  // A block of a fused checkpoint tensor (Phi-3's): its part starts further down that tensor.
+  block.source_first_row += slot.source_first_row;
+  return block;
+}
+
+ShardBlock TensorParallelSplit::split_block(const WeightSlot& slot) const {
   ShardBlock block{slot.shape, slot.first_row};
   const int64_t d = full_.head_dim;
   const int64_t q_local = int64_t(config_.num_heads) * d, kv_local = int64_t(config_.num_kv_heads) * d;
@@ -112,6 +119,8 @@ ShardBlock TensorParallelSplit::block(const WeightSlot& slot) const {
     case Matrix::kPostNorm:
     case Matrix::kQNorm:
     case Matrix::kKNorm:
+    case Matrix::kAttnOutNorm:
+    case Matrix::kMlpOutNorm:
     // The row-parallel products' biases are added once, to the sum of the ranks' partials.
     case Matrix::kOBias:
     case Matrix::kDownBias:

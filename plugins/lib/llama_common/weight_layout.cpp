@@ -30,13 +30,32 @@ std::vector<WeightSlot> decoder_layer_slots(const LlamaConfig& c, const std::str
   const int64_t h = c.hidden_size, inter = c.intermediate_size, q = c.q_size(), kv = c.kv_size();
   std::vector<WeightSlot> slots;
   if (input_layernorm) slots.push_back({prefix + "input_layernorm.weight", {h}, Matrix::kInputNorm, layer, 0});
-  slots.push_back({prefix + "self_attn.q_proj.weight", {q, h}, Matrix::kQkv, layer, 0});
-  slots.push_back({prefix + "self_attn.k_proj.weight", {kv, h}, Matrix::kQkv, layer, q});
-  slots.push_back({prefix + "self_attn.v_proj.weight", {kv, h}, Matrix::kQkv, layer, q + kv});
+  if (c.fused_checkpoint_tensors) {
+    const std::string qkv = prefix + "self_attn.qkv_proj.weight";
+    slots.push_back({qkv, {q, h}, Matrix::kQkv, layer, 0, q + 2 * kv, 0});
+    slots.push_back({qkv, {kv, h}, Matrix::kQkv, layer, q, q + 2 * kv, q});
+    slots.push_back({qkv, {kv, h}, Matrix::kQkv, layer, q + kv, q + 2 * kv, q + kv});
+  } else {
+    slots.push_back({prefix + "self_attn.q_proj.weight", {q, h}, Matrix::kQkv, layer, 0});
+    slots.push_back({prefix + "self_attn.k_proj.weight", {kv, h}, Matrix::kQkv, layer, q});
+    slots.push_back({prefix + "self_attn.v_proj.weight", {kv, h}, Matrix::kQkv, layer, q + kv});
+  }
   slots.push_back({prefix + "self_attn.o_proj.weight", {h, q}, Matrix::kO, layer, 0});
-  slots.push_back({prefix + "post_attention_layernorm.weight", {h}, Matrix::kPostNorm, layer, 0});
+  if (c.sandwich_norms) {
+    slots.push_back({prefix + "post_attention_layernorm.weight", {h}, Matrix::kAttnOutNorm, layer, 0});
+    slots.push_back({prefix + "pre_feedforward_layernorm.weight", {h}, Matrix::kPostNorm, layer, 0});
+    slots.push_back({prefix + "post_feedforward_layernorm.weight", {h}, Matrix::kMlpOutNorm, layer, 0});
+  } else {
+    slots.push_back({prefix + "post_attention_layernorm.weight", {h}, Matrix::kPostNorm, layer, 0});
+  }
   if (c.is_moe_layer(layer)) {
     add_expert_slots(slots, c, prefix, layer);
+  } else if (c.fused_checkpoint_tensors) {
+    // Phi-3's gate_up_proj: gate rows, then up rows (transformers chunks it in that order).
+    const std::string gate_up = prefix + "mlp.gate_up_proj.weight";
+    slots.push_back({gate_up, {inter, h}, Matrix::kGateUp, layer, 0, 2 * inter, 0});
+    slots.push_back({gate_up, {inter, h}, Matrix::kGateUp, layer, inter, 2 * inter, inter});
+    slots.push_back({prefix + "mlp.down_proj.weight", {h, inter}, Matrix::kDown, layer, 0});
   } else {
     slots.push_back({prefix + "mlp.gate_proj.weight", {inter, h}, Matrix::kGateUp, layer, 0});
     slots.push_back({prefix + "mlp.up_proj.weight", {inter, h}, Matrix::kGateUp, layer, inter});

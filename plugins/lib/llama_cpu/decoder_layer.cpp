@@ -6,6 +6,7 @@
 #include "pagedllm/sdk.hpp"
 #include "llama_common/attention_call.h"
 #include "llama_common/decoder_layer_definition.h"
+#include "llama_common/rope_freq.h"
 #include "llama_cpu/cpu_kernels.h"
 #include "llama_cpu/rope.h"
 #include "llama_cpu/tensor_parallel_shard.h"
@@ -14,11 +15,20 @@ namespace pagedllm::llama_cpu {
 
 WeightStorage& DecoderLayerWeights::matrix(llama::Matrix m) { return llama::decoder_layer_matrix(*this, m); }
 
+WeightPart whole_model_part(const llama::WeightSlot& slot, WeightStorage* storage) {
+  WeightPart part{slot.name, slot.shape, storage, slot.first_row};
+  if (slot.fused_block()) {
+    part.source_shape = slot.checkpoint_shape();
+    part.source_first_row = slot.source_first_row;
+  }
+  return part;
+}
+
 void add_decoder_layer_parts(std::vector<WeightPart>& parts, const LlamaConfig& c, const std::string& prefix,
                              DecoderLayerWeights& layer, bool input_layernorm, const TensorParallelShard* shard) {
   for (const llama::WeightSlot& slot : llama::decoder_layer_slots(c, prefix, 0, input_layernorm)) {
     WeightStorage* storage = &layer.matrix(slot.matrix);
-    parts.push_back(shard ? shard->part(slot, storage) : WeightPart{slot.name, slot.shape, storage, slot.first_row});
+    parts.push_back(shard ? shard->part(slot, storage) : whole_model_part(slot, storage));
   }
 }
 
@@ -46,6 +56,15 @@ void DecoderScratch::prepare(plugins::ThreadPool& pool, const LlamaConfig& c, co
   parallel_rows(pool, tokens, half * 40, [&](int64_t begin, int64_t end) {
     rope_tables(inv_freq, positions + begin, end - begin, cos_ + begin * half, sin_ + begin * half);
   });
+  if (c.local_rope_theta > 0.0) {
+    if (local_inv_freq_.empty()) local_inv_freq_ = llama::local_rope_inv_freq(c);
+    local_cos_ = local_cos_buf_.reserve(n(tokens * half));
+    local_sin_ = local_sin_buf_.reserve(n(tokens * half));
+    parallel_rows(pool, tokens, half * 40, [&](int64_t begin, int64_t end) {
+      rope_tables(local_inv_freq_, positions + begin, end - begin, local_cos_ + begin * half,
+                  local_sin_ + begin * half);
+    });
+  }
 }
 
 namespace {
@@ -59,7 +78,8 @@ class CpuOps {
          const pllm_attention_ref& attention, int32_t kv_layer, std::string_view who,
          const TensorParallelRank* tensor_parallel)
       : pool_(pool), c_(c), x_(x), scratch_(scratch), attention_(attention), kv_layer_(kv_layer), who_(who),
-        tensor_parallel_(tensor_parallel), tokens_(scratch.tokens()), eps_(static_cast<float>(c.rms_norm_eps)) {}
+        tensor_parallel_(tensor_parallel), tokens_(scratch.tokens()), eps_(static_cast<float>(c.rms_norm_eps)),
+        norm_offset_(c.unit_offset_norms ? 1.0f : 0.0f) {}
 
   bool has(const WeightStorage& w) const { return !w.empty(); }
   const float* residual() const { return x_; }
@@ -67,7 +87,7 @@ class CpuOps {
 
   const float* residual_norm(const WeightStorage& weight, float* out) {
     const int64_t h = c_.hidden_size;
-    rms_norm(pool_, x_, h, tokens_, h, weight.f32(), eps_, out, h);
+    rms_norm(pool_, x_, h, tokens_, h, weight.f32(), eps_, out, h, norm_offset_);
     return out;
   }
 
@@ -78,14 +98,15 @@ class CpuOps {
   }
 
   void head_norm(float* qkv, int64_t first_head, int64_t heads, const WeightStorage& weight) {
-    head_rms_norm(pool_, qkv, tokens_, qkv_width(), first_head, heads, c_.head_dim, weight.f32(), eps_);
+    head_rms_norm(pool_, qkv, tokens_, qkv_width(), first_head, heads, c_.head_dim, weight.f32(), eps_, norm_offset_);
   }
 
   void rope(float* qkv, int64_t heads) {
     const int64_t half = c_.head_dim / 2, width = qkv_width();
+    const float* cos = scratch_.cos(c_, kv_layer_);
+    const float* sin = scratch_.sin(c_, kv_layer_);
     parallel_rows(pool_, tokens_, heads * c_.head_dim, [&](int64_t begin, int64_t end) {
-      apply_rope(qkv + begin * width, end - begin, width, heads, c_.head_dim, scratch_.cos() + begin * half,
-                 scratch_.sin() + begin * half);
+      apply_rope(qkv + begin * width, end - begin, width, heads, c_.head_dim, cos + begin * half, sin + begin * half);
     });
   }
 
@@ -95,18 +116,33 @@ class CpuOps {
   }
 
   // Rank 0 adds its partial product (and the bias) to the residual, the others write theirs in its place, so
-  // that the all-reduce leaves residual + bias + every rank's partial.
+  // that the all-reduce leaves residual + bias + every rank's partial. With an output norm, the product is
+  // summed over the ranks first, in the normed buffer (the layer's input to this product, read by now).
   void add_to_residual(const float* in, int64_t k, const WeightStorage& matrix, const WeightStorage& bias,
-                       const char* what) {
+                       const WeightStorage& out_norm, const char* what) {
     const int64_t h = c_.hidden_size;
+    if (has(out_norm)) {
+      float* out = scratch_.buffers().normed;
+      llama_cpu::linear(pool_, in, k, tokens_, matrix.ref(), h, k, out, h, false);
+      if (tensor_parallel_) tensor_parallel_->all_reduce(out, tokens_ * h, what);
+      if (has(bias)) add_bias(pool_, out, h, tokens_, h, bias.f32());
+      rms_norm(pool_, out, h, tokens_, h, out_norm.f32(), eps_, out, h, norm_offset_);
+      parallel_rows(pool_, tokens_, h, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin * h; i < end * h; ++i) x_[i] += out[i];
+      });
+      return;
+    }
     const bool first_rank = !tensor_parallel_ || tensor_parallel_->rank == 0;
     llama_cpu::linear(pool_, in, k, tokens_, matrix.ref(), h, k, x_, h, first_rank);
     if (first_rank && has(bias)) add_bias(pool_, x_, h, tokens_, h, bias.f32());
     if (tensor_parallel_) tensor_parallel_->all_reduce(x_, tokens_ * h, what);
   }
 
-  void swiglu(const float* gate_up, int64_t inter, float* out) {
-    llama_cpu::swiglu(pool_, gate_up, tokens_, inter, out);
+  void gated_activation(const float* gate_up, int64_t inter, llama::Activation activation, float* out) {
+    switch (activation) {
+      case llama::Activation::kSilu: llama_cpu::swiglu(pool_, gate_up, tokens_, inter, out); return;
+      case llama::Activation::kGeluTanh: llama_cpu::gelu_tanh_glu(pool_, gate_up, tokens_, inter, out); return;
+    }
   }
 
   void route(const float* in, const WeightStorage& router, int64_t experts, int64_t top_k, bool normalize) {
@@ -158,6 +194,7 @@ class CpuOps {
   const TensorParallelRank* tensor_parallel_;
   int64_t tokens_;
   float eps_;
+  float norm_offset_;  // 1: Gemma's (1 + w) norms
 };
 
 }  // namespace

@@ -48,7 +48,7 @@ WeightPart TensorParallelShard::part(const llama::WeightSlot& slot, WeightStorag
   const llama::ShardBlock block = split_.block(slot);
   WeightPart part{slot.name, block.shape, storage, block.first_row};
   if (!block.whole) {
-    part.source_shape = slot.shape;
+    part.source_shape = slot.checkpoint_shape();
     part.source_first_row = block.source_first_row;
     part.source_first_col = block.source_first_col;
   }

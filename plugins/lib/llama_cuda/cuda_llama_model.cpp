@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstring>
 #include <map>
@@ -90,6 +91,7 @@ class CudaLlama final : public llama::LlamaForward {
   pllm_dtype dtype_ = PLLM_DTYPE_INVALID;
 
   CudaMemory weights_{CudaMemory::Kind::kDevice}, inv_freq_{CudaMemory::Kind::kDevice};
+  CudaMemory local_inv_freq_{CudaMemory::Kind::kDevice};  // Gemma 3's local layers' (LlamaConfig::local_rope)
   void *embed_ = nullptr, *norm_ = nullptr, *lm_head_ = nullptr;
   std::vector<DecoderLayerWeights> layers_;
   std::map<std::string, Slot, std::less<>> slots_;
@@ -128,6 +130,12 @@ CudaLlama::CudaLlama(const std::filesystem::path& model_dir, int device, pllm_dt
   inv_freq_.allocate(inv_freq.size() * sizeof(double), device, kWho, "the RoPE frequencies");
   PAGEDLLM_CUDA_CHECK(cudaMemcpy(inv_freq_.data(), inv_freq.data(), inv_freq.size() * sizeof(double),
                                  cudaMemcpyHostToDevice));
+  if (config_.local_rope_theta > 0.0) {
+    const std::vector<double> local = llama::local_rope_inv_freq(config_);
+    local_inv_freq_.allocate(local.size() * sizeof(double), device, kWho, "the local layers' RoPE frequencies");
+    PAGEDLLM_CUDA_CHECK(cudaMemcpy(local_inv_freq_.data(), local.data(), local.size() * sizeof(double),
+                                   cudaMemcpyHostToDevice));
+  }
   load_weights(slots, checked, num_threads);
   if (!checked.unused.empty()) {
     pllm::log_info("models_llama: ignoring checkpoint tensors ", llama::join_names(checked.unused),
@@ -145,7 +153,9 @@ void CudaLlama::load_weights(const std::vector<llama::WeightSlot>& slots, const 
   std::vector<llama::WeightSlot> placed;
   std::vector<llama::ShardBlock> blocks;
   for (const llama::WeightSlot& slot : slots) {
-    blocks.push_back(split_ ? split_->block(slot) : llama::ShardBlock{slot.shape, slot.first_row, 0, 0, true});
+    blocks.push_back(split_ ? split_->block(slot)
+                            : llama::ShardBlock{slot.shape, slot.first_row, slot.source_first_row, 0,
+                                                !slot.fused_block()});
     placed.push_back({slot.name, blocks.back().shape, slot.matrix, slot.layer, blocks.back().first_row});
   }
   // Under tensor parallelism the vocabulary matrices span vocab_shard rows, those past the rank's
@@ -199,7 +209,12 @@ void CudaLlama::load_weights(const std::vector<llama::WeightSlot>& slots, const 
     const llama::SourceTensor& view = *checked.views[i];
     stored_bytes += view.numel() > 0 ? view.nbytes / uint64_t(view.numel()) * uint64_t(upload.numel()) : 0;
     uploads.push_back(upload);
-    slots_.emplace(slots[i].name, Slot{destination, placed[i].shape});
+    // The blocks of a fused checkpoint tensor (Phi-3's qkv_proj) lie one after another: one tensor of them all.
+    if (auto it = slots_.find(slots[i].name); it != slots_.end()) {
+      it->second.shape[0] += placed[i].shape[0];
+    } else {
+      slots_.emplace(slots[i].name, Slot{destination, placed[i].shape});
+    }
   }
   upload_tensors(uploads, dtype_, context_, num_threads, kWho, stored_bytes);
   if (config_.tie_word_embeddings) {
@@ -302,8 +317,14 @@ void CudaLlama::run_step(const pllm_batch& b, pllm_attention_ref attention, pllm
     activations.tokens = tokens;
     gather_rows(dtype_, embed_, h, ids, tokens, h, activations.x, h, stream);
     if (split_) all_reduce(activations.x, tokens * h, dtype_, "the embedding");
+    if (c.scale_embedding) scale(dtype_, activations.x, tokens * h, std::sqrt(double(h)), stream);
     rope_tables(positions, reinterpret_cast<const double*>(inv_freq_.data()), tokens, d / 2, activations.cos,
                 activations.sin, stream);
+    if (c.local_rope_theta > 0.0) {
+      rope_tables(positions, reinterpret_cast<const double*>(local_inv_freq_.data()), tokens, d / 2,
+                  activations.local_cos, activations.local_sin, stream);
+    }
+    const float norm_offset = c.unit_offset_norms ? 1.0f : 0.0f;
     for (int32_t l = 0; l < c.num_layers; ++l) {
       decoder_layer_forward(context_, c, dtype_, layers_[std::size_t(l)], activations, l > 0, attention, l, kWho,
                             split_ ? &delta_all_reduce_ : nullptr);
@@ -311,7 +332,7 @@ void CudaLlama::run_step(const pllm_batch& b, pllm_attention_ref attention, pllm
     // The last MLP output added and the final norm applied only on the rows
     // asked for; lm_head only on the logits rows, straight into f32.
     add_rms_norm(dtype_, activations.x, activations.delta, logits_index, norm_, eps, num_logits, h, dtype_, ws_.rows,
-                 stream);
+                 stream, norm_offset);
     if (split_) {
       context_.linear(dtype_, ws_.rows, num_logits, h, lm_head_, split_->vocab_shard(), ws_.shard_logits,
                       PLLM_DTYPE_F32);
@@ -319,8 +340,11 @@ void CudaLlama::run_step(const pllm_batch& b, pllm_attention_ref attention, pllm
     } else {
       context_.linear(dtype_, ws_.rows, num_logits, h, lm_head_, vocab, ws_.logits, PLLM_DTYPE_F32);
     }
+    if (c.final_logit_softcapping > 0.0) {
+      softcap(ws_.logits, int64_t(num_logits) * vocab, static_cast<float>(c.final_logit_softcapping), stream);
+    }
     add_rms_norm(dtype_, activations.x, activations.delta, hidden_index, norm_, eps, num_hidden, h, PLLM_DTYPE_F32,
-                 ws_.hidden, stream);
+                 ws_.hidden, stream, norm_offset);
   }
 
   // The step's one host synchronisation, without a copy: the outputs stay in

@@ -30,6 +30,10 @@ DecoderActivations carve_decoder_activations(Carver& carver, const llama::LlamaC
   a.act = carver.take(t * c.intermediate_size, e);
   a.cos = carver.take<float>(t * half);
   a.sin = carver.take<float>(t * half);
+  if (c.local_rope_theta > 0.0) {
+    a.local_cos = carver.take<float>(t * half);
+    a.local_sin = carver.take<float>(t * half);
+  }
   if (c.num_experts > 0) {
     const int64_t inter = c.expert_intermediate_size, routed = t * c.num_experts_per_tok;
     a.router_logits = carver.take<float>(t * c.num_experts);
@@ -56,7 +60,7 @@ class CudaOps {
           const DeltaAllReduce* all_reduce)
       : context_(context), c_(c), dtype_(dtype), a_(a), delta_pending_(delta_pending), attention_(attention),
         kv_layer_(kv_layer), who_(who), all_reduce_(all_reduce), eps_(static_cast<float>(c.rms_norm_eps)),
-        stream_(context.stream()) {}
+        norm_offset_(c.unit_offset_norms ? 1.0f : 0.0f), stream_(context.stream()) {}
 
   bool has(const void* w) const { return w != nullptr; }
   const DecoderActivations& buffers() const { return a_; }
@@ -70,7 +74,7 @@ class CudaOps {
 
   const void* residual_norm(const void* weight, void* out) {
     add_rms_norm(dtype_, a_.x, delta_pending_ ? a_.delta : nullptr, nullptr, weight, eps_, a_.tokens, c_.hidden_size,
-                 dtype_, out, stream_);
+                 dtype_, out, stream_, norm_offset_);
     delta_pending_ = false;
     return out;
   }
@@ -81,11 +85,14 @@ class CudaOps {
   }
 
   void head_norm(void* qkv, int64_t first_head, int64_t heads, const void* weight) {
-    head_rms_norm(dtype_, qkv, a_.tokens, qkv_width(), first_head, heads, c_.head_dim, weight, eps_, stream_);
+    head_rms_norm(dtype_, qkv, a_.tokens, qkv_width(), first_head, heads, c_.head_dim, weight, eps_, stream_,
+                  norm_offset_);
   }
 
   void rope(void* qkv, int64_t heads) {
-    apply_rope(dtype_, qkv, a_.tokens, qkv_width(), heads, c_.head_dim, a_.cos, a_.sin, stream_);
+    const bool local = c_.local_rope(kv_layer_);
+    apply_rope(dtype_, qkv, a_.tokens, qkv_width(), heads, c_.head_dim, local ? a_.local_cos : a_.cos,
+               local ? a_.local_sin : a_.sin, stream_);
   }
 
   void attention(void* qkv, void* out) {
@@ -93,16 +100,23 @@ class CudaOps {
                                who_);
   }
 
-  void add_to_residual(const void* in, int64_t k, const void* matrix, const void* bias, const char* what) {
+  // The product becomes the pending delta; an output norm (Gemma's) normalises it in place, after the sum
+  // over the ranks.
+  void add_to_residual(const void* in, int64_t k, const void* matrix, const void* bias, const void* out_norm,
+                       const char* what) {
     const int64_t h = c_.hidden_size;
     context_.linear(dtype_, in, a_.tokens, k, matrix, h, a_.delta, dtype_);
     if (all_reduce_) (*all_reduce_)(a_.delta, a_.tokens * h, std::string(what) + "'s output");
     if (bias) add_rows(dtype_, a_.delta, bias, 0, nullptr, a_.tokens, h, a_.delta, stream_);
+    if (out_norm) {
+      add_rms_norm(dtype_, a_.delta, nullptr, nullptr, out_norm, eps_, a_.tokens, h, dtype_, a_.delta, stream_,
+                   norm_offset_);
+    }
     delta_pending_ = true;
   }
 
-  void swiglu(const void* gate_up, int64_t inter, void* out) {
-    silu_mul(dtype_, gate_up, a_.tokens, inter, out, stream_);
+  void gated_activation(const void* gate_up, int64_t inter, llama::Activation activation, void* out) {
+    llama_cuda::gated_activation(dtype_, activation, gate_up, a_.tokens, inter, out, stream_);
   }
 
   // The router's logits come to the host (one synchronisation per mixture-of-experts layer), are routed there
@@ -133,7 +147,8 @@ class CudaOps {
       gather_rows(dtype_, in, h, a_.expert_rows + first, n, h, a_.expert_in, h, stream_);
       context_.linear(dtype_, a_.expert_in, n, h, static_cast<const std::byte*>(gate_up) + expert * 2 * inter * h * element,
                       2 * inter, a_.expert_gate_up, dtype_);
-      silu_mul(dtype_, a_.expert_gate_up, n, inter, a_.expert_act, stream_);
+      llama_cuda::gated_activation(dtype_, c_.hidden_activation, a_.expert_gate_up, n, inter, a_.expert_act,
+                                   stream_);
       context_.linear(dtype_, a_.expert_act, n, inter, static_cast<const std::byte*>(down) + expert * h * inter * element,
                       h, a_.expert_out, dtype_);
       add_weighted_rows(dtype_, a_.expert_out, n, h, a_.expert_rows + first, a_.expert_weights + first, a_.delta,
@@ -155,6 +170,7 @@ class CudaOps {
   std::string_view who_;
   const DeltaAllReduce* all_reduce_;
   float eps_;
+  float norm_offset_;  // 1: Gemma's (1 + w) norms
   cudaStream_t stream_;
   llama::ExpertRouting routing_;
   std::vector<float> host_logits_;

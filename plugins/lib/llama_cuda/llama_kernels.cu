@@ -107,7 +107,7 @@ __global__ void add_weighted_rows_kernel(const T* src, int64_t rows, int64_t dim
 
 template <class T, class TOut, int N>
 __global__ void add_rms_norm_kernel(T* residual, const T* delta, const int32_t* row_index, const T* weight, float eps,
-                                    int64_t dim, TOut* out) {
+                                    float weight_offset, int64_t dim, TOut* out) {
   using V = Vec<T, N>;
   const bool write_back = row_index == nullptr;
   const int64_t src_row = write_back ? int64_t(blockIdx.x) : int64_t(row_index[blockIdx.x]);
@@ -147,19 +147,22 @@ __global__ void add_rms_norm_kernel(T* residual, const T* delta, const int32_t* 
     const V wi = w[i];
     Vec<TOut, N> r;
 #pragma unroll
-    for (int k = 0; k < N; ++k) r.v[k] = from_float<TOut>(to_float(v.v[k]) * inv_rms * to_float(wi.v[k]));
+    for (int k = 0; k < N; ++k) {
+      r.v[k] = from_float<TOut>(to_float(v.v[k]) * inv_rms * (to_float(wi.v[k]) + weight_offset));
+    }
     o[i] = r;
   }
 }
 
 template <class T, class TOut>
 void launch_add_rms_norm(void* residual, const void* delta, const int32_t* row_index, const void* weight, float eps,
-                         int64_t rows, int64_t dim, void* out, cudaStream_t stream) {
+                         float weight_offset, int64_t rows, int64_t dim, void* out, cudaStream_t stream) {
   if (rows <= 0) return;
   const auto launch = [&]<int N>(int64_t vecs) {
     cuda::launch<add_rms_norm_kernel<T, TOut, N>>(unsigned(rows), block_threads(vecs), 0, stream,
                                                   static_cast<T*>(residual), static_cast<const T*>(delta), row_index,
-                                                  static_cast<const T*>(weight), eps, dim, static_cast<TOut*>(out));
+                                                  static_cast<const T*>(weight), eps, weight_offset, dim,
+                                                  static_cast<TOut*>(out));
     PAGEDLLM_CUDA_CHECK_LAUNCH();
   };
   constexpr int N = kVec16<T>;
@@ -173,7 +176,7 @@ void launch_add_rms_norm(void* residual, const void* delta, const int32_t* row_i
 // One block per (row, head): the head normalised in place.
 template <class T>
 __global__ void head_rms_norm_kernel(T* data, int64_t row_stride, int64_t first_head, int64_t heads, int64_t head_dim,
-                                     const T* weight, float eps) {
+                                     const T* weight, float eps, float weight_offset) {
   const int64_t row = int64_t(blockIdx.x) / heads, head = first_head + int64_t(blockIdx.x) % heads;
   T* x = data + row * row_stride + head * head_dim;
   float sum_sq = 0.0f;
@@ -183,7 +186,7 @@ __global__ void head_rms_norm_kernel(T* data, int64_t row_stride, int64_t first_
   if (threadIdx.x == 0) inv_rms = 1.0f / sqrtf(total / float(head_dim) + eps);
   __syncthreads();
   for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) {
-    x[i] = from_float<T>(to_float(x[i]) * inv_rms * to_float(weight[i]));
+    x[i] = from_float<T>(to_float(x[i]) * inv_rms * (to_float(weight[i]) + weight_offset));
   }
 }
 
@@ -226,10 +229,20 @@ void launch_apply_rope(void* data, int64_t rows, int64_t row_stride, int64_t num
   PAGEDLLM_CUDA_CHECK_LAUNCH();
 }
 
-// ---- SwiGLU -----------------------------------------------------------------------
+// ---- gated activations (SwiGLU, GeGLU-tanh) -----------------------------------------
 
-template <class T, int N>
-__global__ void silu_mul_kernel(const T* gate_up, int64_t rows, int64_t inter, T* out) {
+struct Silu {
+  __device__ float operator()(float x) const { return x / (1.0f + expf(-x)); }
+};
+// transformers' gelu_pytorch_tanh, in f32.
+struct GeluTanh {
+  __device__ float operator()(float x) const {
+    return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  }
+};
+
+template <class T, int N, class Act>
+__global__ void gated_kernel(const T* gate_up, int64_t rows, int64_t inter, T* out) {
   using V = Vec<T, N>;
   const int64_t vecs_per_row = inter / N, count = rows * vecs_per_row;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count; idx += int64_t(gridDim.x) * blockDim.x) {
@@ -240,27 +253,41 @@ __global__ void silu_mul_kernel(const T* gate_up, int64_t rows, int64_t inter, T
     V r;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      const float x = to_float(g.v[k]);
-      r.v[k] = from_float<T>(x / (1.0f + expf(-x)) * to_float(u.v[k]));
+      r.v[k] = from_float<T>(Act{}(to_float(g.v[k])) * to_float(u.v[k]));
     }
     reinterpret_cast<V*>(out + row * inter)[i] = r;
   }
 }
 
-template <class T>
-void launch_silu_mul(const void* gate_up, int64_t rows, int64_t inter, void* out, cudaStream_t stream) {
+template <class T, class Act>
+void launch_gated(const void* gate_up, int64_t rows, int64_t inter, void* out, cudaStream_t stream) {
   if (rows <= 0) return;
   constexpr int N = kVec16<T>;
   const bool vectorised = inter % N == 0;
   const int64_t count = rows * (vectorised ? inter / N : inter);
   if (vectorised) {
-    cuda::launch<silu_mul_kernel<T, N>>(stride_blocks(count), kStrideThreads, 0, stream,
+    cuda::launch<gated_kernel<T, N, Act>>(stride_blocks(count), kStrideThreads, 0, stream,
                                         static_cast<const T*>(gate_up), rows, inter, static_cast<T*>(out));
   } else {
-    cuda::launch<silu_mul_kernel<T, 1>>(stride_blocks(count), kStrideThreads, 0, stream,
+    cuda::launch<gated_kernel<T, 1, Act>>(stride_blocks(count), kStrideThreads, 0, stream,
                                         static_cast<const T*>(gate_up), rows, inter, static_cast<T*>(out));
   }
   PAGEDLLM_CUDA_CHECK_LAUNCH();
+}
+
+// ---- scaling -----------------------------------------------------------------------
+
+template <class T>
+__global__ void scale_kernel(T* data, int64_t count, float factor) {
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count; idx += int64_t(gridDim.x) * blockDim.x) {
+    data[idx] = from_float<T>(to_float(data[idx]) * factor);
+  }
+}
+
+__global__ void softcap_kernel(float* data, int64_t count, float cap) {
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < count; idx += int64_t(gridDim.x) * blockDim.x) {
+    data[idx] = tanhf(data[idx] / cap) * cap;
+  }
 }
 
 // ---- conversion -------------------------------------------------------------------
@@ -338,13 +365,14 @@ void add_weighted_rows(pllm_dtype dtype, const void* src, int64_t rows, int64_t 
 }
 
 void add_rms_norm(pllm_dtype dtype, void* residual, const void* delta, const int32_t* row_index, const void* weight,
-                  float eps, int64_t rows, int64_t dim, pllm_dtype out_dtype, void* out, cudaStream_t stream) {
+                  float eps, int64_t rows, int64_t dim, pllm_dtype out_dtype, void* out, cudaStream_t stream,
+                  float weight_offset) {
   cuda::visit_storage_type(dtype, "llama_cuda: add_rms_norm", [&](auto zero) {
     using T = decltype(zero);
     if (out_dtype == dtype) {
-      launch_add_rms_norm<T, T>(residual, delta, row_index, weight, eps, rows, dim, out, stream);
+      launch_add_rms_norm<T, T>(residual, delta, row_index, weight, eps, weight_offset, rows, dim, out, stream);
     } else if (out_dtype == PLLM_DTYPE_F32) {
-      launch_add_rms_norm<T, float>(residual, delta, row_index, weight, eps, rows, dim, out, stream);
+      launch_add_rms_norm<T, float>(residual, delta, row_index, weight, eps, weight_offset, rows, dim, out, stream);
     } else {
       throw pllm::Error(PLLM_ERROR_INTERNAL, "llama_cuda: add_rms_norm writes its own dtype or F32");
     }
@@ -352,13 +380,13 @@ void add_rms_norm(pllm_dtype dtype, void* residual, const void* delta, const int
 }
 
 void head_rms_norm(pllm_dtype dtype, void* data, int64_t rows, int64_t row_stride, int64_t first_head, int64_t heads,
-                   int64_t head_dim, const void* weight, float eps, cudaStream_t stream) {
+                   int64_t head_dim, const void* weight, float eps, cudaStream_t stream, float weight_offset) {
   if (rows <= 0 || heads <= 0) return;
   cuda::visit_storage_type(dtype, "llama_cuda: head_rms_norm", [&](auto zero) {
     using T = decltype(zero);
     cuda::launch<head_rms_norm_kernel<T>>(unsigned(rows * heads), block_threads(head_dim), 0, stream,
                                           static_cast<T*>(data), row_stride, first_head, heads, head_dim,
-                                          static_cast<const T*>(weight), eps);
+                                          static_cast<const T*>(weight), eps, weight_offset);
     PAGEDLLM_CUDA_CHECK_LAUNCH();
   });
 }
@@ -378,9 +406,33 @@ void apply_rope(pllm_dtype dtype, void* data, int64_t rows, int64_t row_stride, 
   });
 }
 
-void silu_mul(pllm_dtype dtype, const void* gate_up, int64_t rows, int64_t inter, void* out, cudaStream_t stream) {
-  cuda::visit_storage_type(dtype, "llama_cuda: silu_mul",
-                           [&](auto zero) { launch_silu_mul<decltype(zero)>(gate_up, rows, inter, out, stream); });
+void gated_activation(pllm_dtype dtype, llama::Activation activation, const void* gate_up, int64_t rows,
+                      int64_t inter, void* out, cudaStream_t stream) {
+  cuda::visit_storage_type(dtype, "llama_cuda: gated_activation", [&](auto zero) {
+    using T = decltype(zero);
+    switch (activation) {
+      case llama::Activation::kSilu: launch_gated<T, Silu>(gate_up, rows, inter, out, stream); return;
+      case llama::Activation::kGeluTanh: launch_gated<T, GeluTanh>(gate_up, rows, inter, out, stream); return;
+    }
+  });
+}
+
+void scale(pllm_dtype dtype, void* data, int64_t count, double factor, cudaStream_t stream) {
+  if (count <= 0) return;
+  cuda::visit_storage_type(dtype, "llama_cuda: scale", [&](auto zero) {
+    using T = decltype(zero);
+    // The factor rounded to the dtype first, as torch multiplies a tensor by a scalar tensor of its dtype.
+    const float rounded = to_float(from_float<T>(static_cast<float>(factor)));
+    cuda::launch<scale_kernel<T>>(stride_blocks(count), kStrideThreads, 0, stream, static_cast<T*>(data), count,
+                                  rounded);
+    PAGEDLLM_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void softcap(float* data, int64_t count, float cap, cudaStream_t stream) {
+  if (count <= 0) return;
+  cuda::launch<softcap_kernel>(stride_blocks(count), kStrideThreads, 0, stream, data, count, cap);
+  PAGEDLLM_CUDA_CHECK_LAUNCH();
 }
 
 void convert_from_f32(const float* src, int64_t count, pllm_dtype dtype, void* dst, cudaStream_t stream) {

@@ -452,8 +452,8 @@ TEST_CASE("models_llama: checkpoints written by transformers, shaped like real o
   check_presets_every_variant(OraclePresets(presets, 30, 1));
 }
 
-TEST_CASE("models_llama: Qwen2.5, Qwen3, Mistral, Mixtral and Qwen3-MoE checkpoints, Llama biases and sliding "
-          "windows, written by transformers, at every position", "[models_llama][fidelity][families]") {
+TEST_CASE("models_llama: Qwen2.5, Qwen3, Mistral, Mixtral, Qwen3-MoE, Gemma 3 and Phi-3 checkpoints, Llama biases "
+          "and sliding windows, written by transformers, at every position", "[models_llama][fidelity][families]") {
   require_oracle();
   // hf_oracle.py's presets of the families through the one decoder layer: Qwen2.5-0.5B (q/k/v biases, 14
   // heads over 2, tied, bf16), Qwen3-0.6B (per-head q/k RMSNorm, head_dim 32 != 128 / 8, tied, bf16), Qwen3
@@ -464,8 +464,16 @@ TEST_CASE("models_llama: Qwen2.5, Qwen3, Mistral, Mixtral and Qwen3-MoE checkpoi
   // norm_topk_prob; its layer 1 dense by mlp_only_layers), each step routing its rows afresh.
   // Sliding windows (SDK 2.4): Mistral-v0.1-style on every layer (7 keys) and Qwen2's use_sliding_window
   // from max_window_layers on (5 keys on layer 1), the prompts 13 to 30 tokens long.
-  const char* presets[] = {"qwen25",       "qwen3",   "qwen3_bias", "mistral",       "llama_bias",
-                           "mixtral",      "qwen3_moe", "mistral_window", "qwen2_window"};
+  // Gemma 3 (gemma-3-1b's shape): (1 + w) norms around both sublayers and on q/k, GeGLU-tanh, the embedding
+  // scaled by sqrt(hidden), query_pre_attn_scalar, local layers (a 5-key window, base 10000) and global ones
+  // (base 1000000, linear scaling 8), final-logit soft-capping at 5; f32 under the same tolerance as the
+  // others (checker_for: its stored dtype's), since each of these is exact arithmetic transformers does in f32.
+  // Phi-3 (f32): fused qkv_proj (4 heads over 2) and gate_up_proj read as their blocks, a 7-key window on
+  // every layer; and its longrope with every prompt past the original context of 8 (the long factors, the
+  // attention factor sqrt(2)), under the same f32 tolerance: a wrong factor set or a missing attention factor
+  // moves the logits by far more.
+  const char* presets[] = {"qwen25",       "qwen3",  "qwen3_bias", "mistral",      "llama_bias", "mixtral",
+                           "qwen3_moe",    "mistral_window", "qwen2_window", "gemma3", "phi3", "phi3_longrope"};
   check_presets_every_variant(OraclePresets(presets, 230, 21));
 }
 
@@ -475,8 +483,10 @@ TEST_CASE("models_llama: checkpoints written by transformers 5 (rope_parameters)
   // torch_dtype); the oracle is transformers 5 itself. Every preset has a base other than 10000, so a
   // reader that missed rope_parameters would rotate by the default base and fail at every position past 0:
   // llama32 (llama3 scaling, rope_theta 500000), smollm2 (100000), linear_rope (linear factor 4, 250000).
+  // gemma3: rope_parameters by layer type, the local layers' entry their own base (10000, no scaling), the
+  // global ones' 1000000 with linear scaling 8.
   pagedllm::testing::require_python_modules("torch, transformers, numpy", kPythonTransformers5);
-  const char* presets[] = {"llama32", "smollm2", "linear_rope"};
+  const char* presets[] = {"llama32", "smollm2", "linear_rope", "gemma3"};
   const OraclePresets run(presets, 130, 11, kPythonTransformers5);
   for (std::size_t i = 0; i < std::size(presets); ++i) {
     INFO(presets[i]);

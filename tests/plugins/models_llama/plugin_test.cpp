@@ -672,6 +672,48 @@ TEST_CASE("models_llama: the families' config.json as their real files write the
     with_attention_cpu.add_sequence(random_tokens(12, 3));
     CHECK_NOTHROW(with_attention_cpu.step({{0, 12}}));
   }
+  SECTION("Gemma 3's file: its defaults when a key is left out, and what is still refused, naming the key") {
+    const std::filesystem::path gemma = make("gemma3");
+    // save_pretrained leaves out tie_word_embeddings (Gemma's default, tied); without layer_types, every
+    // sliding_window_pattern-th layer is global.
+    edited(gemma, [](auto& c) { c.erase("layer_types"); });
+    Model tied_by_pattern(gemma);
+    CHECK(std::string(tied_by_pattern.info().architecture) == "Gemma3ForCausalLM");
+    // transformers 4 writes its legacy pattern next to layer_types, which wins.
+    edited(gemma, [](auto& c) {
+      c["layer_types"] = {"full_attention", "sliding_attention", "sliding_attention", "sliding_attention",
+                          "sliding_attention", "full_attention"};
+    });
+    Model listed_layers_win(gemma);
+    edited(gemma, [](auto& c) { c["attn_logit_softcapping"] = 50.0; });
+    CHECK_THAT(load_error(gemma), Contains("'attn_logit_softcapping' is 50.0; models_llama has no soft-capping of "
+                                           "attention scores yet"));
+    edited(gemma, [](auto& c) { c["attn_logit_softcapping"] = nullptr; c["hidden_activation"] = "gelu"; });
+    CHECK_THAT(load_error(gemma), Contains("'hidden_activation' is \"gelu\""));
+    edited(gemma, [](auto& c) { c["hidden_activation"] = "gelu_pytorch_tanh"; c["use_bidirectional_attention"] = true; });
+    CHECK_THAT(load_error(gemma), Contains("'use_bidirectional_attention' is true"));
+    edited(gemma, [](auto& c) {
+      c["use_bidirectional_attention"] = false;
+      c["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}},
+                              {"sliding_attention", {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e4}}}};
+      c.erase("rope_theta");
+      c.erase("rope_scaling");
+    });
+    CHECK_THAT(load_error(gemma), Contains("'rope_parameters.sliding_attention.rope_type' is not \"default\""));
+    edited(gemma, [](auto& c) { c["rope_parameters"]["sliding_attention"] = {{"rope_type", "default"},
+                                                                             {"rope_theta", 2e4}}; });
+    CHECK_THAT(load_error(gemma), Contains("'rope_local_base_freq' is 10000.000000 but "
+                                           "'rope_parameters.sliding_attention.rope_theta' is 20000.000000"));
+  }
+  SECTION("Phi-3's file: fused tensors and longrope, and a longrope that cannot work refused naming the key") {
+    const std::filesystem::path phi = make("phi3_longrope");
+    Model fused(phi);
+    CHECK(std::string(fused.info().architecture) == "Phi3ForCausalLM");
+    edited(phi, [](auto& c) { c["rope_scaling"]["long_factor"] = {1.0, 2.0}; });
+    CHECK_THAT(load_error(phi), Contains("'rope_scaling.long_factor' holds 2 factors; longrope needs head_dim / 2 = 16"));
+    edited(phi, [](auto& c) { c["rope_scaling"].erase("long_factor"); });
+    CHECK_THAT(load_error(phi), Contains("'rope_scaling.long_factor' is required for rope_type longrope"));
+  }
   SECTION("a key another family reads is refused on this one") {
     edited(mistral, [](auto& c) { c["attention_bias"] = true; });
     CHECK_THAT(load_error(mistral), Contains("'attention_bias' is not a setting models_llama reads"));

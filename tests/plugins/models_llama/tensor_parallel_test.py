@@ -5,13 +5,15 @@ the embedded model as a compressed-tensors W8A8 checkpoint (tools/testing/make_c
 each rank copying its block of the stored int8 rows and scales; on GGUF files of Q8_0 and Q4_0 blocks held as
 stored (split on block boundaries); and on checkpoints of the other families
 (tools/testing/hf_oracle.py's presets qwen3_bias and llama_bias: q/k/v biases split by heads like their rows,
-o_proj / down_proj biases added once to the ranks' sum, gate/up biases split by columns, q/k norms whole). That one runs weight-only: W8A8 quantizes each
+o_proj / down_proj biases added once to the ranks' sum, gate/up biases split by columns, q/k norms whole; gemma3:
+its single kv head on both ranks, the attention and MLP outputs normed after the ranks' sum; phi3: each rank's
+heads of the fused qkv_proj's q, k and v blocks, its columns of gate_up_proj's gate and up blocks). W8A8 runs weight-only: W8A8 quantizes each
 rank's slice of the o_proj / down_proj input with a scale of its own (as vLLM's row-parallel layers do), which
 TP = 1's whole-row scale does not reproduce (logits 0.07-0.13 apart, against 6e-7 weight-only).
 
 With --cuda: the CUDA split instead (tensor_parallel_check's "cuda": both ranks on cuda:0 in f32, collectives_mpi
 staging through host memory, against TP = 1 on cuda:0 and the CPU split) on the random models with 8 kv heads and
-with 2 (bf16 checkpoint, tied embedding), and on qwen3_bias, at TP = 2.
+with 2 (bf16 checkpoint, tied embedding), and on qwen3_bias, gemma3 and phi3, at TP = 2.
 
 usage: tensor_parallel_test.py [--cuda] --check BIN --python PY --source-dir DIR -- MPIEXEC ARGS (without -np)...
 """
@@ -59,7 +61,9 @@ def main():
                                "--hidden-size", "64", "--intermediate-size", "96", "--num-layers", "2",
                                "--vocab-size", "998", "--dtype", "bf16", "--tie-word-embeddings", "--seed", "4")
             run_cases(args, [(2, kv8, 4, one_thread, "cuda"), (2, kv2, 4, one_thread, "cuda"),
-                             (2, preset_model("qwen3_bias"), 4, one_thread, "cuda")])
+                             (2, preset_model("qwen3_bias"), 4, one_thread, "cuda"),
+                             (2, preset_model("gemma3"), 4, one_thread, "cuda"),
+                             (2, preset_model("phi3"), 4, one_thread, "cuda")])
             return
         # Vocabularies that do not divide by the ranks: the last rank's shard is shorter (padded in the gather).
         kv8 = random_model("kv8", "--num-heads", "8", "--num-kv-heads", "8", "--head-dim", "8",
@@ -91,6 +95,8 @@ def main():
             (2, w8a8, 6, weight_only),
             (2, preset_model("qwen3_bias"), 6, one_thread),
             (2, preset_model("llama_bias"), 6, one_thread),
+            (2, preset_model("gemma3"), 6, one_thread),
+            (2, preset_model("phi3"), 6, one_thread),
         ])
 
 

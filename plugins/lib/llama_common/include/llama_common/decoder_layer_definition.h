@@ -8,11 +8,12 @@
 //
 //   n   = input_norm ? rms(x) * w_in : x                    (EAGLE's layer has none)
 //   qkv = qkv_proj(n) [+ qkv_bias]
-//   q, k heads: rms(head) * q_norm / k_norm                 (qk_norm: Qwen3)
-//   q, k = rope(q), rope(k)
-//   x  += o_proj(attention(q, k, v)) [+ o_bias]
+//   q, k heads: rms(head) * q_norm / k_norm                 (qk_norm: Qwen3, Gemma 3)
+//   q, k = rope(q), rope(k)                                 (Gemma 3's local layers: their own base)
+//   x  += [rms(] o_proj(attention(q, k, v)) [+ o_bias] [) * attn_out_norm]     (sandwich norms: Gemma)
 //   m   = rms(x) * w_post
-//   x  += down_proj(silu(gate(m)) * up(m)) [+ down_bias]    (gate | up [+ gate_up_bias])
+//   x  += [rms(] down_proj(act(gate(m)) * up(m)) [+ down_bias] [) * mlp_out_norm]
+//         (gate | up [+ gate_up_bias]; act silu, or GELU-tanh for Gemma)
 //         or, in a mixture-of-experts layer (Mixtral, Qwen3-MoE):
 //   x  += sum over the token's top-k experts e of p_e * down_e(silu(gate_e(m)) * up_e(m)),
 //         p = softmax(router(m)) restricted to the top k [and renormalised]
@@ -29,10 +30,12 @@
 //   head_norm(qkv, first_head, heads, weight)   per-head RMSNorm in place
 //   rope(qkv, heads)                      rotate the first `heads` heads of qkv rows
 //   attention(qkv, out)                   through the attention backend, this layer's KV
-//   add_to_residual(in, k, matrix, bias, what)  x += in matrix^T [+ bias]
+//   add_to_residual(in, k, matrix, bias, out_norm, what)  x += [rms(] in matrix^T [+ bias] [) * out_norm]
 //                                         (under tensor parallelism: the ranks' partial sums, `what` naming
-//                                         the product in errors)
-//   swiglu(gate_up, inter, out)           out = silu(gate) * up
+//                                         the product in errors; the norm, where the layer has it, after the sum)
+//   gated_activation(gate_up, inter, activation, out)    out = act(gate) * up
+//
+// Norm weights are used as (1 + w) where the model says so (LlamaConfig::unit_offset_norms: Gemma).
 //   route(in, router, experts, k, normalize)     each row's top-k experts and weights, held for:
 //   add_experts_to_residual(in, gate_up, down, inter)   x += the weighted sum of the chosen experts'
 //                                         SwiGLU MLPs, each expert over only the rows routed to it
@@ -60,7 +63,7 @@ void decoder_layer_definition(Ops& ops, const LlamaConfig& c, const typename Ops
   }
   ops.rope(b.qkv, c.num_heads + c.num_kv_heads);
   ops.attention(b.qkv, b.attn);
-  ops.add_to_residual(b.attn, q, w.o, w.o_bias, "o_proj");
+  ops.add_to_residual(b.attn, q, w.o, w.o_bias, w.attn_out_norm, "o_proj");
 
   const auto mlp_input = ops.residual_norm(w.post_norm, b.normed);
   if (ops.has(w.router)) {
@@ -69,8 +72,8 @@ void decoder_layer_definition(Ops& ops, const LlamaConfig& c, const typename Ops
     return;
   }
   ops.linear(mlp_input, h, w.gate_up, w.gate_up_bias, 2 * inter, b.gate_up);
-  ops.swiglu(b.gate_up, inter, b.act);
-  ops.add_to_residual(b.act, inter, w.down, w.down_bias, "down_proj");
+  ops.gated_activation(b.gate_up, inter, c.hidden_activation, b.act);
+  ops.add_to_residual(b.act, inter, w.down, w.down_bias, w.mlp_out_norm, "down_proj");
 }
 
 }  // namespace pagedllm::llama

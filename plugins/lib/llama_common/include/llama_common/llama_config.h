@@ -9,6 +9,7 @@
 // not on the list of harmless keys (config_keys.h). A GGUF file's metadata is
 // held to the same rule.
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -21,9 +22,11 @@ namespace pagedllm::llama {
 
 // config.json's rope_scaling: how inv_freq is rescaled (see rope.h). kFactors is
 // a GGUF file's rope_freqs.weight (llama.cpp's convert script precomputes llama3
-// scaling into it): inv_freq[i] is divided by freq_factors[i].
+// scaling into it): inv_freq[i] is divided by freq_factors[i]. kLongRope (Phi-3)
+// divides by short_factor[i] or long_factor[i] (rope_freq.h says which) and scales
+// the attention by attention_factor (transformers multiplies cos and sin by it).
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3, kFactors };
+  enum class Type { kNone, kLinear, kLlama3, kFactors, kLongRope };
   Type type = Type::kNone;
   double factor = 1.0;
   // llama3 only.
@@ -31,6 +34,9 @@ struct RopeScaling {
   double high_freq_factor = 0.0;
   double original_max_position_embeddings = 0.0;
   std::vector<double> freq_factors;  // kFactors only: head_dim / 2 of them
+  // kLongRope only: head_dim / 2 of each, and the factor on q and k (so on the scores, squared).
+  std::vector<double> short_factor, long_factor;
+  double attention_factor = 1.0;
   bool operator==(const RopeScaling&) const = default;
 };
 
@@ -55,9 +61,16 @@ struct Int8Checkpoint {
 // (llama_common/decoder_layer_definition.h); a family differs in which of its
 // optional parts it has (the fields of LlamaConfig below) and in how its
 // config.json and GGUF metadata spell them.
-enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen3Moe };
+enum class Architecture { kLlama, kMistral, kQwen2, kQwen3, kMixtral, kQwen3Moe, kGemma3, kPhi3 };
 
-// "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe": the model_type (and GGUF general.architecture) of `a`.
+// The gated MLP's activation: out = act(gate) * up.
+enum class Activation {
+  kSilu,      // SwiGLU (hidden_act silu)
+  kGeluTanh,  // GeGLU with GELU's tanh approximation (Gemma's gelu_pytorch_tanh)
+};
+
+// "llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gemma3_text", "phi3": the model_type
+// config.json writes for `a`.
 std::string_view architecture_name(Architecture a);
 // "LlamaForCausalLM", ...: the class config.json's `architectures` names for `a`.
 std::string_view architecture_class(Architecture a);
@@ -80,7 +93,25 @@ struct LlamaConfig {
   bool qkv_bias = false;  // q/k/v projections add a bias (Qwen2 always; Llama's and Qwen3's attention_bias)
   bool o_bias = false;    // o_proj adds one (Llama's and Qwen3's attention_bias)
   bool mlp_bias = false;  // gate/up/down add one (Llama's mlp_bias)
-  bool qk_norm = false;   // q and k heads RMS-normalised (weights [head_dim]) before RoPE (Qwen3)
+  bool qk_norm = false;   // q and k heads RMS-normalised (weights [head_dim]) before RoPE (Qwen3, Gemma 3)
+  // Phi-3's checkpoint stores q/k/v as one qkv_proj and gate/up as one gate_up_proj (weight_layout.h).
+  bool fused_checkpoint_tensors = false;
+  Activation hidden_activation = Activation::kSilu;
+  // Gemma's: every RMSNorm multiplies by (1 + w), its checkpoint storing w (the final norm's and q/k's too).
+  bool unit_offset_norms = false;
+  // Gemma's: the attention and MLP outputs are RMS-normalised (post_attention_layernorm,
+  // post_feedforward_layernorm) before they join the residual; the MLP's input norm is then
+  // pre_feedforward_layernorm.
+  bool sandwich_norms = false;
+  // Gemma's: the embedding rows are multiplied by sqrt(hidden_size), rounded to the activation dtype.
+  bool scale_embedding = false;
+  // The attention's softmax scale is query_pre_attn_scalar^-1/2 (Gemma); 0: head_dim's.
+  double query_pre_attn_scalar = 0.0;
+  // > 0: logits = tanh(logits / cap) * cap (Gemma's final_logit_softcapping).
+  double final_logit_softcapping = 0.0;
+  // > 0: the sliding-window layers rotate by this base without rope_scaling (Gemma 3's
+  // rope_local_base_freq); the others by rope_theta and rope_scaling.
+  double local_rope_theta = 0.0;
   // A mixture of experts in place of the MLP (Mixtral, Qwen3-MoE), in the layers moe_layers marks: a
   // router [num_experts, hidden] picks, per token, the num_experts_per_tok experts of highest softmax
   // probability (renormalised to sum 1 when normalize_top_k), whose SwiGLU MLPs of
@@ -108,6 +139,13 @@ struct LlamaConfig {
     return layer >= 0 && std::size_t(layer) < moe_layers.size() && moe_layers[std::size_t(layer)];
   }
   int32_t kv_size() const { return num_kv_heads * head_dim; }
+  // Whether layer `layer` rotates by local_rope_theta (rope_freq.h's local_rope_inv_freq).
+  bool local_rope(int32_t layer) const { return local_rope_theta > 0.0 && sliding_window(layer) > 0; }
+  // The softmax scale, times longrope's attention factor squared (the factor transformers puts on q and k).
+  double attention_scale() const {
+    const double factor = rope_scaling.type == RopeScaling::Type::kLongRope ? rope_scaling.attention_factor : 1.0;
+    return factor * factor / std::sqrt(query_pre_attn_scalar > 0.0 ? query_pre_attn_scalar : double(head_dim));
+  }
 
   // Reads `model_dir`/config.json (and generation_config.json when present), or,
   // when `model_dir` is a file, its GGUF metadata (from_gguf).

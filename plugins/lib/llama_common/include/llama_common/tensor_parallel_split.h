@@ -52,6 +52,9 @@ class TensorParallelSplit {
   std::string describe() const;
 
  private:
+  // block() of a slot as if it were a whole checkpoint tensor.
+  ShardBlock split_block(const WeightSlot& slot) const;
+
   LlamaConfig full_;
   LlamaConfig config_;
   int32_t rank_ = 0, size_ = 1;

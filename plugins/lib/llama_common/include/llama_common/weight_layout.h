@@ -15,6 +15,8 @@
 //              qkv_bias [(heads + 2 kv_heads) * head_dim], o_bias [hidden],
 //              gate_up_bias [2 * intermediate], down_bias [hidden],
 //              q_norm, k_norm [head_dim]
+//              attn_out_norm, mlp_out_norm [hidden] (sandwich norms: Gemma's post_attention_layernorm and
+//              post_feedforward_layernorm; its pre_feedforward_layernorm is then post_norm, the MLP's input norm)
 //              a mixture-of-experts layer has, instead of gate_up and down:
 //              router           [experts, hidden]
 //              experts_gate_up  [experts * 2 * expert_inter, hidden]  expert e's gate | up rows from e * 2 * expert_inter
@@ -23,7 +25,10 @@
 //   lm_head    [vocab, hidden]  (absent when tied to the embedding)
 //
 // Fusing q/k/v and gate/up makes one GEMM of each group; every HF tensor is a
-// contiguous row range of a fused matrix (a bias: of a fused vector).
+// contiguous row range of a fused matrix (a bias: of a fused vector). Phi-3 stores
+// them fused already (self_attn.qkv_proj, mlp.gate_up_proj): each is then read as
+// its q, k, v (gate, up) row blocks, one slot each, so that a tensor-parallel rank
+// takes its heads (columns) of each part as it does from separate tensors.
 
 #include <cstdint>
 #include <set>
@@ -42,6 +47,7 @@ enum class Matrix {
   kInputNorm, kQkv, kO, kPostNorm, kGateUp, kDown,
   kQkvBias, kOBias, kGateUpBias, kDownBias, kQNorm, kKNorm,
   kRouter, kExpertsGateUp, kExpertsDown,
+  kAttnOutNorm, kMlpOutNorm,
 };
 
 // One checkpoint tensor: rows [first_row, first_row + shape[0]) of `matrix`
@@ -53,8 +59,20 @@ struct WeightSlot {
   Matrix matrix;
   int32_t layer;
   int64_t first_row;
+  // A block of a fused checkpoint tensor of checkpoint_rows rows, from its row source_first_row; 0 rows:
+  // the slot is the whole tensor.
+  int64_t checkpoint_rows = 0;
+  int64_t source_first_row = 0;
 
   int64_t width() const { return shape.size() > 1 ? shape[1] : 1; }
+  bool fused_block() const { return checkpoint_rows > 0; }
+  // The checkpoint tensor's shape (check_checkpoint requires it).
+  std::vector<int64_t> checkpoint_shape() const {
+    if (!fused_block()) return shape;
+    std::vector<int64_t> whole = shape;
+    whole[0] = checkpoint_rows;
+    return whole;
+  }
 };
 
 // The member of a decoder layer's weights (any struct with a member of each
@@ -78,6 +96,8 @@ auto& decoder_layer_matrix(Layer& layer, Matrix m) {
     case Matrix::kRouter: return layer.router;
     case Matrix::kExpertsGateUp: return layer.experts_gate_up;
     case Matrix::kExpertsDown: return layer.experts_down;
+    case Matrix::kAttnOutNorm: return layer.attn_out_norm;
+    case Matrix::kMlpOutNorm: return layer.mlp_out_norm;
     case Matrix::kEmbed:
     case Matrix::kNorm:
     case Matrix::kLmHead:

@@ -87,16 +87,16 @@ void quantize_activations_u8(const float* a, int64_t lda, int64_t m, int64_t k, 
 void linear(ThreadPool& pool, const float* a, int64_t lda, int64_t m, const float* w, int64_t n, int64_t k, float* out,
             int64_t ldc, bool accumulate);
 
-// out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * weight, for `rows` rows of `dim`
-// floats (row strides ld_x and ld_out).
+// out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * (weight + weight_offset), for `rows` rows of `dim`
+// floats (row strides ld_x and ld_out; out may be x). weight_offset 1: Gemma's (1 + w).
 void rms_norm(ThreadPool& pool, const float* x, int64_t ld_x, int64_t rows, int64_t dim, const float* weight,
-              float eps, float* out, int64_t ld_out);
+              float eps, float* out, int64_t ld_out, float weight_offset = 0.0f);
 
 // The same over heads: in each of `rows` rows (row_stride floats apart), the
 // `heads` heads of head_dim floats from head `first_head` on normalised in
 // place, each with the one [head_dim] weight (Qwen3's q_norm / k_norm).
 void head_rms_norm(ThreadPool& pool, float* x, int64_t rows, int64_t row_stride, int64_t first_head, int64_t heads,
-                   int64_t head_dim, const float* weight, float eps);
+                   int64_t head_dim, const float* weight, float eps, float weight_offset = 0.0f);
 
 // out[t, i] += bias[i] for `rows` rows of n floats (row stride ld_out).
 void add_bias(ThreadPool& pool, float* out, int64_t ld_out, int64_t rows, int64_t n, const float* bias);
@@ -104,6 +104,13 @@ void add_bias(ThreadPool& pool, float* out, int64_t ld_out, int64_t rows, int64_
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i]: the SwiGLU of a
 // fused [gate | up] projection, `rows` rows of 2 * inter floats.
 void swiglu(ThreadPool& pool, const float* gate_up, int64_t rows, int64_t inter, float* out);
+
+// The same with GELU's tanh approximation for silu (Gemma's GeGLU):
+// out[t, i] = gelu_tanh(gate_up[t, i]) * gate_up[t, inter + i].
+void gelu_tanh_glu(ThreadPool& pool, const float* gate_up, int64_t rows, int64_t inter, float* out);
+
+// x = tanh(x / cap) * cap over `rows` rows of n floats (Gemma's final_logit_softcapping).
+void softcap(ThreadPool& pool, float* x, int64_t rows, int64_t n, float cap);
 
 // Makes OpenBLAS single-threaded: linear() parallelises over its own pool,
 // and OpenBLAS threads on top would oversubscribe the cores. Process-wide.

@@ -30,6 +30,7 @@ using llama::LlamaConfig;
 struct DecoderLayerWeights {
   WeightStorage input_norm, qkv, o, post_norm, gate_up, down;
   WeightStorage qkv_bias, o_bias, gate_up_bias, down_bias, q_norm, k_norm;
+  WeightStorage attn_out_norm, mlp_out_norm;  // sandwich norms (Gemma)
   // A mixture-of-experts layer's, in place of gate_up and down (the router in the weight dtype, never int8:
   // a rounded router would change which experts a token reaches).
   WeightStorage router, experts_gate_up, experts_down;
@@ -50,8 +51,8 @@ struct DecoderLayerWeights {
   std::size_t bytes() const {
     std::size_t total = 0;
     for (const WeightStorage* w : {&input_norm, &qkv, &o, &post_norm, &gate_up, &down, &qkv_bias, &o_bias,
-                                   &gate_up_bias, &down_bias, &q_norm, &k_norm, &router, &experts_gate_up,
-                                   &experts_down}) {
+                                   &gate_up_bias, &down_bias, &q_norm, &k_norm, &attn_out_norm, &mlp_out_norm,
+                                   &router, &experts_gate_up, &experts_down}) {
       total += w->bytes();
     }
     return total;
@@ -61,6 +62,10 @@ struct DecoderLayerWeights {
 };
 
 class TensorParallelShard;  // tensor_parallel_shard.h
+
+// The part that loads `slot` of the whole model (no tensor parallelism) into `storage`: a block of the
+// checkpoint tensor where the slot is one of a fused tensor (weight_layout.h).
+WeightPart whole_model_part(const llama::WeightSlot& slot, WeightStorage* storage);
 
 // Appends the checkpoint tensors of the layer named `prefix` ("model.layers.3.",
 // "layers.0.") of the model `c` to `parts`, placed into `layer`: the whole
@@ -101,15 +106,17 @@ class DecoderScratch {
   int64_t tokens() const { return tokens_; }
   const Buffers& buffers() const { return buffers_; }
   Experts& experts() { return experts_; }
-  const float* cos() const { return cos_; }
-  const float* sin() const { return sin_; }
+  // The RoPE tables of layer `layer` (Gemma 3's local layers have their own: LlamaConfig::local_rope).
+  const float* cos(const LlamaConfig& c, int32_t layer) const { return c.local_rope(layer) ? local_cos_ : cos_; }
+  const float* sin(const LlamaConfig& c, int32_t layer) const { return c.local_rope(layer) ? local_sin_ : sin_; }
 
  private:
   int64_t tokens_ = 0;
   Buffers buffers_;
   Experts experts_;
-  float *cos_ = nullptr, *sin_ = nullptr;
-  Buffer normed_buf_, qkv_buf_, attn_buf_, gate_up_buf_, act_buf_, cos_buf_, sin_buf_;
+  float *cos_ = nullptr, *sin_ = nullptr, *local_cos_ = nullptr, *local_sin_ = nullptr;
+  std::vector<double> local_inv_freq_;
+  Buffer normed_buf_, qkv_buf_, attn_buf_, gate_up_buf_, act_buf_, cos_buf_, sin_buf_, local_cos_buf_, local_sin_buf_;
   Buffer logits_buf_, expert_in_buf_, expert_gate_up_buf_, expert_act_buf_, expert_out_buf_, expert_sum_buf_;
 };
 

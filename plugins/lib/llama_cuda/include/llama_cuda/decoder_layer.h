@@ -30,18 +30,20 @@ struct DecoderLayerWeights {
        *down = nullptr;
   void *qkv_bias = nullptr, *o_bias = nullptr, *gate_up_bias = nullptr, *down_bias = nullptr, *q_norm = nullptr,
        *k_norm = nullptr;
+  void *attn_out_norm = nullptr, *mlp_out_norm = nullptr;  // sandwich norms (Gemma)
   void *router = nullptr, *experts_gate_up = nullptr, *experts_down = nullptr;  // a mixture-of-experts layer's
   // The storage pointer of one of the layer's matrices (Matrix::kInputNorm ... kKNorm).
   void*& matrix(llama::Matrix m);
 };
 
 // The device activations of a step of `tokens` rows, in the layer's dtype
-// (cos / sin, f32: the step's RoPE tables, rope_tables() of its positions).
+// (cos / sin, f32: the step's RoPE tables, rope_tables() of its positions; local_cos / local_sin those of
+// Gemma 3's local layers, LlamaConfig::local_rope, null for other models).
 struct DecoderActivations {
   int64_t tokens = 0;
   void *x = nullptr, *delta = nullptr, *normed = nullptr, *qkv = nullptr, *attn = nullptr, *gate_up = nullptr,
        *act = nullptr;
-  float *cos = nullptr, *sin = nullptr;
+  float *cos = nullptr, *sin = nullptr, *local_cos = nullptr, *local_sin = nullptr;
   // A mixture-of-experts model's (null otherwise): the router's f32 logits [tokens, experts], the rows routed
   // to one expert and its products (at most every token), and the step's routing on the device (rows
   // grouped by expert, their weights: tokens * k entries).

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "pagedllm/sdk.h"
+#include "llama_common/llama_config.h"
 
 namespace pagedllm::llama_cuda {
 
@@ -34,20 +35,21 @@ void add_weighted_rows(pllm_dtype dtype, const void* src, int64_t rows, int64_t 
 // The residual add fused with RMSNorm. For each of `rows` output rows r, with
 // source row s = row_index ? row_index[r] : r:
 //   v      = residual[s] + delta[s]   (delta may be null), rounded to dtype
-//   out[r] = v / sqrt(mean(v^2) + eps) * weight
+//   out[r] = v / sqrt(mean(v^2) + eps) * (weight + weight_offset)   (1: Gemma's (1 + w))
 // Without row_index, v is also written back to residual[s] (the stream moves
 // on); with it, residual is only read (rows may repeat), which is how the
 // final norm gathers the logits / hidden rows. `out` is `out_dtype`: dtype, or
 // F32 for rows handed to the host.
 void add_rms_norm(pllm_dtype dtype, void* residual, const void* delta, const int32_t* row_index, const void* weight,
-                  float eps, int64_t rows, int64_t dim, pllm_dtype out_dtype, void* out, cudaStream_t stream);
+                  float eps, int64_t rows, int64_t dim, pllm_dtype out_dtype, void* out, cudaStream_t stream,
+                  float weight_offset = 0.0f);
 
 // In each of `rows` rows (row_stride elements apart), the `heads` heads of
 // head_dim elements from head `first_head` on normalised in place:
-// x / sqrt(mean(x^2) + eps) * weight, one [head_dim] weight for every head
-// (Qwen3's q_norm / k_norm).
+// x / sqrt(mean(x^2) + eps) * (weight + weight_offset), one [head_dim] weight for every head
+// (Qwen3's and Gemma 3's q_norm / k_norm).
 void head_rms_norm(pllm_dtype dtype, void* data, int64_t rows, int64_t row_stride, int64_t first_head, int64_t heads,
-                   int64_t head_dim, const void* weight, float eps, cudaStream_t stream);
+                   int64_t head_dim, const void* weight, float eps, cudaStream_t stream, float weight_offset = 0.0f);
 
 // cos[t * half + i], sin[...] of positions[t] * inv_freq[i] (the angle in
 // f64, as the CPU forward computes it: f32 would lose ~1e-3 rad at position
@@ -61,8 +63,16 @@ void rope_tables(const int32_t* positions, const double* inv_freq, int64_t rows,
 void apply_rope(pllm_dtype dtype, void* data, int64_t rows, int64_t row_stride, int64_t num_heads, int64_t head_dim,
                 const float* cos, const float* sin, cudaStream_t stream);
 
-// out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i] over `rows` rows.
-void silu_mul(pllm_dtype dtype, const void* gate_up, int64_t rows, int64_t inter, void* out, cudaStream_t stream);
+// out[t, i] = act(gate_up[t, i]) * gate_up[t, inter + i] over `rows` rows (act: silu, or GELU's tanh
+// approximation), in f32 rounded to dtype.
+void gated_activation(pllm_dtype dtype, llama::Activation activation, const void* gate_up, int64_t rows,
+                      int64_t inter, void* out, cudaStream_t stream);
+
+// data[i] *= factor for `count` elements, the factor first rounded to dtype (Gemma's embedding scale).
+void scale(pllm_dtype dtype, void* data, int64_t count, double factor, cudaStream_t stream);
+
+// data[i] = tanh(data[i] / cap) * cap for `count` f32 elements (Gemma's final_logit_softcapping).
+void softcap(float* data, int64_t count, float cap, cudaStream_t stream);
 
 // dst[i] = src[i] converted to `dtype`, for `count` elements (weight upload).
 void convert_from_f32(const float* src, int64_t count, pllm_dtype dtype, void* dst, cudaStream_t stream);
