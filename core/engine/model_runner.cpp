@@ -51,7 +51,8 @@ ForwardOutputs ModelRunner::forward(const pllm_batch& batch) const {
                                       model_.library().name(), batch.num_logits, vocab_size_));
   }
   // Hidden states with contiguous rows: a draft gathers its features from them.
-  if (batch.num_hidden > 0 && (!is_f32_matrix(out.hidden, batch.num_hidden, hidden_size_) || out.hidden.strides[1] != 1)) {
+  const bool hidden_ok = is_f32_matrix(out.hidden, batch.num_hidden, hidden_size_) && out.hidden.strides[1] == 1;
+  if (batch.num_hidden > 0 && !hidden_ok) {
     throw PluginCallError(PLLM_ERROR_INTERNAL,
                           fmt::format("plugin '{}': forward returned hidden states that are not f32 [{}, {}]",
                                       model_.library().name(), batch.num_hidden, hidden_size_));

@@ -50,8 +50,6 @@ class ModelRunner {
   pllm_tensor draft(const SpeculatorInstance& speculator, const pllm_batch& batch, const pllm_tensor* features,
                     const std::int32_t* feature_rows) const;
 
-  const AttentionInstance& attention() const { return attention_; }
-
  private:
   void run_block_operations(const ModelStep& step) const;
   void plan(const pllm_batch& batch, const char* what) const;

@@ -70,6 +70,7 @@
 #include "llama_cpu/cpu_isa.h"
 #include "llama_cpu/cpu_kernels.h"
 #include "llama_cpu/weight_loader.h"
+#include "tests/plugins/models_llama/isa_levels.h"
 
 using pagedllm::llama_cpu::Bf16Compute;
 using pagedllm::llama_cpu::Int8Compute;
@@ -77,6 +78,8 @@ using pagedllm::llama_cpu::Isa;
 using pagedllm::llama_cpu::kDotRowsMaxRows;
 using pagedllm::llama_cpu::linear;
 using pagedllm::llama_cpu::WeightsRef;
+using pagedllm::llama_cpu::testing::available_isas;
+using pagedllm::llama_cpu::testing::IsaCapGuard;
 using pagedllm::plugins::ThreadPool;
 
 namespace {
@@ -151,20 +154,6 @@ const std::pair<pllm_dtype, Bf16Compute> kWeightPaths[] = {{PLLM_DTYPE_F32, Bf16
                                                            {PLLM_DTYPE_BF16, Bf16Compute::kVdpbf16ps},
                                                            {PLLM_DTYPE_BF16, Bf16Compute::kExact},
                                                            {PLLM_DTYPE_F16, Bf16Compute::kExact}};
-
-// The levels this CPU has, each to be forced in turn.
-std::vector<Isa> available_isas() {
-  std::vector<Isa> isas;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16}) {
-    if (isa <= pagedllm::llama_cpu::detected_isa()) isas.push_back(isa);
-  }
-  return isas;
-}
-
-// Lifts the cap at the end of a test case, whatever happens.
-struct IsaCapGuard {  // (restores the default cap)
-  ~IsaCapGuard() { pagedllm::llama_cpu::set_isa_cap(std::nullopt); }
-};
 
 // relative: the bound's factor of sum |a_i w_i| (2e-5 above; the long
 // products of the many-rows GEMMs' test below state their own).

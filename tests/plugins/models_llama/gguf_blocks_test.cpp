@@ -41,12 +41,15 @@
 #include "pagedllm/sdk/cpp/float_convert.hpp"
 #include "llama_cpu/cpu_isa.h"
 #include "llama_cpu/cpu_kernels.h"
+#include "tests/plugins/models_llama/isa_levels.h"
 
 using pagedllm::llama_cpu::BlockType;
 using pagedllm::llama_cpu::Isa;
 using pagedllm::llama_cpu::kDotRowsMaxRows;
 using pagedllm::llama_cpu::linear;
 using pagedllm::llama_cpu::WeightsRef;
+using pagedllm::llama_cpu::testing::available_isas;
+using pagedllm::llama_cpu::testing::IsaCapGuard;
 using pagedllm::plugins::ThreadPool;
 
 namespace {
@@ -284,18 +287,6 @@ std::vector<float> random_activations(std::size_t count, uint32_t seed) {
   if (count > 40) std::fill(v.begin() + 8, v.begin() + 40, 0.0f);  // an all-zero activation block or part of one
   return v;
 }
-
-std::vector<Isa> available_isas() {
-  std::vector<Isa> isas;
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni, Isa::kAvx512Bf16}) {
-    if (isa <= pagedllm::llama_cpu::detected_isa()) isas.push_back(isa);
-  }
-  return isas;
-}
-
-struct IsaCapGuard {
-  ~IsaCapGuard() { pagedllm::llama_cpu::set_isa_cap(std::nullopt); }
-};
 
 }  // namespace
 
