@@ -161,6 +161,25 @@ PRESETS = {
                          use_sliding_window=True, sliding_window=5, max_window_layers=1, tie_word_embeddings=True,
                          rms_norm_eps=1e-6, max_position_embeddings=32768, vocab_size=TOKENIZER_VOCAB,
                          dtype="float32"),
+    # Qwen/Qwen2.5-7B-Instruct's long-context setting, as its model card writes it into config.json: YaRN,
+    # factor 4 over the original 32768 positions, base 1000000. With head_dim 32 the ramp runs over pairs 5
+    # to 10 of 16: pairs below it keep their frequency, those above it are divided by 4, and every score is
+    # scaled by the attention factor (0.1 ln 4 + 1)^2; f32, head_dim 32 (attention_cuda's).
+    "qwen2_yarn": dict(family="qwen2", hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                       intermediate_size=256, num_hidden_layers=2, rope_theta=1000000.0,
+                       rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+                       tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=131072,
+                       vocab_size=TOKENIZER_VOCAB, dtype="float32"),
+    # YaRN with every optional key (DeepSeek's mscale pair, its own betas, an unrounded ramp: truncate false as
+    # gpt-oss writes it) on Qwen3: attention factor (0.1 * 1.0 ln 8 + 1) / (0.1 * 0.8 ln 8 + 1), a ramp from
+    # pair 4.53 to 10.05 of 16 over an original 4096 positions, base 10000.
+    "qwen3_yarn_mscale": dict(family="qwen3", hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                              head_dim=32, intermediate_size=256, num_hidden_layers=2, rope_theta=10000.0,
+                              rope_scaling={"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 4096,
+                                            "beta_fast": 48.0, "beta_slow": 2.0, "mscale": 1.0,
+                                            "mscale_all_dim": 0.8, "truncate": False},
+                              tie_word_embeddings=False, rms_norm_eps=1e-6, max_position_embeddings=32768,
+                              attention_bias=False, vocab_size=TOKENIZER_VOCAB, dtype="float32"),
     # mistralai/Mixtral-8x7B-v0.1: hidden 4096, 32 heads / 8 KV heads, head_dim 128, 8 experts of 14336,
     # top-2 (renormalised), rope_theta 1000000, untied. f32 rather than its bf16, here and in the next: a
     # bf16 forward's rounding can swap two near experts, which no tolerance on the logits absorbs.

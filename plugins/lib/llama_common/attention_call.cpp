@@ -25,7 +25,7 @@ void run_attention_layer(const pllm_attention_ref& attention, int32_t kv_layer, 
   args.key = &key;
   args.value = &value;
   args.output = &output;
-  args.scale = static_cast<float>(c.attention_scale());
+  args.scale = static_cast<float>(c.attention_scale(kv_layer));
   args.stream = stream;
   args.sliding_window = c.sliding_window(kv_layer);
   if (args.sliding_window > 0) {

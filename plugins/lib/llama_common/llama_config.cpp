@@ -412,7 +412,9 @@ void check_unsupported_features(const Fields& f, Architecture architecture, std:
 struct RopeEntry {
   std::optional<double> theta;
   RopeScaling scaling;
-  std::optional<double> original_max_position_embeddings;  // llama3's, where written
+  std::optional<double> original_max_position_embeddings;  // llama3's, longrope's and yarn's, where written
+  // yarn's mscale and mscale_all_dim (DeepSeek's), when both are written and attention_factor is not.
+  std::optional<std::pair<double, double>> yarn_mscales;
   bool operator==(const RopeEntry&) const = default;
 };
 
@@ -427,6 +429,10 @@ std::string describe(const RopeEntry& e) {
       break;
     case RopeScaling::Type::kFactors: out << "per-frequency factors"; break;
     case RopeScaling::Type::kLongRope: out << "longrope"; break;
+    case RopeScaling::Type::kYarn:
+      out << "yarn, factor " << e.scaling.factor << ", beta_fast/slow " << e.scaling.beta_fast << "/"
+          << e.scaling.beta_slow;
+      break;
   }
   if (e.theta) out << ", rope_theta " << *e.theta;
   if (e.original_max_position_embeddings) out << ", original_max_position_embeddings " << *e.original_max_position_embeddings;
@@ -496,9 +502,32 @@ RopeEntry parse_rope_object(const Fields& f, const json& object, const std::stri
     // 0: derived in resolve_rope, which knows the context lengths.
     e.scaling.attention_factor = positive("attention_factor").value_or(0.0);
     e.original_max_position_embeddings = positive("original_max_position_embeddings");
+  } else if (type == "yarn") {
+    // transformers' _compute_yarn_parameters; what it derives when unwritten (the factor from the context
+    // lengths, the attention factor from factor, mscale and mscale_all_dim) resolve_rope derives.
+    e.scaling.type = RopeScaling::Type::kYarn;
+    e.scaling.factor = positive("factor").value_or(0.0);
+    e.scaling.attention_factor = positive("attention_factor").value_or(0.0);
+    e.scaling.beta_fast = positive("beta_fast").value_or(32.0);
+    e.scaling.beta_slow = positive("beta_slow").value_or(1.0);
+    if (!(e.scaling.beta_slow < e.scaling.beta_fast)) f.fail(name + ".beta_slow", "must be below beta_fast");
+    if (const json* truncate = rs.find("truncate")) {
+      if (!truncate->is_boolean()) f.fail(name + ".truncate", "must be true or false, got " + truncate->dump());
+      e.scaling.truncate = truncate->get<bool>();
+    }
+    const std::optional<double> mscale = positive("mscale"), mscale_all_dim = positive("mscale_all_dim");
+    if (e.scaling.attention_factor == 0.0 && mscale && mscale_all_dim) {
+      e.yarn_mscales = {*mscale, *mscale_all_dim};
+    }
+    e.original_max_position_embeddings = positive("original_max_position_embeddings");
+  } else if (type == "dynamic") {
+    f.fail(name + ".rope_type", "is \"dynamic\"; " + std::string(who) + " does not serve dynamic NTK scaling: "
+           "transformers changes the base with each forward's length, so a cached key's rotation would depend on "
+           "the length of the request that computed it, which a shared prefix cache cannot honour (yarn, linear, "
+           "llama3 and longrope are served)", PLLM_ERROR_UNSUPPORTED);
   } else if (type != "default") {
-    f.fail(name + ".rope_type", "is \"" + type + "\"; " + std::string(who) + " supports default, linear, llama3 and "
-           "longrope", PLLM_ERROR_UNSUPPORTED);
+    f.fail(name + ".rope_type", "is \"" + type + "\"; " + std::string(who) + " supports default, linear, llama3, "
+           "longrope and yarn", PLLM_ERROR_UNSUPPORTED);
   }
   for (const std::string& key : rs.unread()) {
     f.fail(name + "." + key, "is not read for rope_type " + type + " by " + std::string(who) +
@@ -590,7 +619,8 @@ void resolve_rope(const Fields& f, LlamaConfig& c, std::string_view who) {
                ".original_max_position_embeddings' is " + std::to_string(*entry.original_max_position_embeddings) +
                ": two spellings of one setting that disagree");
   }
-  if (c.rope_scaling.type == RopeScaling::Type::kLlama3 || c.rope_scaling.type == RopeScaling::Type::kLongRope) {
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3 || c.rope_scaling.type == RopeScaling::Type::kLongRope ||
+      c.rope_scaling.type == RopeScaling::Type::kYarn) {
     c.rope_scaling.original_max_position_embeddings =
         top_original ? *top_original
         : entry.original_max_position_embeddings ? *entry.original_max_position_embeddings
@@ -613,6 +643,23 @@ void resolve_rope(const Fields& f, LlamaConfig& c, std::string_view who) {
                                 ? double(c.max_position_embeddings) / original
                                 : s.factor;
       s.attention_factor = factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(original));
+    }
+  }
+  if (c.rope_scaling.type == RopeScaling::Type::kYarn) {
+    RopeScaling& s = c.rope_scaling;
+    if (s.factor == 0.0) {
+      // transformers 5 derives an unwritten factor from the context lengths; 4.x requires it.
+      if (!top_original && !entry.original_max_position_embeddings) {
+        f.fail(std::string(entry_name) + ".factor",
+               "is required for rope_type yarn unless original_max_position_embeddings is written");
+      }
+      s.factor = double(c.max_position_embeddings) / s.original_max_position_embeddings;
+    }
+    if (s.attention_factor == 0.0) {
+      // The paper's 0.1 ln(factor) + 1, or DeepSeek's ratio of two such terms.
+      const auto mscale = [&](double m) { return s.factor <= 1.0 ? 1.0 : 0.1 * m * std::log(s.factor) + 1.0; };
+      s.attention_factor =
+          entry.yarn_mscales ? mscale(entry.yarn_mscales->first) / mscale(entry.yarn_mscales->second) : mscale(1.0);
     }
   }
 }

@@ -1,5 +1,6 @@
 #include "llama_common/rope_freq.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -36,6 +37,31 @@ std::vector<double> rope_inv_freq(const LlamaConfig& config) {
       const std::vector<double>& factors =
           config.max_position_embeddings > s.original_max_position_embeddings ? s.long_factor : s.short_factor;
       for (std::size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] /= factors[i];
+      break;
+    }
+    case RopeScaling::Type::kYarn: {
+      // transformers' _compute_yarn_parameters: the pair index at which a frequency turns `rotations` times
+      // over the original context bounds a linear ramp; below `low` a frequency is kept (extrapolated), above
+      // `high` divided by the factor (interpolated), in between blended. transformers clamps `high` to
+      // head_dim - 1, not head_dim / 2 - 1; kept, as the ramp past the last pair is never read.
+      const double dim = double(config.head_dim);
+      const auto correction_dim = [&](double rotations) {
+        return dim * std::log(s.original_max_position_embeddings / (rotations * 2.0 * std::numbers::pi)) /
+               (2.0 * std::log(config.rope_theta));
+      };
+      double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+      if (s.truncate) {
+        low = std::floor(low);
+        high = std::ceil(high);
+      }
+      low = std::max(low, 0.0);
+      high = std::min(high, dim - 1.0);
+      if (low == high) high += 0.001;
+      for (std::size_t i = 0; i < inv_freq.size(); ++i) {
+        const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+        const double extrapolation = 1.0 - ramp;
+        inv_freq[i] = inv_freq[i] / s.factor * (1.0 - extrapolation) + inv_freq[i] * extrapolation;
+      }
       break;
     }
     case RopeScaling::Type::kLlama3: {

@@ -152,20 +152,20 @@ TEST_CASE("models_llama on CUDA matches the oracle: prefill, chunked prefill, de
 }
 
 TEST_CASE("models_llama on CUDA: Qwen3 (q/k norms), biases of every projection, mixtures of experts, sliding "
-          "windows, Gemma 3, Phi-3, through the one decoder layer",
+          "windows, Gemma 3, Phi-3, YaRN, through the one decoder layer",
           "[models_llama][cuda][families]") {
   PAGEDLLM_REQUIRE_CUDA_DEVICE();
   require_oracle();
   // hf_oracle.py's presets with head_dim 32: Qwen3-0.6B's shape (bf16), Qwen3 with attention_bias and a Llama
   // with attention_bias and mlp_bias, Mixtral's and Qwen3-MoE's routing, sliding windows (Mistral's on every
   // layer, Qwen2's on layer 1), Gemma 3 ((1 + w) sandwich norms, GeGLU-tanh, local and global RoPE, the
-  // embedding scale, logit soft-capping), Phi-3 (fused tensors, window; longrope) (f32), each in its stored
-  // dtype, in mixed steps of prefill chunks and decodes.
+  // embedding scale, logit soft-capping), Phi-3 (fused tensors, window; longrope), Qwen2.5's YaRN (f32), each
+  // in its stored dtype, in mixed steps of prefill chunks and decodes.
   const std::pair<const char*, const DtypeCase*> presets[] = {
       {"qwen3", &kDtypes[1]},   {"qwen3_bias", &kDtypes[0]}, {"llama_bias", &kDtypes[0]},
       {"mixtral", &kDtypes[0]}, {"qwen3_moe", &kDtypes[0]}, {"mistral_window", &kDtypes[0]},
       {"qwen2_window", &kDtypes[0]}, {"gemma3", &kDtypes[0]}, {"phi3", &kDtypes[0]},
-      {"phi3_longrope", &kDtypes[0]}};
+      {"phi3_longrope", &kDtypes[0]}, {"qwen2_yarn", &kDtypes[0]}};
   for (const auto& [preset, dtype_case] : presets) {
     INFO(preset);
     TempDir dir;

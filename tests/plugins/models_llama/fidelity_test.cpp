@@ -471,9 +471,13 @@ TEST_CASE("models_llama: Qwen2.5, Qwen3, Mistral, Mixtral, Qwen3-MoE, Gemma 3 an
   // Phi-3 (f32): fused qkv_proj (4 heads over 2) and gate_up_proj read as their blocks, a 7-key window on
   // every layer; and its longrope with every prompt past the original context of 8 (the long factors, the
   // attention factor sqrt(2)), under the same f32 tolerance: a wrong factor set or a missing attention factor
-  // moves the logits by far more.
+  // moves the logits by far more. YaRN: Qwen2.5's long-context setting (factor 4 over 32768 positions) and one
+  // with every optional key (DeepSeek's mscale pair, other betas, truncate false), whose ramp and attention factor
+  // move every position past 0 (the prompts and decodes sit far below the original context, where transformers
+  // scales them all the same).
   const char* presets[] = {"qwen25",       "qwen3",  "qwen3_bias", "mistral",      "llama_bias", "mixtral",
-                           "qwen3_moe",    "mistral_window", "qwen2_window", "gemma3", "phi3", "phi3_longrope"};
+                           "qwen3_moe",    "mistral_window", "qwen2_window", "gemma3", "phi3", "phi3_longrope",
+                           "qwen2_yarn", "qwen3_yarn_mscale"};
   check_presets_every_variant(OraclePresets(presets, 230, 21));
 }
 
@@ -484,9 +488,9 @@ TEST_CASE("models_llama: checkpoints written by transformers 5 (rope_parameters)
   // reader that missed rope_parameters would rotate by the default base and fail at every position past 0:
   // llama32 (llama3 scaling, rope_theta 500000), smollm2 (100000), linear_rope (linear factor 4, 250000).
   // gemma3: rope_parameters by layer type, the local layers' entry their own base (10000, no scaling), the
-  // global ones' 1000000 with linear scaling 8.
+  // global ones' 1000000 with linear scaling 8. qwen2_yarn: YaRN factor 4 over 32768 positions, base 1000000.
   pagedllm::testing::require_python_modules("torch, transformers, numpy", kPythonTransformers5);
-  const char* presets[] = {"llama32", "smollm2", "linear_rope", "gemma3"};
+  const char* presets[] = {"llama32", "smollm2", "linear_rope", "gemma3", "qwen2_yarn"};
   const OraclePresets run(presets, 130, 11, kPythonTransformers5);
   for (std::size_t i = 0; i < std::size(presets); ++i) {
     INFO(presets[i]);

@@ -573,8 +573,21 @@ TEST_CASE("models_llama: config.json as transformers 4 and 5 write it, keys that
          "'attn_logit_softcapping' is not a setting models_llama reads, and it could change what the model computes"},
         {"an unknown RoPE key", [&](auto& c) { c["rope_parameters"] = llama3; c["rope_parameters"]["beta_fast"] = 32; },
          "'rope_parameters.beta_fast' is not read for rope_type llama3"},
-        {"an unsupported rope_type", [](auto& c) { c["rope_parameters"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
-         "'rope_parameters.rope_type' is \"yarn\""},
+        {"dynamic NTK", [](auto& c) { c["rope_parameters"] = {{"rope_type", "dynamic"}, {"factor", 4.0}}; },
+         "'rope_parameters.rope_type' is \"dynamic\"; models_llama does not serve dynamic NTK scaling"},
+        {"an unknown rope_type", [](auto& c) { c["rope_parameters"] = {{"rope_type", "su"}, {"factor", 4.0}}; },
+         "'rope_parameters.rope_type' is \"su\"; models_llama supports default, linear, llama3, longrope and yarn"},
+        {"yarn without a factor", [](auto& c) { c["rope_scaling"] = {{"rope_type", "yarn"}}; },
+         "'rope_scaling.factor' is required for rope_type yarn unless original_max_position_embeddings is written"},
+        {"yarn's betas crossed", [](auto& c) {
+           c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 1.0}, {"beta_slow", 32.0}}; },
+         "'rope_scaling.beta_slow' must be below beta_fast"},
+        {"yarn's truncate not a bool", [](auto& c) {
+           c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"truncate", "no"}}; },
+         "'rope_scaling.truncate' must be true or false, got \"no\""},
+        {"a key yarn does not read", [](auto& c) {
+           c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"low_freq_factor", 1.0}}; },
+         "'rope_scaling.low_freq_factor' is not read for rope_type yarn"},
         {"two RoPE bases", [](auto& c) { c["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e5}}; },
          "'rope_theta' is 10000.000000 but 'rope_parameters.rope_theta' is 100000.000000: two spellings of one "
          "setting that disagree"},

@@ -23,19 +23,28 @@ namespace pagedllm::llama {
 // config.json's rope_scaling: how inv_freq is rescaled (see rope.h). kFactors is
 // a GGUF file's rope_freqs.weight (llama.cpp's convert script precomputes llama3
 // scaling into it): inv_freq[i] is divided by freq_factors[i]. kLongRope (Phi-3)
-// divides by short_factor[i] or long_factor[i] (rope_freq.h says which) and scales
+// divides by short_factor[i] or long_factor[i] (rope_freq.h says which); kYarn
+// (YaRN: Qwen2.5's and Qwen3's long-context setting, DeepSeek's) blends each
+// frequency between itself and itself / factor by a ramp over the dimensions
+// between beta_fast and beta_slow rotations of the original context. Both scale
 // the attention by attention_factor (transformers multiplies cos and sin by it).
 struct RopeScaling {
-  enum class Type { kNone, kLinear, kLlama3, kFactors, kLongRope };
+  enum class Type { kNone, kLinear, kLlama3, kFactors, kLongRope, kYarn };
   Type type = Type::kNone;
   double factor = 1.0;
   // llama3 only.
   double low_freq_factor = 0.0;
   double high_freq_factor = 0.0;
+  // llama3, longrope and yarn.
   double original_max_position_embeddings = 0.0;
   std::vector<double> freq_factors;  // kFactors only: head_dim / 2 of them
-  // kLongRope only: head_dim / 2 of each, and the factor on q and k (so on the scores, squared).
+  // kLongRope only: head_dim / 2 of each.
   std::vector<double> short_factor, long_factor;
+  // kYarn only: the ramp's ends, in rotations over the original context, and whether its ends are rounded
+  // outwards to whole dimensions (transformers' `truncate`, true unless the config says false).
+  double beta_fast = 32.0, beta_slow = 1.0;
+  bool truncate = true;
+  // kLongRope and kYarn: the factor on q and k (so on the scores, squared); 1 for the others.
   double attention_factor = 1.0;
   bool operator==(const RopeScaling&) const = default;
 };
@@ -141,9 +150,10 @@ struct LlamaConfig {
   int32_t kv_size() const { return num_kv_heads * head_dim; }
   // Whether layer `layer` rotates by local_rope_theta (rope_freq.h's local_rope_inv_freq).
   bool local_rope(int32_t layer) const { return local_rope_theta > 0.0 && sliding_window(layer) > 0; }
-  // The softmax scale, times longrope's attention factor squared (the factor transformers puts on q and k).
-  double attention_scale() const {
-    const double factor = rope_scaling.type == RopeScaling::Type::kLongRope ? rope_scaling.attention_factor : 1.0;
+  // Layer `layer`'s softmax scale, times its RoPE's attention factor squared (the factor transformers puts on
+  // q and k: longrope's and yarn's; Gemma 3's local layers rotate by their own base, unscaled).
+  double attention_scale(int32_t layer) const {
+    const double factor = local_rope(layer) ? 1.0 : rope_scaling.attention_factor;
     return factor * factor / std::sqrt(query_pre_attn_scalar > 0.0 ? query_pre_attn_scalar : double(head_dim));
   }
 
