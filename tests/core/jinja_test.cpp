@@ -96,7 +96,7 @@ TEST_CASE("jinja: the filters, tests and methods chat templates call", "[jinja]"
   CHECK_THAT(error_of("{{ [1]|select('odd')|length }}"), Catch::Contains("has no len()"));
 }
 
-TEST_CASE("jinja: dict keys are any hashable value, matched as Python matches them", "[jinja]") {
+TEST_CASE("jinja: dict keys are any hashable value matched as Python matches them", "[jinja]") {
   CHECK(render("{% set d = {1: 'a', 2.5: 'b', none: 'c', true: 'd', (1, 2): 'e'} %}"
                "{{ d }}|{{ d[1] }}|{{ d[1.0] }}|{{ d[(1, 2)] }}|{{ d[none] }}") ==
         "{1: 'd', 2.5: 'b', None: 'c', (1, 2): 'e'}|d|d|e|c");
