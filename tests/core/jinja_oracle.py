@@ -52,6 +52,8 @@ TEMPLATES = [
     "{%- set budget = {0: 0, 512: 128, 1024: 256, 16384: 1024} -%}{%- set ns = namespace(interval=none) -%}"
     "{%- for k, v in budget|dictsort -%}{%- if ns.interval is none and 700 <= k -%}{%- set ns.interval = v -%}"
     "{%- endif -%}{%- endfor -%}{{ ns.interval }} {{ budget[16384] }}",
+    # Identity: two equal dicts are not the same object.
+    "{% set a = {'k': 1} %}{% set b = {'k': 1} %}{{ a is sameas a }} {{ a is sameas b }} {{ [1] is sameas [1] }}",
     # Markup.
     "{{ 'x'|safe + '<y>' }}|{{ '<y>' + 'x'|safe }}|{{ ('<a>'|safe) + ('<b>'|safe) }}|{{ '<a>'|e + '<' }}",
     "{{ ('<a>'|safe) ~ '<' }}|{{ ('a'|safe) * 2 + '<' }}|{{ 'a'|safe is escaped }}|{{ 'a' is escaped }}",

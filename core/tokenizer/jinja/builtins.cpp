@@ -777,7 +777,8 @@ const std::unordered_map<std::string_view, Test>& tests() {
     compare({"ge", ">="}, [](const Value& a, const Value& b) { return !less(a, b); });
     compare({"sameas"}, [](const Value& a, const Value& b) {
       if (a.is_none() || a.is_bool() || b.is_none() || b.is_bool()) return a.kind() == b.kind() && a == b;
-      return a.kind() == b.kind() && a == b && (a.is_list() || a.is_dict() ? &a.items() == &b.items() : true);
+      if (a.is_dict() || b.is_dict()) return a.is_dict() && b.is_dict() && &a.dict_entries() == &b.dict_entries();
+      return a.kind() == b.kind() && a == b && (a.is_list() ? &a.items() == &b.items() : true);
     });
     compare({"divisibleby"}, [](const Value& a, const Value& b) {
       const std::int64_t d = require_int(b, "divisibleby");
