@@ -360,19 +360,21 @@ def test_xml_calls_come_back_typed_by_the_schema(servers, parser):
         [c.function.arguments for c in choice.message.tool_calls]
 
 
-@pytest.mark.parametrize("parser", sorted(XML_TEMPLATES))
-def test_xml_parsers_chosen_from_the_chat_template(start_server, parser):
+@pytest.mark.parametrize("template, parser", [("GLM-4.6.jinja", "glm45"), ("GLM-4.7-Flash.jinja", "glm45"),
+                                              ("Qwen3-Coder.jinja", "qwen3_coder"), ("Qwen3.5-4B.jinja", "qwen3_coder")])
+def test_xml_parsers_chosen_from_the_chat_template(start_server, template, parser):
     """tool_call_parser auto tells GLM's and Qwen3-Coder's templates from hermes (all write <tool_call>) by
-    what they write inside it."""
-    host = start_server([f"model.chat_template='{XML_TEMPLATES[parser]}'", "logging.level=info"])
+    what they write inside it, and reads the calls each template writes (GLM-4.7's without newlines)."""
+    content, text = written_by_template(CHAT_TEMPLATES / template, CALLS)
+    host = start_server([f"model.chat_template='{CHAT_TEMPLATES / template}'", "logging.level=info"])
     try:
         with host.client() as client:
             model = client.models.list().data[0].id
             message = client.chat.completions.create(model=model, messages=ASK, tools=TOOLS, max_tokens=300,
-                                                     temperature=0,
-                                                     extra_body={"guided_choice": [WRITTEN[parser][1]]}
+                                                     temperature=0, extra_body={"guided_choice": [text]}
                                                      ).choices[0].message
         assert f"tool calls: parsed as {parser} (server.tool_call_parser auto" in host.log()
         assert calls_of(message.tool_calls) == CALLS
+        assert message.content == content
     finally:
         assert host.stop() == 0, host.log()
