@@ -16,7 +16,8 @@
 //   glm45        GLM-4.5/4.6/4.7: <tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>
 //   qwen3_coder  Qwen3-Coder: <tool_call>\n<function=name>\n<parameter=k>\nv\n</parameter>\n</function>
 //                \n</tool_call>. These two write values, not JSON: XmlToolCallParser (xml_tool_call_parser.h)
-//                parses them, typing each value by the request's tool schemas.
+//                parses them, typing each value by the request's tool schemas (string values stream as they
+//                come, other values whole).
 // A call streams when its object starts with "name" and then its arguments' key (the order every model's
 // template shows it): from the arguments' '{' on, the model's text is the arguments as written, up to the
 // bracket that closes them, whether or not they parse (as with OpenAI's API, a client parses them). Any

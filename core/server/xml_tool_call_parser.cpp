@@ -54,7 +54,8 @@ std::size_t partial_tag(std::string_view text, std::string_view tag) {
 struct AdmittedTypes {
   bool string = false;
   bool null = false;
-  bool known = false;  // the schema names some type
+  bool known = false;   // the schema names some type
+  bool listed = false;  // the schema lists its values (enum, const)
 };
 
 void collect_types(const ordered_json& schema, AdmittedTypes& admitted, int depth) {
@@ -74,6 +75,7 @@ void collect_types(const ordered_json& schema, AdmittedTypes& admitted, int dept
   }
   auto add_value = [&](const ordered_json& value) {
     admitted.known = true;
+    admitted.listed = true;
     admitted.string = admitted.string || value.is_string();
     admitted.null = admitted.null || value.is_null();
   };
@@ -116,6 +118,32 @@ ordered_json typed_value(std::string_view text, const ordered_json* schema) {
   if (text == "False") return false;
   if (text == "None") return nullptr;
   return std::string(text);
+}
+
+// Whether a value of this schema is a string whatever its text, so it can be handed on as it is written:
+// not when the schema lists values (an enum is matched once whole) or admits null ("null" is null).
+bool streams_as_string(const ordered_json* schema) {
+  AdmittedTypes admitted;
+  if (schema) collect_types(*schema, admitted, 0);
+  return (!admitted.known || admitted.string) && !admitted.null && !admitted.listed;
+}
+
+// The JSON string escapes of `text`, without the quotes.
+std::string json_string_body(std::string_view text) {
+  const std::string quoted = ordered_json(std::string(text)).dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
+}
+
+// The bytes at the end of `text` that start a UTF-8 character not complete yet: held back, so a value's
+// pieces are escaped as the whole value would be.
+std::size_t incomplete_utf8_tail(std::string_view text) {
+  for (std::size_t back = 1; back <= std::min<std::size_t>(3, text.size()); ++back) {
+    const auto byte = static_cast<unsigned char>(text[text.size() - back]);
+    if ((byte & 0xC0) == 0x80) continue;  // a continuation byte: look further back for the lead
+    const std::size_t length = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 1;
+    return length > back ? back : 0;
+  }
+  return 0;
 }
 
 // json.dumps(value, ensure_ascii=False): ", " and ": " between items, as vLLM's parsers write arguments.
@@ -180,6 +208,7 @@ void XmlToolCallParser::settle(ToolCallParser::Parts& parts, bool at_end) {
       case State::kText: progress = settle_text(parts, at_end); break;
       case State::kName: progress = settle_name(parts, at_end); break;
       case State::kArguments: progress = settle_arguments(parts, at_end); break;
+      case State::kStringValue: progress = settle_string_value(parts, at_end); break;
       case State::kBlockEnd: progress = settle_block_end(at_end); break;
       case State::kPlain:
         emit_content(parts, held_);
@@ -308,9 +337,17 @@ bool XmlToolCallParser::settle_arguments(ToolCallParser::Parts& parts, bool at_e
         return true;
       }
       value_begin += kValueOpen.size();
+      if (start_string_value(parts, key)) {
+        held_.erase(0, value_begin);
+        return true;
+      }
       value_end = rest.find(kValueClose, value_begin);
       consumed = value_end == std::string_view::npos ? rest.size() : value_end + kValueClose.size();
     } else {
+      if (start_string_value(parts, key)) {
+        held_.erase(0, value_begin);
+        return true;
+      }
       // A value ends at </parameter>, or where the model went on without it (the next parameter, the
       // function's end), whichever comes first.
       for (const std::string_view terminator : {kParameterClose, kParameterOpen, kFunctionClose}) {
@@ -357,19 +394,85 @@ bool XmlToolCallParser::settle_block_end(bool at_end) {
   return false;
 }
 
-void XmlToolCallParser::emit_parameter(ToolCallParser::Parts& parts, std::string_view key, std::string_view value) {
-  const ordered_json* schema = nullptr;
-  if (const auto function = parameters_.find(call_name_); function != parameters_.end()) {
-    if (const auto property = function->second.find(std::string(key)); property != function->second.end()) {
-      schema = &*property;
-    }
-  }
+const ordered_json* XmlToolCallParser::parameter_schema(std::string_view key) const {
+  const auto function = parameters_.find(call_name_);
+  if (function == parameters_.end()) return nullptr;
+  const auto property = function->second.find(std::string(key));
+  return property == function->second.end() ? nullptr : &*property;
+}
+
+std::string XmlToolCallParser::parameter_start(std::string_view key) {
   std::string piece = first_parameter_ ? "" : ", ";
   first_parameter_ = false;
   append_python_json(piece, ordered_json(std::string(key)));
-  piece += ": ";
-  append_python_json(piece, typed_value(value, schema));
+  return piece + ": ";
+}
+
+void XmlToolCallParser::emit_parameter(ToolCallParser::Parts& parts, std::string_view key, std::string_view value) {
+  std::string piece = parameter_start(key);
+  append_python_json(piece, typed_value(value, parameter_schema(key)));
   parts.calls.push_back({false, "", std::move(piece)});
+}
+
+bool XmlToolCallParser::start_string_value(ToolCallParser::Parts& parts, std::string_view key) {
+  if (!streams_as_string(parameter_schema(key))) return false;
+  parts.calls.push_back({false, "", parameter_start(key) + "\""});
+  value_leading_ = true;
+  state_ = State::kStringValue;
+  return true;
+}
+
+// A string value, handed on as it comes: all but what may still be its terminator, the whitespace its end
+// may drop, or an incomplete UTF-8 character.
+bool XmlToolCallParser::settle_string_value(ToolCallParser::Parts& parts, bool at_end) {
+  const bool glm = format_ == ToolCallFormat::kGlm45;
+  if (value_leading_) {  // the format's whitespace before the value: glm45's all, qwen3_coder's one newline
+    if (glm) {
+      std::size_t drop = 0;
+      while (drop < held_.size() && is_space(held_[drop])) ++drop;
+      held_.erase(0, drop);
+    } else if (!held_.empty() && held_[0] == '\n') {
+      held_.erase(0, 1);
+      value_leading_ = false;  // one newline only, however the text is cut
+    }
+    if (held_.empty() && !at_end) return false;
+    value_leading_ = false;
+  }
+  std::size_t end = std::string::npos, consumed = 0;
+  const std::string_view closing = glm ? kValueClose : kParameterClose;
+  for (const std::string_view terminator : {closing, kParameterOpen, kFunctionClose}) {
+    if (glm && terminator != closing) continue;
+    const std::size_t found = held_.find(terminator);
+    if (found < end) {
+      end = found;
+      consumed = found + (terminator == closing ? closing.size() : 0);
+    }
+  }
+  const bool ends = end != std::string::npos || at_end;
+  std::size_t take = std::min(end, held_.size());
+  if (!ends) {
+    std::size_t partial = partial_tag(held_, closing);
+    if (!glm) partial = std::max({partial, partial_tag(held_, kParameterOpen), partial_tag(held_, kFunctionClose)});
+    take = held_.size() - partial;
+  }
+  // The whitespace the value's end drops (glm45: all of it, qwen3_coder: one newline), held until known.
+  std::size_t keep = take;
+  if (glm) {
+    while (keep > 0 && is_space(held_[keep - 1])) --keep;
+  } else if (keep > 0 && held_[keep - 1] == '\n') {
+    --keep;
+  }
+  if (!ends) keep -= incomplete_utf8_tail(std::string_view(held_).substr(0, keep));
+  std::string piece = json_string_body(std::string_view(held_).substr(0, keep));
+  if (ends) piece += '"';
+  if (!piece.empty()) parts.calls.push_back({false, "", std::move(piece)});
+  if (!ends) {
+    held_.erase(0, keep);
+    return false;
+  }
+  held_.erase(0, end == std::string::npos ? held_.size() : consumed);
+  state_ = State::kArguments;
+  return true;
 }
 
 void XmlToolCallParser::close_call(ToolCallParser::Parts& parts) {

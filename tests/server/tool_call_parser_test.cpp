@@ -281,6 +281,27 @@ TEST_CASE("qwen3_coder: <function=name> and <parameter=key> blocks with values t
   }
 }
 
+TEST_CASE("qwen3_coder and glm45: a string value comes in pieces as it is written and others whole", "[tool_calls]") {
+  // The newline before </parameter> is held until it shows it is the format's, not the value's.
+  ToolCallParser parser(ToolCallFormat::kQwen3Coder, false, kTypedTools);
+  std::vector<std::string> arguments;
+  for (const std::string_view token : {"<tool_call>\n<function=get_weather>\n<parameter=city>\n", "San", " Jo", "se\n",
+                                       "</parameter>\n<parameter=days>\n", "2", "\n</parameter>\n</function>",
+                                       "\n</tool_call>"}) {
+    for (ToolCallPiece& piece : parser.add(token).calls) arguments.push_back(std::move(piece.arguments));
+  }
+  REQUIRE(parser.finish().calls.empty());
+  CHECK(arguments == std::vector<std::string>{"{", "\"city\": \"", "San", " Jo", "se", "\"", ", \"days\": 2", "}"});
+  // glm45: a value's whitespace at either end is the format's; inside it, the value's.
+  ToolCallParser glm(ToolCallFormat::kGlm45, false, kTypedTools);
+  arguments.clear();
+  for (const std::string_view token : {"<tool_call>get_weather\n<arg_key>city</arg_key><arg_value> ", "New ",
+                                       "York", "\n</arg_value></tool_call>"}) {
+    for (ToolCallPiece& piece : glm.add(token).calls) arguments.push_back(std::move(piece.arguments));
+  }
+  CHECK(arguments == std::vector<std::string>{"{", "\"city\": \"", "New", " York", "\"", "}"});
+}
+
 TEST_CASE("the tool-call format recognised in real models' chat templates", "[tool_calls]") {
   // llama.cpp's collection of real templates, unpacked by scripts/setup.sh.
   const std::filesystem::path templates = std::filesystem::path(PAGEDLLM_SOURCE_DIR) / ".deps" / "chat-templates";
