@@ -188,8 +188,8 @@ ServerConfig read_server(YamlMapReader section) {
   s.api_keys = read_api_keys(section);
   s.cors = read_cors(section.child("cors"));
   s.reasoning_parser = section.get_choice("reasoning_parser", s.reasoning_parser, {"none", "deepseek_r1", "qwen3"});
-  s.tool_call_parser =
-      section.get_choice("tool_call_parser", s.tool_call_parser, {"auto", "none", "hermes", "llama3_json", "mistral"});
+  s.tool_call_parser = section.get_choice("tool_call_parser", s.tool_call_parser,
+                                         {"auto", "none", "hermes", "llama3_json", "mistral", "glm45", "qwen3_coder"});
   s.io_threads = static_cast<int>(section.get_int("io_threads", s.io_threads, 1, 256));
   s.max_request_body_bytes = section.get_bytes("max_request_body", s.max_request_body_bytes);
   if (s.max_request_body_bytes < 1024) {

@@ -90,7 +90,7 @@ struct ServerConfig {
   // How chat responses split a reasoning model's thinking into reasoning_content: none, deepseek_r1 or
   // qwen3 (core/server/reasoning_parser.h).
   std::string reasoning_parser = "none";
-  // How chat output is parsed into tool calls: auto, none, hermes, llama3_json or mistral
+  // How chat output is parsed into tool calls: auto, none, hermes, llama3_json, mistral, glm45 or qwen3_coder
   // (core/server/tool_call_parser.h). auto: the format the model's chat template writes calls in, and tools
   // refused when it shows none; none: tools are still rendered into the prompt, the output is not parsed.
   std::string tool_call_parser = "auto";

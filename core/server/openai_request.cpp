@@ -235,9 +235,11 @@ void plan_tool_calls(GenerationPlan& plan, const ChatTools& tools, const ToolCal
     plan.tool_calls_forced = true;
   }
   plan.tool_call_format = parser;
-  // Mistral's calls start with [TOOL_CALLS], a special token: kept in the text unless the client says
-  // otherwise (vLLM's mistral parser does the same).
-  if (parser == ToolCallFormat::kMistral && !skip_special_tokens_given) plan.sampling.skip_special_tokens = false;
+  plan.tool_definitions = tools.definitions;
+  // Mistral's calls start with [TOOL_CALLS], GLM's tags (<tool_call>, <arg_key>, ...) are special tokens too:
+  // kept in the text unless the client says otherwise (vLLM's mistral and glm45 parsers do the same).
+  const bool special_markers = parser == ToolCallFormat::kMistral || parser == ToolCallFormat::kGlm45;
+  if (special_markers && !skip_special_tokens_given) plan.sampling.skip_special_tokens = false;
 }
 
 }  // namespace

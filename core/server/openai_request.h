@@ -65,6 +65,8 @@ struct GenerationPlan {
   ToolCallFormat tool_call_format = ToolCallFormat::kNone;
   bool tool_calls_forced = false;   // tool_choice "required" or a named function: constrained to calls
   bool parallel_tool_calls = true;  // false: a choice returns its first call only
+  // The offered tools (ChatTools::definitions): their schemas type glm45's and qwen3_coder's argument values.
+  nlohmann::ordered_json tool_definitions = nullptr;
 
   int num_choices() const { return static_cast<int>(prompts.size()) * sampling.n; }
   // Sequences generated for all prompts.

@@ -235,7 +235,9 @@ std::string ResponseBuilder::add(std::size_t prompt_index, const RequestOutput& 
     }
     json tool_calls = json::array();
     if (plan_.tool_call_format != ToolCallFormat::kNone) {
-      if (!choice.tool_parser) choice.tool_parser.emplace(plan_.tool_call_format, plan_.tool_calls_forced);
+      if (!choice.tool_parser) {
+        choice.tool_parser.emplace(plan_.tool_call_format, plan_.tool_calls_forced, plan_.tool_definitions);
+      }
       ToolCallParser::Parts parts = choice.tool_parser->add(text);
       if (delta.finish_reason) {
         ToolCallParser::Parts rest = choice.tool_parser->finish();

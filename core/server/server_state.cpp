@@ -13,7 +13,7 @@ ToolCallParsing choose_tool_call_parsing(const ServerConfig& config, const token
   if (chat_template == nullptr) {
     host_log().info("tool calls: not parsed (server.tool_call_parser auto, and the model has no chat template)");
     return {ToolCallFormat::kNone, "the model has no chat template to recognise its tool-call format in: set "
-                                   "server.tool_call_parser (hermes, llama3_json or mistral)"};
+                                   "server.tool_call_parser (hermes, llama3_json, mistral, glm45 or qwen3_coder)"};
   }
   if (const auto format = tool_call_format_of_template(chat_template->text())) {
     host_log().info("tool calls: parsed as {} (server.tool_call_parser auto, recognised in the chat template {})",
@@ -25,8 +25,8 @@ ToolCallParsing choose_tool_call_parsing(const ServerConfig& config, const token
                   chat_template->source());
   return {ToolCallFormat::kNone,
           fmt::format("the model's chat template ({}) shows no tool-call format this server recognises: set "
-                      "server.tool_call_parser (hermes, llama3_json or mistral; none renders tools without "
-                      "parsing calls)",
+                      "server.tool_call_parser (hermes, llama3_json, mistral, glm45 or qwen3_coder; none renders "
+                      "tools without parsing calls)",
                       chat_template->source())};
 }
 

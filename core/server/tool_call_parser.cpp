@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/server/xml_tool_call_parser.h"
+
 namespace pagedllm::server {
 
 namespace {
@@ -187,6 +189,8 @@ std::optional<ToolCallFormat> parse_tool_call_format(std::string_view name) {
   if (name == "hermes") return ToolCallFormat::kHermes;
   if (name == "llama3_json") return ToolCallFormat::kLlama3Json;
   if (name == "mistral") return ToolCallFormat::kMistral;
+  if (name == "glm45") return ToolCallFormat::kGlm45;
+  if (name == "qwen3_coder") return ToolCallFormat::kQwen3Coder;
   return std::nullopt;
 }
 
@@ -196,11 +200,17 @@ std::string_view tool_call_format_name(ToolCallFormat format) {
     case ToolCallFormat::kHermes: return "hermes";
     case ToolCallFormat::kLlama3Json: return "llama3_json";
     case ToolCallFormat::kMistral: return "mistral";
+    case ToolCallFormat::kGlm45: return "glm45";
+    case ToolCallFormat::kQwen3Coder: return "qwen3_coder";
   }
   return "none";
 }
 
 std::optional<ToolCallFormat> tool_call_format_of_template(std::string_view chat_template) {
+  auto shows = [&](std::string_view marker) { return chat_template.find(marker) != std::string_view::npos; };
+  // The XML formats also write <tool_call>: recognised first by what they write inside it.
+  if (shows(kHermesOpen) && shows("<arg_key>")) return ToolCallFormat::kGlm45;
+  if (shows(kHermesOpen) && shows("<function=") && shows("<parameter=")) return ToolCallFormat::kQwen3Coder;
   // Llama 3.2's template has no <|python_tag|> (it has no built-in tools) but Meta's instruction for calls.
   constexpr std::string_view kLlamaInstruction = R"(Respond in the format {"name": function name, "parameters")";
   const std::pair<std::string_view, ToolCallFormat> markers[] = {{kHermesOpen, ToolCallFormat::kHermes},
@@ -216,16 +226,29 @@ std::optional<ToolCallFormat> tool_call_format_of_template(std::string_view chat
   return found;
 }
 
-ToolCallParser::ToolCallParser(ToolCallFormat format, bool calls_forced) : format_(format) {
+ToolCallParser::ToolCallParser(ToolCallFormat format, bool calls_forced, const nlohmann::ordered_json& tool_definitions)
+    : format_(format) {
   switch (format) {
     case ToolCallFormat::kNone: state_ = State::kPlain; break;
     case ToolCallFormat::kHermes: state_ = State::kText; break;
     case ToolCallFormat::kLlama3Json: state_ = State::kLeading; break;
     case ToolCallFormat::kMistral: state_ = calls_forced ? State::kCall : State::kText; break;
+    case ToolCallFormat::kGlm45:
+    case ToolCallFormat::kQwen3Coder:
+      state_ = State::kPlain;  // unused: xml_ parses
+      xml_ = std::make_unique<XmlToolCallParser>(format, tool_definitions);
+      break;
   }
 }
 
+ToolCallParser::~ToolCallParser() = default;
+ToolCallParser::ToolCallParser(ToolCallParser&&) noexcept = default;
+ToolCallParser& ToolCallParser::operator=(ToolCallParser&&) noexcept = default;
+
+bool ToolCallParser::found_calls() const { return xml_ ? xml_->found_calls() : found_calls_; }
+
 ToolCallParser::Parts ToolCallParser::add(std::string_view text) {
+  if (xml_) return xml_->add(text);
   held_ += text;
   Parts parts;
   settle(parts, false);
@@ -233,6 +256,7 @@ ToolCallParser::Parts ToolCallParser::add(std::string_view text) {
 }
 
 ToolCallParser::Parts ToolCallParser::finish() {
+  if (xml_) return xml_->finish();
   Parts parts;
   settle(parts, true);
   pending_space_.clear();  // whitespace after the last call
@@ -287,7 +311,9 @@ void ToolCallParser::after_call() {
     case ToolCallFormat::kHermes: state_ = State::kHermesEnd; break;
     case ToolCallFormat::kLlama3Json: state_ = State::kLeading; break;
     case ToolCallFormat::kMistral: state_ = in_mistral_list_ ? State::kListNext : State::kText; break;
-    case ToolCallFormat::kNone: state_ = State::kPlain; break;
+    case ToolCallFormat::kNone:
+    case ToolCallFormat::kGlm45:
+    case ToolCallFormat::kQwen3Coder: state_ = State::kPlain; break;
   }
 }
 

@@ -13,6 +13,11 @@
 //   mistral      Mistral: [TOOL_CALLS] followed by a JSON list of {"name": ..., "arguments": {...}}, or
 //                (v11 tokenizers on) by name[ARGS]{...}, each call after its own [TOOL_CALLS]; the text
 //                before is content.
+//   glm45        GLM-4.5/4.6/4.7: <tool_call>name\n<arg_key>k</arg_key>\n<arg_value>v</arg_value>\n</tool_call>
+//   qwen3_coder  Qwen3-Coder: <tool_call>\n<function=name>\n<parameter=k>\nv\n</parameter>\n</function>
+//                \n</tool_call>. These two write values, not JSON: XmlToolCallParser (xml_tool_call_parser.h)
+//                parses them, typing each value by the request's tool schemas (string values stream as they
+//                come, other values whole).
 // A call streams when its object starts with "name" and then its arguments' key (the order every model's
 // template shows it): from the arguments' '{' on, the model's text is the arguments as written, up to the
 // bracket that closes them, whether or not they parse (as with OpenAI's API, a client parses them). Any
@@ -21,24 +26,30 @@
 // required or a named function: the output was constrained to calls) mistral's list may come without
 // [TOOL_CALLS], a special token the constraint cannot write.
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace pagedllm::server {
 
-enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral };
+enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral, kGlm45, kQwen3Coder };
 
-// "none", "hermes", "llama3_json", "mistral"; nullopt for another name.
+class XmlToolCallParser;
+
+// "none", "hermes", "llama3_json", "mistral", "glm45", "qwen3_coder"; nullopt for another name.
 std::optional<ToolCallFormat> parse_tool_call_format(std::string_view name);
 // The inverse: the format's name in server.tool_call_parser.
 std::string_view tool_call_format_name(ToolCallFormat format);
 
 // The format a chat template writes tool calls in, recognised by the marker it renders them with:
-// <tool_call> (hermes), <|python_tag|> or Meta's instruction to answer {"name": function name, "parameters":
-// ...} (llama3_json: Llama 3.1 to 3.3) or [TOOL_CALLS] (mistral); nullopt when it shows none of them, or
-// those of two formats.
+// <tool_call> with <arg_key> (glm45) or with <function= and <parameter= (qwen3_coder), else <tool_call>
+// (hermes), <|python_tag|> or Meta's instruction to answer {"name": function name, "parameters": ...}
+// (llama3_json: Llama 3.1 to 3.3) or [TOOL_CALLS] (mistral); nullopt when it shows none of them, or those of
+// two formats.
 std::optional<ToolCallFormat> tool_call_format_of_template(std::string_view chat_template);
 
 // How a server parses tool calls: server.tool_call_parser, or with "auto" the chat template's format.
@@ -64,7 +75,12 @@ class ToolCallParser {
     std::vector<ToolCallPiece> calls;
   };
 
-  ToolCallParser(ToolCallFormat format, bool calls_forced);
+  // `tool_definitions`: the request's tools (ChatTools::definitions), whose schemas type the values of the
+  // formats that write values rather than JSON (glm45, qwen3_coder).
+  ToolCallParser(ToolCallFormat format, bool calls_forced, const nlohmann::ordered_json& tool_definitions = nullptr);
+  ~ToolCallParser();
+  ToolCallParser(ToolCallParser&&) noexcept;
+  ToolCallParser& operator=(ToolCallParser&&) noexcept;
 
   // The next piece of the output: the content and the pieces of calls it (with what was held back) makes.
   Parts add(std::string_view text);
@@ -72,7 +88,7 @@ class ToolCallParser {
   Parts finish();
 
   // Whether any call was opened so far.
-  bool found_calls() const { return found_calls_; }
+  bool found_calls() const;
 
   // Tracks JSON brackets outside strings, one character at a time: where a value that starts with a bracket
   // ends. Whether it is valid JSON is not its concern.
@@ -124,6 +140,7 @@ class ToolCallParser {
   bool content_after_call_ = false;  // content came after the last call (whitespace is content again)
   std::string pending_space_;        // whitespace right after a call, kept until text shows it is content
   BracketScanner scanner_;           // kArguments: the arguments' brackets; kCallTail: the call object's
+  std::unique_ptr<XmlToolCallParser> xml_;  // glm45, qwen3_coder: the parse is its
 };
 
 }  // namespace pagedllm::server

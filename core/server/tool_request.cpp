@@ -156,8 +156,10 @@ ChatTools parse_chat_tools(const json& request, const ordered_json& ordered_requ
 
 OutputConstraint tool_call_constraint(const ChatTools& tools, ToolCallFormat format) {
   // Each call is the format's fixed text around the arguments: `begin` and `end` of an xgrammar tag whose
-  // content is the function's parameters schema.
-  std::string call_begin, call_end, separator;
+  // content is the function's parameters schema, as JSON or (glm45, qwen3_coder) as the format's XML
+  // parameters, which xgrammar's styles glm_xml and qwen_xml write.
+  std::string call_begin, call_end, separator, style = "json";
+  bool name_as_json = true;  // the name in `call_begin` written as a JSON string, or bare
   switch (format) {
     case ToolCallFormat::kHermes:
       call_begin = "<tool_call>\n{{\"name\": {}, \"arguments\": ";
@@ -174,9 +176,24 @@ OutputConstraint tool_call_constraint(const ChatTools& tools, ToolCallFormat for
       call_end = "}";
       separator = ", ";
       break;
+    case ToolCallFormat::kGlm45:
+      call_begin = "<tool_call>{}\n";
+      call_end = "</tool_call>";
+      separator = "\n";
+      style = "glm_xml";
+      name_as_json = false;
+      break;
+    case ToolCallFormat::kQwen3Coder:
+      call_begin = "<tool_call>\n<function={}>\n";
+      call_end = "\n</function>\n</tool_call>";
+      separator = "\n";
+      style = "qwen_xml";
+      name_as_json = false;
+      break;
     case ToolCallFormat::kNone:
       throw invalid_request("'tool_choice' \"required\" or a named function needs a tool call format: set "
-                            "server.tool_call_parser (hermes, llama3_json or mistral) in the server's config",
+                            "server.tool_call_parser (hermes, llama3_json, mistral, glm45 or qwen3_coder) in the "
+                            "server's config",
                             "tool_choice");
   }
   ordered_json tags = ordered_json::array();
@@ -189,11 +206,13 @@ OutputConstraint tool_call_constraint(const ChatTools& tools, ToolCallFormat for
     // A forced call's arguments are an object, which is what every parser reads ("null" of a type list
     // would be no call).
     schema["type"] = "object";
+    // Whitespace runs bounded as constraint_xgrammar's max_whitespace default bounds them, so a model cannot
+    // stall in whitespace inside a forced call.
+    ordered_json content = {{"type", "json_schema"}, {"json_schema", std::move(schema)}, {"max_whitespace_cnt", 16}};
+    if (style != "json") content["style"] = style;
     tags.push_back({{"type", "tag"},
-                    {"begin", fmt::format(fmt::runtime(call_begin), ordered_json(name).dump())},
-                    // Whitespace runs bounded as constraint_xgrammar's max_whitespace default bounds them,
-                    // so a model cannot stall in whitespace inside a forced call.
-                    {"content", {{"type", "json_schema"}, {"json_schema", std::move(schema)}, {"max_whitespace_cnt", 16}}},
+                    {"begin", fmt::format(fmt::runtime(call_begin), name_as_json ? ordered_json(name).dump() : name)},
+                    {"content", std::move(content)},
                     {"end", call_end}});
   }
   ordered_json calls = {{"type", "tags_with_separator"},

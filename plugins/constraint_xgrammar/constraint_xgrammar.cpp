@@ -38,7 +38,8 @@ struct Matcher {
   throw pllm::Error(PLLM_ERROR_INVALID_ARGUMENT, message);
 }
 
-// An EBNF string literal of `text` (xgrammar's escapes: \" \\ and \xNN for control bytes).
+// An EBNF string literal of `text` (xgrammar's escapes: \" \\ and \u00NN for control bytes; not \xNN,
+// whose digits xgrammar reads on as far as they go, so "\n2" written \x0a2 would be U+00A2).
 std::string ebnf_literal(const std::string& text) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out = "\"";
@@ -48,7 +49,7 @@ std::string ebnf_literal(const std::string& text) {
       out += '\\';
       out += c;
     } else if (byte < 0x20 || byte == 0x7f) {
-      out += "\\x";
+      out += "\\u00";
       out += kHex[byte >> 4];
       out += kHex[byte & 15];
     } else {

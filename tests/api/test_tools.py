@@ -14,7 +14,10 @@ from tokenizers import Tokenizer
 from transformers.utils.chat_template_utils import render_jinja_template
 
 ROOT = Path(__file__).resolve().parents[2]
-QWEN_TEMPLATE = ROOT / ".deps" / "chat-templates" / "Qwen-Qwen2.5-7B-Instruct.jinja"
+CHAT_TEMPLATES = ROOT / ".deps" / "chat-templates"
+QWEN_TEMPLATE = CHAT_TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja"
+# The formats that write calls as XML, each with a real template of its family (llama.cpp's collection).
+XML_TEMPLATES = {"glm45": CHAT_TEMPLATES / "GLM-4.6.jinja", "qwen3_coder": CHAT_TEMPLATES / "Qwen3-Coder.jinja"}
 
 WEATHER_SCHEMA = {
     "type": "object",
@@ -40,7 +43,24 @@ WRITTEN = {
     # Mistral's v11 tokenizers on: each call after its own marker, its name bare, its arguments after [ARGS].
     "mistral v11": ("Looking.", "Looking." + "".join(f"[TOOL_CALLS]{n}[ARGS]{json.dumps(a)}" for n, a in CALLS)),
 }
-PARSER = {"hermes": "hermes", "llama3_json": "llama3_json", "mistral": "mistral", "mistral v11": "mistral"}
+PARSER = {"hermes": "hermes", "llama3_json": "llama3_json", "mistral": "mistral", "mistral v11": "mistral",
+          "glm45": "glm45", "qwen3_coder": "qwen3_coder"}
+
+
+def written_by_template(template, calls, tools=TOOLS):
+    """What a model writes for `calls` after "Let me look.": its own chat template's rendering (jinja2) of that
+    assistant turn, from the content to the end of the last call; and the content, the text before the first."""
+    messages = ASK + [{"role": "assistant", "content": "Let me look.", "tool_calls": [
+        {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
+        for i, (name, arguments) in enumerate(calls)]}]
+    text = render_jinja_template([messages], tools=tools, chat_template=template.read_text(),
+                                 add_generation_prompt=False)[0][0]
+    text = text[text.rindex("Let me look."):text.rindex("</tool_call>") + len("</tool_call>")]
+    return text[:text.index("<tool_call>")], text
+
+
+for _parser, _template in XML_TEMPLATES.items():
+    WRITTEN[_parser] = written_by_template(_template, CALLS)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +72,8 @@ def servers(start_server):
             overrides = [f"server.tool_call_parser={parser}"]
             if parser == "hermes":
                 overrides.append(f"model.chat_template='{QWEN_TEMPLATE}'")
+            if parser in XML_TEMPLATES:
+                overrides.append(f"model.chat_template='{XML_TEMPLATES[parser]}'")
             host = start_server(overrides)
             client = host.client()
             started[parser] = (host, client, client.models.list().data[0].id)
@@ -309,3 +331,50 @@ def test_arguments_cut_off_by_max_tokens_come_as_written_whole_and_streamed(serv
             calls[delta.index] = (name + (delta.function.name or ""), arguments + (delta.function.arguments or ""))
     assert finish_reason == "length"
     assert list(calls.values()) == [("get_weather", written[opened:])]
+
+
+@pytest.mark.parametrize("parser", sorted(XML_TEMPLATES))
+def test_xml_calls_come_back_typed_by_the_schema(servers, parser):
+    """GLM's and Qwen3-Coder's calls write values, not JSON: what the model's own template writes for a call
+    (a string that looks like a number, an integer, an object, a boolean) comes back as the same arguments,
+    each value typed by its parameter's schema, whole and streamed."""
+    client, model = servers(parser)
+    tools = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {
+        "code": {"type": "string"}, "count": {"type": "integer"}, "filters": {"type": "object"},
+        "exact": {"type": "boolean"}, "note": {"type": ["string", "null"]}}}}}]
+    calls = [("lookup", {"code": "007", "count": 3, "filters": {"tags": ["a", "b"], "max": 2.5}, "exact": True,
+                         "note": "two\nlines <b>"})]
+    content, text = written_by_template(XML_TEMPLATES[parser], calls, tools)
+    args = dict(model=model, messages=ASK, tools=tools, max_tokens=300, temperature=0,
+                extra_body={"guided_choice": [text]})
+    choice = client.chat.completions.create(**args).choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == content
+    assert calls_of(choice.message.tool_calls) == calls
+    with client.chat.completions.stream(**args) as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_completion().choices[0]
+    assert calls_of(final.message.tool_calls) == calls
+    assert [c.function.arguments for c in final.message.tool_calls] == \
+        [c.function.arguments for c in choice.message.tool_calls]
+
+
+@pytest.mark.parametrize("template, parser", [("GLM-4.6.jinja", "glm45"), ("GLM-4.7-Flash.jinja", "glm45"),
+                                              ("Qwen3-Coder.jinja", "qwen3_coder"), ("Qwen3.5-4B.jinja", "qwen3_coder")])
+def test_xml_parsers_chosen_from_the_chat_template(start_server, template, parser):
+    """tool_call_parser auto tells GLM's and Qwen3-Coder's templates from hermes (all write <tool_call>) by
+    what they write inside it, and reads the calls each template writes (GLM-4.7's without newlines)."""
+    content, text = written_by_template(CHAT_TEMPLATES / template, CALLS)
+    host = start_server([f"model.chat_template='{CHAT_TEMPLATES / template}'", "logging.level=info"])
+    try:
+        with host.client() as client:
+            model = client.models.list().data[0].id
+            message = client.chat.completions.create(model=model, messages=ASK, tools=TOOLS, max_tokens=300,
+                                                     temperature=0, extra_body={"guided_choice": [text]}
+                                                     ).choices[0].message
+        assert f"tool calls: parsed as {parser} (server.tool_call_parser auto" in host.log()
+        assert calls_of(message.tool_calls) == CALLS
+        assert message.content == content
+    finally:
+        assert host.stop() == 0, host.log()

@@ -52,11 +52,8 @@ REQUIRED = [
 ]
 
 # Templates jinja2 renders but this engine refuses, each with why (a feature no
-# template of the families served uses).
-UNSUPPORTED = {
-    "ByteDance-Seed-OSS.jinja": "a dict literal with integer keys (dict keys are strings here, as JSON's are)",
-    "meetkai-functionary-medium-v3.1.jinja": "jinja2's Markup: '...'|safe + text HTML-escapes the text",
-}
+# template of the families served uses). None today.
+UNSUPPORTED = {}
 
 WEATHER_TOOL = {
     "type": "function",

@@ -96,6 +96,31 @@ TEST_CASE("jinja: the filters, tests and methods chat templates call", "[jinja]"
   CHECK_THAT(error_of("{{ [1]|select('odd')|length }}"), Catch::Contains("has no len()"));
 }
 
+TEST_CASE("jinja: dict keys are any hashable value matched as Python matches them", "[jinja]") {
+  CHECK(render("{% set d = {1: 'a', 2.5: 'b', none: 'c', true: 'd', (1, 2): 'e'} %}"
+               "{{ d }}|{{ d[1] }}|{{ d[1.0] }}|{{ d[(1, 2)] }}|{{ d[none] }}") ==
+        "{1: 'd', 2.5: 'b', None: 'c', (1, 2): 'e'}|d|d|e|c");
+  CHECK(render("{% for k, v in {3: 'c', 1: 'a', 2: 'b'}|dictsort %}{{ k }}{{ v }},{% endfor %}") == "1a,2b,3c,");
+  CHECK(render("{% for k, v in {10: 'x', 2: 'y'}.items() %}{{ k * 2 }}={{ v }};{% endfor %}") == "20=x;4=y;");
+  CHECK(render("{{ 1 in {1: 'a'} }} {{ '1' in {1: 'a'} }} {{ {1: 'a'}.get(1) }}") == "True False a");
+  CHECK(render("{{ {3: 'c', 1: 'a', true: 'x', 2.5: 'f', none: 0}|tojson }}") ==
+        R"({"3": "c", "1": "x", "2.5": "f", "null": 0})");
+  CHECK(render("{{ {3: 'c', 1: 'a', 2.5: 'f'}|tojson(sort_keys=true) }}") == R"({"1": "a", "2.5": "f", "3": "c"})");
+  CHECK_THAT(error_of("{{ {[1]: 'c'} }}"), Catch::Contains("unhashable type: 'list'"));
+  CHECK_THAT(error_of("{{ {(1, 2): 'c'}|tojson }}"), Catch::Contains("keys must be str, int, float, bool or None"));
+  CHECK_THAT(error_of("{{ {3: 'c', 'a': 1}|tojson(sort_keys=true) }}"), Catch::Contains("'<' not supported"));
+}
+
+TEST_CASE("jinja: Markup as jinja2 has it: |safe + text escapes the text", "[jinja]") {
+  CHECK(render("{{ 'x'|safe + '<y>' }}|{{ '<y>' + 'x'|safe }}|{{ ('<a>'|safe) + ('<b>'|safe) }}|{{ '<a>'|e + '<' }}") ==
+        "x&lt;y&gt;|&lt;y&gt;x|<a><b>|&lt;a&gt;&lt;");
+  CHECK(render("{{ ('<a>'|safe) ~ '<' }}|{{ ('a'|safe) * 2 + '<' }}|{{ 'a'|safe is escaped }}|{{ ['a'|safe] }}") ==
+        "<a><|aa&lt;|True|[Markup('a')]");
+  CHECK(render("{{ ('<x>'|safe).upper() + '<' }}|{{ ('{}'|safe).format('<') }}|{{ ('a'|safe)|replace('a', 'b') + '<' }}") ==
+        "<X>&lt;|&lt;|b<");
+  CHECK(render("{{ {'a'|safe: 1}['a'] }}|{{ ('a'|safe)|tojson }}") == "1|\"a\"");
+}
+
 TEST_CASE("jinja: errors say what and where, as jinja2 words them", "[jinja]") {
   CHECK_THAT(error_of("a\n{{ raise_exception('no system role') }}"), Catch::Equals("line 2: no system role"));
   CHECK_THAT(error_of("{{ x.y }}"), Catch::Contains("'x' is undefined"));

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/server/tool_call_parser.h"
 
 using namespace pagedllm::server;
@@ -23,8 +25,8 @@ struct Parsed {
 };
 
 Parsed parse(ToolCallFormat format, const std::string& text, const std::vector<std::size_t>& cuts,
-             bool forced = false) {
-  ToolCallParser parser(format, forced);
+             bool forced = false, const nlohmann::ordered_json& tools = nullptr) {
+  ToolCallParser parser(format, forced, tools);
   Parsed out;
   auto take = [&](ToolCallParser::Parts&& parts) {
     out.content += parts.content;
@@ -47,17 +49,28 @@ Parsed parse(ToolCallFormat format, const std::string& text, const std::vector<s
   return out;
 }
 
-void check_every_cut(ToolCallFormat format, const std::string& text, const Parsed& expected, bool forced = false) {
+void check_every_cut(ToolCallFormat format, const std::string& text, const Parsed& expected, bool forced = false,
+                     const nlohmann::ordered_json& tools = nullptr) {
   INFO(text);
-  CHECK(parse(format, text, {}, forced) == expected);
+  CHECK(parse(format, text, {}, forced, tools) == expected);
   std::vector<std::size_t> bytes;
   for (std::size_t cut = 1; cut < text.size(); ++cut) {
     INFO("cut at " << cut);
-    CHECK(parse(format, text, {cut}, forced) == expected);
+    CHECK(parse(format, text, {cut}, forced, tools) == expected);
     bytes.push_back(cut);
   }
-  CHECK(parse(format, text, bytes, forced) == expected);
+  CHECK(parse(format, text, bytes, forced, tools) == expected);
 }
+
+// The tools of a request, as ChatTools::definitions holds them: each parameter's schema types its value.
+const nlohmann::ordered_json kTypedTools = nlohmann::ordered_json::parse(R"([
+  {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string"}, "unit": {"enum": ["C", "F"]}, "days": {"type": "integer"}, "metric": {"type": "boolean"},
+    "where": {"type": "object"}, "hours": {"type": "array", "items": {"type": "number"}},
+    "note": {"type": ["string", "null"]}, "code": {"type": "string"}, "ratio": {"anyOf": [{"type": "number"},
+    {"type": "null"}]}, "level": {"enum": [1, 2, 3]}, "free": {"description": "no type"}}}}},
+  {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+])");
 
 }  // namespace
 
@@ -77,6 +90,8 @@ TEST_CASE("tool call formats by their vLLM names", "[tool_calls]") {
   CHECK(parse_tool_call_format("hermes") == ToolCallFormat::kHermes);
   CHECK(parse_tool_call_format("llama3_json") == ToolCallFormat::kLlama3Json);
   CHECK(parse_tool_call_format("mistral") == ToolCallFormat::kMistral);
+  CHECK(parse_tool_call_format("glm45") == ToolCallFormat::kGlm45);
+  CHECK(parse_tool_call_format("qwen3_coder") == ToolCallFormat::kQwen3Coder);
   CHECK_FALSE(parse_tool_call_format("qwen").has_value());
 }
 
@@ -193,6 +208,100 @@ TEST_CASE("mistral: a list that is not calls, or no list, is content", "[tool_ca
   check_every_cut(ToolCallFormat::kMistral, R"([TOOL_CALLS] [{"name": "a"}, 3])", {" 3]", {"a {}"}});
 }
 
+TEST_CASE("glm45: each <tool_call> block a call with its name on the first line and its values typed by the schema",
+          "[tool_calls]") {
+  // As GLM-4.5/4.6's template writes calls (strings bare, other values as JSON), and 4.7's without newlines.
+  check_every_cut(ToolCallFormat::kGlm45,
+                  "Let me check.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n"
+                  "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>\n<tool_call>get_time\n</tool_call>",
+                  {"Let me check.\n", {R"(get_weather {"city": "Paris", "days": 2})", "get_time {}"}}, false, kTypedTools);
+  check_every_cut(ToolCallFormat::kGlm45,
+                  "<tool_call>get_weather<arg_key>where</arg_key><arg_value>{\"lat\": 1.5, \"tags\": [\"a\"]}"
+                  "</arg_value><arg_key>metric</arg_key><arg_value>True</arg_value><arg_key>code</arg_key>"
+                  "<arg_value>007</arg_value></tool_call>",
+                  {"", {R"(get_weather {"where": {"lat": 1.5, "tags": ["a"]}, "metric": true, "code": "007"})"}}, false,
+                  kTypedTools);
+  // A value that does not parse as its type stays a string; one of no typed parameter (or function) stays
+  // the text; null where the schema admits it.
+  check_every_cut(ToolCallFormat::kGlm45,
+                  "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_value>two</arg_value>\n<arg_key>free"
+                  "</arg_key>\n<arg_value>42</arg_value>\n<arg_key>extra</arg_key>\n<arg_value>[1]</arg_value>\n"
+                  "<arg_key>note</arg_key>\n<arg_value>null</arg_value>\n<arg_key>ratio</arg_key>\n<arg_value>0.5"
+                  "</arg_value>\n<arg_key>level</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+                  {"", {R"(get_weather {"days": "two", "free": "42", "extra": "[1]", "note": null, "ratio": 0.5, "level": 3})"}},
+                  false, kTypedTools);
+  check_every_cut(ToolCallFormat::kGlm45, "<tool_call>unknown_tool\n<arg_key>n</arg_key>\n<arg_value>1</arg_value>\n</tool_call>",
+                  {"", {R"(unknown_tool {"n": "1"})"}}, false, kTypedTools);
+}
+
+TEST_CASE("glm45: output cut inside a call closes it with what was written and a block with no name is content",
+          "[tool_calls]") {
+  check_every_cut(ToolCallFormat::kGlm45, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Par",
+                  {"", {R"(get_weather {"city": "Par"})"}}, false, kTypedTools);
+  check_every_cut(ToolCallFormat::kGlm45, "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Oslo</arg_value>\n<arg_k",
+                  {"", {R"(get_weather {"city": "Oslo"})"}}, false, kTypedTools);
+  // A key without its value ends the call; the rest of its block is dropped, what follows the block is content.
+  check_every_cut(ToolCallFormat::kGlm45,
+                  "<tool_call>get_weather\n<arg_key>city</arg_key>oops</tool_call> Done.",
+                  {" Done.", {"get_weather {}"}}, false, kTypedTools);
+  for (const std::string text : {"<tool_call>\n<arg_key>k</arg_key></tool_call>", "<tool_call>get weather\n</tool_call>",
+                                 "<tool_call>get_weather", "<tool_call>", "No call: <tool_ca"}) {
+    check_every_cut(ToolCallFormat::kGlm45, text, {text, {}}, false, kTypedTools);
+  }
+}
+
+TEST_CASE("qwen3_coder: <function=name> and <parameter=key> blocks with values typed by the schema", "[tool_calls]") {
+  // As Qwen3-Coder's template writes calls: a value between newlines, strings bare, others as JSON.
+  check_every_cut(ToolCallFormat::kQwen3Coder,
+                  "I will look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nSan Jose\n</parameter>\n"
+                  "<parameter=days>\n2\n</parameter>\n<parameter=hours>\n[1, 2.5]\n</parameter>\n</function>\n"
+                  "</tool_call>\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>",
+                  {"I will look.\n", {R"(get_weather {"city": "San Jose", "days": 2, "hours": [1, 2.5]})", "get_time {}"}},
+                  false, kTypedTools);
+  // A string keeps its inner newlines and spaces; only one newline at each end is the format's.
+  check_every_cut(ToolCallFormat::kQwen3Coder,
+                  "<tool_call>\n<function=get_weather>\n<parameter=city>\n\n  two\nlines \n\n</parameter>\n"
+                  "</function>\n</tool_call>",
+                  {"", {R"(get_weather {"city": "\n  two\nlines \n"})"}}, false, kTypedTools);
+  // A parameter left open ends at the next one or at </function>, as vLLM reads it.
+  check_every_cut(ToolCallFormat::kQwen3Coder,
+                  "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n<parameter=days>\n3\n</function>\n</tool_call>",
+                  {"", {R"(get_weather {"city": "Oslo", "days": 3})"}}, false, kTypedTools);
+  // Whitespace around a value the schema lists (as xgrammar's qwen_xml pads a forced enum) is not part of it.
+  check_every_cut(ToolCallFormat::kQwen3Coder,
+                  "<tool_call>\n<function=get_weather>\n<parameter=unit>\n  F \t\r\n</parameter>\n<parameter=days>"
+                  " 4\t</parameter>\n</function>\n</tool_call>",
+                  {"", {R"(get_weather {"unit": "F", "days": 4})"}}, false, kTypedTools);
+  // Cut off inside a value (max_tokens): the call closes with what was written.
+  check_every_cut(ToolCallFormat::kQwen3Coder, "<tool_call>\n<function=get_weather>\n<parameter=city>\nOs",
+                  {"", {R"(get_weather {"city": "Os"})"}}, false, kTypedTools);
+  for (const std::string text : {"<tool_call>\n{\"name\": \"f\"}\n</tool_call>", "<tool_call>\n<function=get weather>",
+                                 "<tool_call>\n<func", "a < b"}) {
+    check_every_cut(ToolCallFormat::kQwen3Coder, text, {text, {}}, false, kTypedTools);
+  }
+}
+
+TEST_CASE("qwen3_coder and glm45: a string value comes in pieces as it is written and others whole", "[tool_calls]") {
+  // The newline before </parameter> is held until it shows it is the format's, not the value's.
+  ToolCallParser parser(ToolCallFormat::kQwen3Coder, false, kTypedTools);
+  std::vector<std::string> arguments;
+  for (const std::string_view token : {"<tool_call>\n<function=get_weather>\n<parameter=city>\n", "San", " Jo", "se\n",
+                                       "</parameter>\n<parameter=days>\n", "2", "\n</parameter>\n</function>",
+                                       "\n</tool_call>"}) {
+    for (ToolCallPiece& piece : parser.add(token).calls) arguments.push_back(std::move(piece.arguments));
+  }
+  REQUIRE(parser.finish().calls.empty());
+  CHECK(arguments == std::vector<std::string>{"{", "\"city\": \"", "San", " Jo", "se", "\"", ", \"days\": 2", "}"});
+  // glm45: a value's whitespace at either end is the format's; inside it, the value's.
+  ToolCallParser glm(ToolCallFormat::kGlm45, false, kTypedTools);
+  arguments.clear();
+  for (const std::string_view token : {"<tool_call>get_weather\n<arg_key>city</arg_key><arg_value> ", "New ",
+                                       "York", "\n</arg_value></tool_call>"}) {
+    for (ToolCallPiece& piece : glm.add(token).calls) arguments.push_back(std::move(piece.arguments));
+  }
+  CHECK(arguments == std::vector<std::string>{"{", "\"city\": \"", "New", " York", "\"", "}"});
+}
+
 TEST_CASE("the tool-call format recognised in real models' chat templates", "[tool_calls]") {
   // llama.cpp's collection of real templates, unpacked by scripts/setup.sh.
   const std::filesystem::path templates = std::filesystem::path(PAGEDLLM_SOURCE_DIR) / ".deps" / "chat-templates";
@@ -216,6 +325,14 @@ TEST_CASE("the tool-call format recognised in real models' chat templates", "[to
                                  "Mistral-Small-3.2-24B-Instruct-2506.jinja", "unsloth-mistral-Devstral-Small-2507.jinja"}) {
     INFO(name);
     CHECK(format_of(name) == ToolCallFormat::kMistral);
+  }
+  for (const std::string name : {"GLM-4.6.jinja", "GLM-4.7-Flash.jinja"}) {
+    INFO(name);
+    CHECK(format_of(name) == ToolCallFormat::kGlm45);
+  }
+  for (const std::string name : {"Qwen3-Coder.jinja", "Qwen3.5-4B.jinja", "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja"}) {
+    INFO(name);
+    CHECK(format_of(name) == ToolCallFormat::kQwen3Coder);
   }
   // Templates without tool calls, or with a format no parser reads (DeepSeek's own markers).
   for (const std::string name : {"google-gemma-2-2b-it.jinja", "microsoft-Phi-3.5-mini-instruct.jinja",

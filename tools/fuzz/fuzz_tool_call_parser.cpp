@@ -1,5 +1,6 @@
 // Tool calls parsed from hostile model output (core/server/tool_call_parser.h): the first byte picks the
-// format and whether calls were forced, the second where the text is cut, the rest is the output. Properties:
+// format (bits 0, 1 and 3) and whether calls were forced (bit 2), the second where the text is cut, the rest
+// is the output; glm45's and qwen3_coder's values are typed by a fixed request's tool schemas. Properties:
 // the parse never throws or crashes; the text fed whole, cut once, and byte by byte gives the same content
 // and calls (a stream and a whole response agree); every call has a name, and its arguments (the pieces joined)
 // are a JSON object's text or, streamed as the model wrote them, start as one.
@@ -8,6 +9,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/server/tool_call_parser.h"
 
@@ -22,7 +25,10 @@ struct Parsed {
 };
 
 Parsed parse(ToolCallFormat format, bool forced, std::string_view text, const std::vector<std::size_t>& cuts) {
-  ToolCallParser parser(format, forced);
+  static const nlohmann::ordered_json tools = nlohmann::ordered_json::parse(R"([{"type": "function", "function": {
+    "name": "f", "parameters": {"type": "object", "properties": {"s": {"type": "string"}, "n": {"type": "integer"},
+    "o": {"type": "object"}, "b": {"type": ["boolean", "null"]}}}}}])");
+  ToolCallParser parser(format, forced, tools);
   Parsed out;
   auto take = [&](ToolCallParser::Parts&& parts) {
     out.content += parts.content;
@@ -55,8 +61,10 @@ Parsed parse(ToolCallFormat format, bool forced, std::string_view text, const st
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 2) return 0;
   constexpr ToolCallFormat kFormats[] = {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json,
-                                         ToolCallFormat::kMistral, ToolCallFormat::kNone};
-  const ToolCallFormat format = kFormats[data[0] % 4];
+                                         ToolCallFormat::kMistral, ToolCallFormat::kNone,
+                                         ToolCallFormat::kGlm45, ToolCallFormat::kQwen3Coder,
+                                         ToolCallFormat::kGlm45, ToolCallFormat::kQwen3Coder};
+  const ToolCallFormat format = kFormats[(data[0] & 3) | ((data[0] >> 1) & 4)];
   const bool forced = (data[0] & 4) != 0;
   const std::string_view text(reinterpret_cast<const char*>(data + 2), size - 2);
   const Parsed whole = parse(format, forced, text, {});

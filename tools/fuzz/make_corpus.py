@@ -202,7 +202,8 @@ def main():
     seeds["draft_vocab"] += [read("models/pagedllm-tiny-eagle/draft_vocab.json"),
                              json.dumps({"token_ids": vocab["token_ids"][:1100]}).encode(),
                              json.dumps({"token_ids": [3, 1, 2, 3]}).encode()]
-    # Tool calls: byte 0 the format (0 hermes, 1 llama3_json, 2 mistral; +4 forced), byte 1 the cut.
+    # Tool calls: byte 0 the format (0 hermes, 1 llama3_json, 2 mistral, 8 glm45, 9 qwen3_coder; +4 forced),
+    # byte 1 the cut.
     seeds["tool_call_parser"] += [
         bytes([0, 9]) + b'Sure.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
         bytes([0, 3]) + b'<tool_call>{"name": "f", "arguments": "{\\"a\\": [1, {}]}"}</tool_call><tool_call>{bad',
@@ -211,6 +212,10 @@ def main():
         bytes([6, 1]) + b'[{"name": "a", "arguments": {"k": "v"}}]',
         bytes([2, 7]) + b'Hm.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS] {}',
         bytes([0, 30]) + b'<tool_call>{"name": "f", "arguments": {"s": "<b", "n": [1, </tool_call> x',
+        bytes([8, 12]) + b'Ok.\n<tool_call>f\n<arg_key>s</arg_key>\n<arg_value>a<b</arg_value>\n<arg_key>n</arg_key>'
+                         b'\n<arg_value>3</arg_value>\n</tool_call>',
+        bytes([9, 40]) + b'<tool_call>\n<function=f>\n<parameter=o>\n{"k": [1]}\n</parameter>\n<parameter=b>\nTrue\n'
+                         b'</parameter>\n</function>\n</tool_call>',
     ]
     for target, items in seeds.items():
         d = out / target

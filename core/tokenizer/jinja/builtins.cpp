@@ -309,6 +309,14 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
+// markupsafe.escape: Markup stays as it is; anything else is made a string and escaped.
+Value escape(const Value& v) { return v.is_markup() ? v : Value::markup(html_escape(v.str())); }
+
+// The same kind of string as `like`: Markup when `like` is Markup (what Markup's own methods return).
+Value string_like(const Value& like, std::string text) {
+  return like.is_markup() ? Value::markup(std::move(text)) : Value(std::move(text));
+}
+
 Value sorted(Evaluator& evaluator, std::vector<Value> items, bool reverse, bool case_sensitive, const Value& attribute) {
   auto key = [&](const Value& v) {
     Value k = attribute.is_undefined() || attribute.is_none() ? v : attribute_of(evaluator, v, attribute.str());
@@ -429,10 +437,10 @@ const std::unordered_map<std::string_view, Filter>& filters() {
       Params(args, "capitalize", {});
       const std::string s = v.str();
       auto parts = characters(s);
-      if (parts.empty()) return Value(std::string());
+      if (parts.empty()) return string_like(v, std::string());
       std::string rest;
       for (std::size_t i = 1; i < parts.size(); ++i) rest += parts[i];
-      return Value(map_case(parts[0], true) + map_case(rest, false));
+      return string_like(v, map_case(parts[0], true) + map_case(rest, false));
     };
     t["length"] = [](Evaluator&, Value v, Arguments& args) {
       Params(args, "length", {});
@@ -449,7 +457,9 @@ const std::unordered_map<std::string_view, Filter>& filters() {
     t["dictsort"] = [](Evaluator& e, Value v, Arguments& args) {
       Params p(args, "dictsort", {"case_sensitive", "by", "reverse"});
       if (!v.is_dict()) throw TemplateError("dictsort: a dict is needed, not " + v.type_name());
-      const bool by_value = p.get(1, Value("key")).str() == "value";
+      const std::string by = p.get(1, Value("key")).str();
+      if (by != "key" && by != "value") throw TemplateError("You can only sort by either \"key\" or \"value\"");
+      const bool by_value = by == "value";
       std::vector<Value> pairs;
       for (const auto& [key, value] : v.dict_entries().entries) pairs.push_back(Value::tuple({Value(key), value}));
       const bool case_sensitive = p.get(0, Value(false)).truthy();
@@ -458,10 +468,13 @@ const std::unordered_map<std::string_view, Filter>& filters() {
     };
     t["escape"] = [](Evaluator&, Value v, Arguments& args) {
       Params(args, "escape", {});
-      return Value(html_escape(v.str()));
+      return escape(v);
     };
     t["e"] = t["escape"];
-    t["forceescape"] = t["escape"];
+    t["forceescape"] = [](Evaluator&, Value v, Arguments& args) {
+      Params(args, "forceescape", {});
+      return Value::markup(html_escape(v.str()));
+    };
     t["first"] = [](Evaluator&, Value v, Arguments& args) {
       Params(args, "first", {});
       auto items = iterate(v, 0);
@@ -516,11 +529,11 @@ const std::unordered_map<std::string_view, Filter>& filters() {
     };
     t["lower"] = [](Evaluator&, Value v, Arguments& args) {
       Params(args, "lower", {});
-      return Value(map_case(v.str(), false));
+      return string_like(v, map_case(v.str(), false));
     };
     t["upper"] = [](Evaluator&, Value v, Arguments& args) {
       Params(args, "upper", {});
-      return Value(map_case(v.str(), true));
+      return string_like(v, map_case(v.str(), true));
     };
     t["map"] = [](Evaluator& e, Value v, Arguments& args) {
       std::vector<Value> out;
@@ -579,7 +592,7 @@ const std::unordered_map<std::string_view, Filter>& filters() {
         auto parts = characters(v.as_string());
         std::string out;
         for (auto it = parts.rbegin(); it != parts.rend(); ++it) out += *it;
-        return Value(std::move(out));
+        return string_like(v, std::move(out));
       }
       auto items = iterate(v, 0);
       std::reverse(items.begin(), items.end());
@@ -605,7 +618,7 @@ const std::unordered_map<std::string_view, Filter>& filters() {
     };
     t["safe"] = [](Evaluator&, Value v, Arguments& args) {
       Params(args, "safe", {});
-      return v;
+      return v.is_markup() ? v : Value::markup(v.str());
     };
     t["select"] = [](Evaluator& e, Value v, Arguments& args) { return select(e, v, args, true, false, 0); };
     t["reject"] = [](Evaluator& e, Value v, Arguments& args) { return select(e, v, args, false, false, 0); };
@@ -617,7 +630,7 @@ const std::unordered_map<std::string_view, Filter>& filters() {
     };
     t["string"] = [](Evaluator&, Value v, Arguments& args) {
       Params(args, "string", {});
-      return Value(v.str());
+      return v.is_string() ? v : Value(v.str());
     };
     t["sum"] = [](Evaluator& e, Value v, Arguments& args) {
       Params p(args, "sum", {"attribute", "start"});
@@ -650,7 +663,7 @@ const std::unordered_map<std::string_view, Filter>& filters() {
     t["tojson"] = to_json_filter;
     t["trim"] = [](Evaluator&, Value v, Arguments& args) {
       Params p(args, "trim", {"chars"});
-      return Value(strip(v.str(), p.get(0), true, true));
+      return string_like(v, strip(v.str(), p.get(0), true, true));
     };
     t["unique"] = [](Evaluator& e, Value v, Arguments& args) {
       Params p(args, "unique", {"case_sensitive", "attribute"});
@@ -696,7 +709,7 @@ const std::unordered_map<std::string_view, Filter>& filters() {
         }
       }
       if (first) out = indentation + out;
-      return check_size(e, std::move(out));
+      return string_like(v, check_size(e, std::move(out)).as_string());
     };
     return t;
   }();
@@ -746,7 +759,7 @@ const std::unordered_map<std::string_view, Test>& tests() {
       return v.is_undefined() || v.is_string() || (v.is_list() && !v.is_generator()) || (v.is_dict() && !v.is_namespace());
     });
     simple("callable", [](const Value& v) { return v.is_function(); });
-    simple("escaped", [](const Value&) { return false; });
+    simple("escaped", [](const Value& v) { return v.is_markup(); });
     simple("odd", [](const Value& v) { return require_int(v, "odd") % 2 != 0; });
     simple("even", [](const Value& v) { return require_int(v, "even") % 2 == 0; });
     simple("lower", [](const Value& v) { return v.is_string() && map_case(v.as_string(), false) == v.as_string(); });
@@ -764,7 +777,8 @@ const std::unordered_map<std::string_view, Test>& tests() {
     compare({"ge", ">="}, [](const Value& a, const Value& b) { return !less(a, b); });
     compare({"sameas"}, [](const Value& a, const Value& b) {
       if (a.is_none() || a.is_bool() || b.is_none() || b.is_bool()) return a.kind() == b.kind() && a == b;
-      return a.kind() == b.kind() && a == b && (a.is_list() || a.is_dict() ? &a.items() == &b.items() : true);
+      if (a.is_dict() || b.is_dict()) return a.is_dict() && b.is_dict() && &a.dict_entries() == &b.dict_entries();
+      return a.kind() == b.kind() && a == b && (a.is_list() ? &a.items() == &b.items() : true);
     });
     compare({"divisibleby"}, [](const Value& a, const Value& b) {
       const std::int64_t d = require_int(b, "divisibleby");
@@ -774,7 +788,10 @@ const std::unordered_map<std::string_view, Test>& tests() {
     compare({"in"}, [](const Value& a, const Value& b) {
       if (b.is_string()) return a.is_string() && b.as_string().find(a.as_string()) != std::string::npos;
       if (b.is_list()) return std::find(b.items().begin(), b.items().end(), a) != b.items().end();
-      if (b.is_dict()) return a.is_string() && b.dict_entries().find(a.as_string()) != nullptr;
+      if (b.is_dict()) {
+        if (!a.hashable()) throw TemplateError(fmt::format("unhashable type: '{}'", a.type_name()));
+        return b.dict_entries().find_item(a) != nullptr;
+      }
       throw TemplateError(fmt::format("argument of type '{}' is not iterable", b.type_name()));
     });
     return t;
@@ -968,15 +985,42 @@ Value string_method(Evaluator& evaluator, const std::string& s, const std::strin
   return Value::undefined(fmt::format("'str object' has no attribute '{}'", name));
 }
 
+// Markup's methods (markupsafe): those that make a string return Markup, after HTML-escaping
+// their plain-string arguments (replace's, format's fields, join's items); split and splitlines
+// return Markup pieces. The others (startswith, find, ...) are str's.
+Value markup_method(Evaluator& evaluator, const Value& target, const std::string& name) {
+  Value method = string_method(evaluator, target.as_string(), name);
+  static constexpr std::string_view kMakesMarkup[] = {"strip", "lstrip", "rstrip", "upper", "lower", "title",
+                                                       "capitalize", "replace", "format", "join", "split", "rsplit",
+                                                       "splitlines"};
+  if (!method.is_function() || std::find(std::begin(kMakesMarkup), std::end(kMakesMarkup), name) == std::end(kMakesMarkup)) {
+    return method;
+  }
+  return Value::function("Markup." + name, [method, name](Arguments& args) {
+    if (name == "replace" || name == "format") {
+      for (Value& argument : args.positional) argument = escape(argument);
+      for (auto& keyword : args.keyword) keyword.second = escape(keyword.second);
+    } else if (name == "join" && !args.positional.empty()) {
+      std::vector<Value> items;
+      for (const Value& item : iterate(args.positional[0], 0)) items.push_back(escape(item));
+      args.positional[0] = Value::list(std::move(items));
+    }
+    Value result = method.call(args);
+    if (!result.is_list()) return Value::markup(result.as_string());
+    std::vector<Value> pieces;
+    for (const Value& piece : result.items()) pieces.push_back(Value::markup(piece.as_string()));
+    return Value::list(std::move(pieces));
+  });
+}
+
 Value dict_method(const Value& dict, const std::string& name) {
   auto method = [&](std::function<Value(Arguments&)> f) { return Value::function("dict." + name, std::move(f)); };
   if (name == "get") {
     return method([dict](Arguments& args) {
       Params p(args, "get", {"key", "default"});
       const Value key = p.get(0);
-      if (key.is_string()) {
-        if (const Value* v = dict.dict_entries().find(key.as_string())) return *v;
-      }
+      if (!key.hashable()) throw TemplateError(fmt::format("unhashable type: '{}'", key.type_name()));
+      if (const Value* v = dict.dict_entries().find_item(key)) return *v;
       return p.get(1, Value::none());
     });
   }
@@ -1066,7 +1110,9 @@ Value get_attribute(Evaluator& evaluator, const Value& target, const std::string
       return Value::undefined(fmt::format("'{}' has no attribute '{}'",
                                           target.is_namespace() ? "Namespace object" : "dict object", name));
     }
-    case Value::Kind::kString: return string_method(evaluator, target.as_string(), name);
+    case Value::Kind::kString:
+      if (target.is_markup()) return markup_method(evaluator, target, name);
+      return string_method(evaluator, target.as_string(), name);
     case Value::Kind::kList:
       if (target.is_generator()) break;
       if (Value method = list_method(target, name); !method.is_undefined()) return method;
@@ -1084,9 +1130,7 @@ Value get_item(const Value& target, const Value& key, int line) {
   switch (target.kind()) {
     case Value::Kind::kUndefined: throw TemplateError(target.undefined_name(), line);
     case Value::Kind::kDict:
-      if (key.is_string()) {
-        if (const Value* v = target.dict_entries().find(key.as_string())) return *v;
-      }
+      if (const Value* v = target.dict_entries().find_item(key)) return *v;
       return Value::undefined(fmt::format("'dict object' has no attribute {}", key.repr()));
     case Value::Kind::kList:
     case Value::Kind::kString: {
@@ -1104,7 +1148,7 @@ Value get_item(const Value& target, const Value& key, int line) {
       const auto size = static_cast<std::int64_t>(parts.size());
       const std::int64_t index = normalize_index(key.as_int(), size);
       if (index < 0 || index >= size) return Value::undefined(fmt::format("str object has no element {}", key.as_int()));
-      return Value(std::string(parts[static_cast<std::size_t>(index)]));
+      return string_like(target, std::string(parts[static_cast<std::size_t>(index)]));
     }
     case Value::Kind::kNone:
     case Value::Kind::kBool:
@@ -1148,7 +1192,7 @@ Value slice(const Value& target, const Value& start, const Value& stop, const Va
   if (target.is_string()) {
     std::string out;
     for (auto i : picks) out += chars[static_cast<std::size_t>(i)];
-    return Value(std::move(out));
+    return string_like(target, std::move(out));
   }
   std::vector<Value> out;
   for (auto i : picks) out.push_back(target.items()[static_cast<std::size_t>(i)]);
@@ -1246,7 +1290,13 @@ Value binary_operator(Evaluator& evaluator, const std::string& op, const Value& 
     throw unsupported();
   }
   if (op == "+") {
-    if (left.is_string() && right.is_string()) return check_size(evaluator, left.as_string() + right.as_string());
+    if (left.is_string() && right.is_string()) {
+      // Markup + str (either order) escapes the plain string: jinja2's `'...'|safe + text`.
+      if (left.is_markup() || right.is_markup()) {
+        return Value::markup(check_size(evaluator, escape(left).as_string() + escape(right).as_string()).as_string());
+      }
+      return check_size(evaluator, left.as_string() + right.as_string());
+    }
     if (left.is_list() && right.is_list() && left.is_tuple() == right.is_tuple() && !left.is_generator() &&
         !right.is_generator()) {
       if (left.items().size() + right.items().size() > evaluator.max_string_bytes() / 16) {
@@ -1270,7 +1320,7 @@ Value binary_operator(Evaluator& evaluator, const std::string& op, const Value& 
       if (sequence.is_string()) {
         std::string out;
         for (std::int64_t i = 0; i < n; ++i) out += sequence.as_string();
-        return Value(std::move(out));
+        return string_like(sequence, std::move(out));
       }
       std::vector<Value> items;
       for (std::int64_t i = 0; i < n; ++i) items.insert(items.end(), sequence.items().begin(), sequence.items().end());
@@ -1342,7 +1392,7 @@ Value global_function(const std::string& name) {
         if (!initial.is_dict()) {
           throw TemplateError(fmt::format("{}() takes a dict or keyword arguments", is_namespace ? "namespace" : "dict"));
         }
-        for (const auto& [key, value] : initial.dict_entries().entries) out.dict_entries().set(key, value);
+        for (const auto& [key, value] : initial.dict_entries().entries) out.dict_entries().set_item(key, value);
       }
       for (const auto& [key, value] : args.keyword) out.dict_entries().set(key, value);
       return out;

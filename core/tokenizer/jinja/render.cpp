@@ -56,7 +56,10 @@ enum class Flow { kNormal, kBreak, kContinue };
 class Renderer final : public Evaluator {
  public:
   Renderer(const Value& variables, const RenderLimits& limits) : limits_(limits) {
-    for (const auto& [key, value] : variables.dict_entries().entries) globals_.set(key, value);
+    for (const auto& [key, value] : variables.dict_entries().entries) {
+      if (!key.is_string()) throw TemplateError("a template's variable names must be strings, not " + key.type_name());
+      globals_.set(key.as_string(), value);
+    }
   }
 
   std::string run(const Node& root) {
@@ -303,8 +306,8 @@ class Renderer final : public Evaluator {
         Value dict = Value::dict();
         for (std::size_t i = 0; i + 1 < e.operands.size(); i += 2) {
           Value key = evaluate(*e.operands[i], scope);
-          if (!key.is_string()) throw TemplateError("dict keys in a template must be strings", e.line);
-          dict.dict_entries().set(key.as_string(), evaluate(*e.operands[i + 1], scope));
+          if (!key.hashable()) throw TemplateError(fmt::format("unhashable type: '{}'", key.type_name()), e.line);
+          dict.dict_entries().set_item(std::move(key), evaluate(*e.operands[i + 1], scope));
         }
         return dict;
       }

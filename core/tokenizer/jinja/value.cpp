@@ -13,17 +13,30 @@
 
 namespace pagedllm::jinja {
 
-const Value* Dict::find(std::string_view key) const {
-  for (const auto& [name, value] : entries) {
-    if (name == key) return &value;
+const Value* Dict::find(std::string_view name) const {
+  for (const auto& [key, value] : entries) {
+    if (key.is_string() && key.as_string() == name) return &value;
   }
   return nullptr;
 }
 
-void Dict::set(std::string key, Value value) {
-  for (auto& [name, existing] : entries) {
-    if (name == key) {
-      existing = std::move(value);
+void Dict::set(std::string name, Value value) { set_item(Value(std::move(name)), std::move(value)); }
+
+void Dict::set(const char* name, Value value) { set_item(Value(name), std::move(value)); }
+
+const Value* Dict::find_item(const Value& key) const {
+  if (!key.hashable()) return nullptr;
+  for (const auto& [existing, value] : entries) {
+    if (existing == key) return &value;
+  }
+  return nullptr;
+}
+
+void Dict::set_item(Value key, Value value) {
+  if (!key.hashable()) throw TemplateError(fmt::format("unhashable type: '{}'", key.type_name()));
+  for (auto& [existing, slot] : entries) {
+    if (existing == key) {
+      slot = std::move(value);
       return;
     }
   }
@@ -46,6 +59,12 @@ Value::Value(bool b) : kind_(Kind::kBool), bool_(b) {}
 Value::Value(std::int64_t i) : kind_(Kind::kInt), int_(i) {}
 Value::Value(double f) : kind_(Kind::kFloat), float_(f) {}
 Value::Value(std::string s) : kind_(Kind::kString), string_(std::move(s)) {}
+
+Value Value::markup(std::string s) {
+  Value v(std::move(s));
+  v.markup_ = true;
+  return v;
+}
 
 Value Value::list(std::vector<Value> items) {
   Value v;
@@ -102,6 +121,13 @@ bool Value::truthy() const {
   return false;
 }
 
+bool Value::hashable() const {
+  if (kind_ == Kind::kDict) return namespace_;  // a namespace hashes by identity, as any object
+  if (kind_ != Kind::kList || generator_) return true;
+  if (!tuple_) return false;
+  return std::all_of(list_->begin(), list_->end(), [](const Value& item) { return item.hashable(); });
+}
+
 double Value::as_double() const {
   if (kind_ == Kind::kFloat) return float_;
   return static_cast<double>(as_int());
@@ -114,7 +140,7 @@ std::string Value::type_name() const {
     case Kind::kBool: return "bool";
     case Kind::kInt: return "int";
     case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
+    case Kind::kString: return markup_ ? "Markup" : "str";
     case Kind::kList: return generator_ ? "generator" : tuple_ ? "tuple" : "list";
     case Kind::kDict: return namespace_ ? "Namespace" : "dict";
     case Kind::kFunction: return "function";
@@ -205,6 +231,36 @@ void append_json_string(std::string& out, const std::string& s) {
   out += '"';
 }
 
+// The string json.dumps writes for a dict key: numbers, booleans and None become their JSON text.
+std::string json_key(const Value& key) {
+  switch (key.kind()) {
+    case Value::Kind::kString: return key.as_string();
+    case Value::Kind::kNone: return "null";
+    case Value::Kind::kBool: return key.as_bool() ? "true" : "false";
+    case Value::Kind::kInt: return std::to_string(key.as_int());
+    case Value::Kind::kFloat: {
+      const double f = key.as_double();
+      if (std::isnan(f)) return "NaN";
+      if (std::isinf(f)) return f > 0 ? "Infinity" : "-Infinity";
+      return python_float_repr(f);
+    }
+    case Value::Kind::kUndefined:
+    case Value::Kind::kList:
+    case Value::Kind::kDict:
+    case Value::Kind::kFunction: break;
+  }
+  throw TemplateError(fmt::format("keys must be str, int, float, bool or None, not {}", key.type_name()));
+}
+
+bool json_key_less(const Value& a, const Value& b) {
+  if (a.is_number() && b.is_number()) {
+    if (a.is_float() || b.is_float()) return a.as_double() < b.as_double();
+    return a.as_int() < b.as_int();
+  }
+  if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
+  throw TemplateError(fmt::format("'<' not supported between instances of '{}' and '{}'", b.type_name(), a.type_name()));
+}
+
 void append_json(std::string& out, const Value& value, const Value::JsonStyle& style, int depth) {
   if (depth > 512) throw TemplateError("tojson: a value nested deeper than 512 levels");
   const bool indented = style.indent >= 0;
@@ -249,10 +305,12 @@ void append_json(std::string& out, const Value& value, const Value::JsonStyle& s
       return;
     }
     case Value::Kind::kDict: {
-      std::vector<const std::pair<std::string, Value>*> entries;
+      std::vector<const std::pair<Value, Value>*> entries;
       for (const auto& entry : value.dict_entries().entries) entries.push_back(&entry);
       if (style.sort_keys) {
-        std::stable_sort(entries.begin(), entries.end(), [](auto* a, auto* b) { return a->first < b->first; });
+        // Python sorts the keys as they are (numbers as numbers) before making them strings,
+        // and cannot order a str and an int.
+        std::stable_sort(entries.begin(), entries.end(), [](auto* a, auto* b) { return json_key_less(a->first, b->first); });
       }
       if (entries.empty()) {
         out += "{}";
@@ -262,7 +320,7 @@ void append_json(std::string& out, const Value& value, const Value::JsonStyle& s
       for (std::size_t i = 0; i < entries.size(); ++i) {
         if (i > 0) out += item_separator;
         newline(depth + 1);
-        append_json_string(out, entries[i]->first);
+        append_json_string(out, json_key(entries[i]->first));
         out += key_separator;
         append_json(out, entries[i]->second, style, depth + 1);
       }
@@ -291,7 +349,7 @@ std::string Value::repr() const {
     case Kind::kBool: return bool_ ? "True" : "False";
     case Kind::kInt: return std::to_string(int_);
     case Kind::kFloat: return python_float_repr(float_);
-    case Kind::kString: return python_string_repr(string_);
+    case Kind::kString: return markup_ ? "Markup(" + python_string_repr(string_) + ")" : python_string_repr(string_);
     case Kind::kList: {
       if (generator_) return "<generator object>";
       std::string out = tuple_ ? "(" : "[";
@@ -310,7 +368,7 @@ std::string Value::repr() const {
       for (const auto& [key, value] : dict_->entries) {
         if (!first) out += ", ";
         first = false;
-        out += python_string_repr(key) + ": " + value.repr();
+        out += key.repr() + ": " + value.repr();
       }
       return out + "}";
     }
@@ -376,7 +434,7 @@ bool operator==(const Value& a, const Value& b) {
       if (a.namespace_ || b.namespace_) return a.dict_ == b.dict_;
       if (a.dict_->entries.size() != b.dict_->entries.size()) return false;
       for (const auto& [key, value] : a.dict_->entries) {
-        const Value* other = b.dict_->find(key);
+        const Value* other = b.dict_->find_item(key);
         if (!other || !(value == *other)) return false;
       }
       return true;

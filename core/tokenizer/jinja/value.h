@@ -4,7 +4,8 @@
 // prints 0.5, `{{ [1, 'a'] }}` prints [1, 'a'], `True == 1` holds, and a
 // string's length counts code points. Lists and dicts are shared by
 // reference, as Python's are; namespaces are dicts whose attributes `set`
-// may assign.
+// may assign. A string may be jinja2's Markup (what `|safe` and `|escape`
+// return): concatenating it with a plain string HTML-escapes the plain one.
 
 #include <cstdint>
 #include <functional>
@@ -28,12 +29,20 @@ struct Arguments {
 
 using Function = std::function<Value(Arguments&)>;
 
-// A dict's entries in insertion order (Python 3.7+), keys always strings.
+// A dict's entries in insertion order (Python 3.7+). A key is any hashable value (a string,
+// number, None or tuple of those) and keys match with Python's ==, so 1, 1.0 and True are one
+// key and the first one written stays, as in Python.
 struct Dict {
-  std::vector<std::pair<std::string, Value>> entries;
+  std::vector<std::pair<Value, Value>> entries;
 
-  const Value* find(std::string_view key) const;
-  void set(std::string key, Value value);
+  // The entry whose key is the string `name` (attributes, variables, JSON keys).
+  const Value* find(std::string_view name) const;
+  void set(std::string name, Value value);
+  void set(const char* name, Value value);
+  // dict[key]: nullptr for a key that is absent or unhashable.
+  const Value* find_item(const Value& key) const;
+  // dict[key] = value: a TemplateError ("unhashable type: 'list'") for a list or dict key.
+  void set_item(Value key, Value value);
 };
 
 class Value {
@@ -49,6 +58,8 @@ class Value {
   Value(double f);
   Value(std::string s);
   Value(const char* s) : Value(std::string(s)) {}
+  // jinja2's Markup: a string that is already HTML-safe.
+  static Value markup(std::string s);
   static Value list(std::vector<Value> items = {});
   static Value tuple(std::vector<Value> items);
   // What jinja2's map/select/reject filters return: a Python generator, always
@@ -66,6 +77,7 @@ class Value {
   bool is_float() const { return kind_ == Kind::kFloat; }
   bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
   bool is_string() const { return kind_ == Kind::kString; }
+  bool is_markup() const { return kind_ == Kind::kString && markup_; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_tuple() const { return kind_ == Kind::kList && tuple_; }
   bool is_generator() const { return kind_ == Kind::kList && generator_; }
@@ -74,6 +86,8 @@ class Value {
   bool is_function() const { return kind_ == Kind::kFunction; }
 
   bool truthy() const;  // Python's bool(); undefined is false
+  // Whether Python can hash it (be a dict key): not a list or dict, nor a tuple holding one.
+  bool hashable() const;
   bool as_bool() const { return bool_; }
   std::int64_t as_int() const { return kind_ == Kind::kBool ? (bool_ ? 1 : 0) : int_; }
   double as_double() const;  // any number
@@ -113,6 +127,7 @@ class Value {
   bool tuple_ = false;
   bool generator_ = false;
   bool namespace_ = false;
+  bool markup_ = false;
   std::int64_t int_ = 0;
   double float_ = 0;
   std::string string_;

@@ -17,11 +17,11 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// Raw (byte) tokens; id 9 is the stop token (EOS), id 10 a special token whose text is "a".
-const std::vector<std::string> kVocab = {"a", "b", "ab", "c", "{", "}", "\"", "1", "x\"y", "</s>", "a"};
+// Raw (byte) tokens; id 9 is the stop token (EOS), id 10 a special token whose text is "a", id 11 a newline.
+const std::vector<std::string> kVocab = {"a", "b", "ab", "c", "{", "}", "\"", "1", "x\"y", "</s>", "a", "\n"};
 constexpr int32_t kEos = 9;
 constexpr int32_t kSpecial = 10;
-constexpr int32_t kVocabSize = 40;  // the model's logits are wider than the tokenizer: ids 11..39 never allowed
+constexpr int32_t kVocabSize = 40;  // the model's logits are wider than the tokenizer: ids 12..39 never allowed
 
 class Constraint {
  public:
@@ -168,6 +168,11 @@ TEST_CASE("constraint_xgrammar: choices with quotes, regexes and JSON schemas", 
   Constraint c;
   auto quoted = c.matcher(PLLM_CONSTRAINT_CHOICE, R"(["x\"y"])");
   CHECK(quoted->allowed() == std::set<int32_t>{8});
+  // A control character followed by a hex digit is that character, then the digit (not one code point).
+  auto newline = c.matcher(PLLM_CONSTRAINT_CHOICE, R"(["\n1"])");
+  CHECK(newline->allowed() == std::set<int32_t>{11});
+  CHECK(newline->accept(11));
+  CHECK(newline->allowed() == std::set<int32_t>{7});
   auto regex = c.matcher(PLLM_CONSTRAINT_REGEX, "(ab|c)+1");
   CHECK(regex->allowed() == std::set<int32_t>{0, 2, 3});
   CHECK(regex->accept(3));
