@@ -4,11 +4,11 @@
 // SDK's or the kernels' code), the activations quantized the way weights.h
 // and linear.cpp state (llama.cpp's Q8_0 / Q8_1 / Q8_K: redone here), and the
 // products summed in float64 block by block in the form llama.cpp computes
-// them (d_w * d_a * integer sum, plus Q4_1's m_w * s_a and the K-quants'
-// dmin * d_a * sum of min * block sums). On every instruction-set level the
+// them (d_w * d_a * integer sum, plus Q4_1's and Q5_1's m_w * s_a and the
+// K-quants' dmin * d_a * sum of min * block sums). On every instruction-set level the
 // CPU has, m = 1, 3, 16, 17, 33, widths of 32-element blocks that are not a
 // multiple of 256 (the widths llama.cpp's files fall back to Q8_0 / Q4_0 /
-// Q4_1 for). Past kDotRowsMaxRows rows linear() multiplies f32 activations by
+// Q4_1 / Q5_0 / Q5_1 for). Past kDotRowsMaxRows rows linear() multiplies f32 activations by
 // the weights dequantized to f32 (SGEMM): the oracle there is the float64 sum
 // of a_i * w_i with w_i decoded here in float64.
 //
@@ -62,6 +62,7 @@ struct Layout {
 };
 constexpr Layout kLayouts[] = {
     {BlockType::kQ8_0, "Q8_0", 32, 34}, {BlockType::kQ4_0, "Q4_0", 32, 18}, {BlockType::kQ4_1, "Q4_1", 32, 20},
+    {BlockType::kQ5_0, "Q5_0", 32, 22}, {BlockType::kQ5_1, "Q5_1", 32, 24},
     {BlockType::kQ4_K, "Q4_K", 256, 144}, {BlockType::kQ5_K, "Q5_K", 256, 176}, {BlockType::kQ6_K, "Q6_K", 256, 210},
 };
 
@@ -86,10 +87,12 @@ std::vector<uint8_t> random_blocks(const Layout& layout, int64_t blocks, uint32_
   for (int64_t i = 0; i < blocks; ++i) {
     uint8_t* b = data.data() + i * layout.bytes;
     switch (layout.type) {
-      case BlockType::kQ8_0: case BlockType::kQ4_0: put_f16(b, scale(rng)); break;
-      case BlockType::kQ4_1: case BlockType::kQ4_K: case BlockType::kQ5_K:
+      case BlockType::kQ8_0: case BlockType::kQ4_0: case BlockType::kQ5_0: put_f16(b, scale(rng)); break;
+      case BlockType::kQ4_1: case BlockType::kQ5_1: case BlockType::kQ4_K: case BlockType::kQ5_K:
         put_f16(b, scale(rng));
-        put_f16(b + 2, layout.type == BlockType::kQ4_1 ? -8 * scale(rng) : scale(rng));
+        put_f16(b + 2, layout.type == BlockType::kQ4_1   ? -8 * scale(rng)
+                       : layout.type == BlockType::kQ5_1 ? -16 * scale(rng)
+                                                         : scale(rng));
         break;
       case BlockType::kQ6_K: put_f16(b + 208, scale(rng)); break;
       case BlockType::kNone: break;
@@ -154,6 +157,15 @@ void k_scale_min(const uint8_t* p, int j, int& scale, int& min) {
   }
 }
 
+// Element i (unsigned, 0..31) of a Q5_0 or Q5_1 (with_min) block: nibble i of qs (bytes' low nibbles for
+// elements 0-15, high for 16-31), bit 4 from bit i of the little-endian u32 qh.
+int q5_element(const uint8_t* b, bool with_min, int i) {
+  const uint8_t* qh = b + (with_min ? 4 : 2);
+  const uint8_t* qs = qh + 4;
+  const int nibble = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+  return nibble + 16 * ((qh[i / 8] >> (i % 8)) & 1);
+}
+
 // One output's sum of block terms in float64, and the sum of the magnitudes
 // of its products (element by element: the SIMD kernels hold parts of a block
 // in separate lanes, whose partial sums may be larger than the block's term).
@@ -189,6 +201,19 @@ void block_term(const Layout& layout, const uint8_t* b, const ActBlock& a, Term&
       }
       t.add(f16_at(b) * a.d, sum, abs_sum);
       if (layout.type == BlockType::kQ4_1) t.add(f16_at(b + 2) * a.s, 1, 1);
+      return;
+    }
+    case BlockType::kQ5_0:
+    case BlockType::kQ5_1: {
+      const bool with_min = layout.type == BlockType::kQ5_1;
+      long sum = 0, abs_sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        const int q = q5_element(b, with_min, i) - (with_min ? 0 : 16);
+        sum += q * a.q[std::size_t(i)];
+        abs_sum += std::abs(q * a.q[std::size_t(i)]);
+      }
+      t.add(f16_at(b) * a.d, sum, abs_sum);
+      if (with_min) t.add(f16_at(b + 2) * a.s, 1, 1);
       return;
     }
     case BlockType::kQ4_K:
@@ -247,6 +272,16 @@ void decode_block(const Layout& layout, const uint8_t* b, double* value, double*
         const int q = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
         value[i] = with_min ? f16_at(b) * q + f16_at(b + 2) : f16_at(b) * (q - 8);
         magnitude[i] = std::abs(f16_at(b) * (with_min ? q : q - 8)) + (with_min ? std::abs(f16_at(b + 2)) : 0.0);
+      }
+      return;
+    }
+    case BlockType::kQ5_0:
+    case BlockType::kQ5_1: {
+      const bool with_min = layout.type == BlockType::kQ5_1;
+      for (int i = 0; i < 32; ++i) {
+        const int q = q5_element(b, with_min, i) - (with_min ? 0 : 16);
+        value[i] = f16_at(b) * q + (with_min ? f16_at(b + 2) : 0.0);
+        magnitude[i] = std::abs(f16_at(b) * q) + (with_min ? std::abs(f16_at(b + 2)) : 0.0);
       }
       return;
     }
