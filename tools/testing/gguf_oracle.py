@@ -1,7 +1,8 @@
 """llama.cpp (through llama-cpp-python) as the oracle for pagedllm's GGUF loading.
 
 Usage:
-  gguf_oracle.py make DIR            writes DIR/tiny-{f16,q8_0,spm,q4_k_m,q5_k_m,q5_0,q5_1}.gguf and DIR/bad-*.gguf
+  gguf_oracle.py make DIR            writes DIR/tiny-*.gguf (f16, q8_0, spm and llama.cpp's quantizations of
+                                     k-f16.gguf) and DIR/bad-*.gguf
   gguf_oracle.py run IN.json OUT.json
   gguf_oracle.py dequantize TYPE IN.bin OUT.f32
 
@@ -14,11 +15,14 @@ tiny-q8_0.gguf: Q8_0 matrices, tied embeddings (no output.weight), pre-tokenizer
 "llama-bpe" (llama3's regex, merges ignored for whole words, BOS added).
 tiny-spm.gguf: a SentencePiece ("llama") vocabulary trained here with the sentencepiece
 package (BPE, byte fallback, digits split, as Llama 2's), BF16 embedding and output,
-Q4_0 matrices. tiny-q4_k_m.gguf, tiny-q5_k_m.gguf, tiny-q5_0.gguf, tiny-q5_1.gguf: a
-random model with 256-wide rows (k-f16.gguf) quantized by llama.cpp's own quantizer (Q4_K
-or Q5_K matrices, Q6_K for output.weight, attn_v and some ffn_down; Q5_0 or Q5_1 matrices,
-Q6_K for output.weight). bad-*.gguf: files the loader must refuse (another architecture, a missing
-tensor, a tensor type it does not dequantize (MXFP4), an infinite block scale, an unknown pre-tokenizer).
+Q4_0 matrices. tiny-{q4_k_m,q5_k_m,q5_0,q5_1,q3_k_m,q2_k}.gguf: a random
+model with 256-wide rows (k-f16.gguf) quantized by llama.cpp's own quantizer, with its
+mixes: Q6_K output.weight in all; Q4_K_M / Q5_K_M: Q4_K or Q5_K matrices, Q6_K for attn_v
+and some ffn_down; Q3_K_M: Q3_K matrices, Q4_K attn_output and ffn_down, Q5_K attn_v;
+Q2_K: Q2_K matrices, Q3_K attn_output, attn_v and ffn_down; Q5_0 / Q5_1 one type.
+bad-*.gguf: files the loader must refuse (another architecture, a missing tensor, a
+tensor type it does not dequantize (MXFP4), an infinite block scale, an unknown
+pre-tokenizer).
 
 dequantize: IN.bin, whole blocks of ggml type TYPE (Q5_0, IQ4_XS, ...), through
 gguf.quants.dequantize into OUT.f32 (little-endian f32).
@@ -248,7 +252,8 @@ def make(directory):
     write_model(directory / "k-f16.gguf", f16, gpt2, tied=False, rope_factors=False, seed=5, hidden=256,
                 intermediate=512)
     for name, ftype in [("q4_k_m", "LLAMA_FTYPE_MOSTLY_Q4_K_M"), ("q5_k_m", "LLAMA_FTYPE_MOSTLY_Q5_K_M"),
-                        ("q5_0", "LLAMA_FTYPE_MOSTLY_Q5_0"), ("q5_1", "LLAMA_FTYPE_MOSTLY_Q5_1")]:
+                        ("q5_0", "LLAMA_FTYPE_MOSTLY_Q5_0"), ("q5_1", "LLAMA_FTYPE_MOSTLY_Q5_1"),
+                        ("q3_k_m", "LLAMA_FTYPE_MOSTLY_Q3_K_M"), ("q2_k", "LLAMA_FTYPE_MOSTLY_Q2_K")]:
         quantize_with_llama_cpp(directory / "k-f16.gguf", directory / f"tiny-{name}.gguf", ftype)
 
 

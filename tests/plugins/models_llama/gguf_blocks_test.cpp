@@ -5,7 +5,7 @@
 // and linear.cpp state (llama.cpp's Q8_0 / Q8_1 / Q8_K: redone here), and the
 // products summed in float64 block by block in the form llama.cpp computes
 // them (d_w * d_a * integer sum, plus Q4_1's and Q5_1's m_w * s_a and the
-// K-quants' dmin * d_a * sum of min * block sums). On every instruction-set level the
+// Q2_K / Q4_K / Q5_K mins' dmin * d_a * sum of min * block sums). On every instruction-set level the
 // CPU has, m = 1, 3, 16, 17, 33, widths of 32-element blocks that are not a
 // multiple of 256 (the widths llama.cpp's files fall back to Q8_0 / Q4_0 /
 // Q4_1 / Q5_0 / Q5_1 for). Past kDotRowsMaxRows rows linear() multiplies f32 activations by
@@ -63,6 +63,7 @@ struct Layout {
 constexpr Layout kLayouts[] = {
     {BlockType::kQ8_0, "Q8_0", 32, 34}, {BlockType::kQ4_0, "Q4_0", 32, 18}, {BlockType::kQ4_1, "Q4_1", 32, 20},
     {BlockType::kQ5_0, "Q5_0", 32, 22}, {BlockType::kQ5_1, "Q5_1", 32, 24},
+    {BlockType::kQ2_K, "Q2_K", 256, 84}, {BlockType::kQ3_K, "Q3_K", 256, 110},
     {BlockType::kQ4_K, "Q4_K", 256, 144}, {BlockType::kQ5_K, "Q5_K", 256, 176}, {BlockType::kQ6_K, "Q6_K", 256, 210},
 };
 
@@ -87,7 +88,14 @@ std::vector<uint8_t> random_blocks(const Layout& layout, int64_t blocks, uint32_
   for (int64_t i = 0; i < blocks; ++i) {
     uint8_t* b = data.data() + i * layout.bytes;
     switch (layout.type) {
-      case BlockType::kQ8_0: case BlockType::kQ4_0: case BlockType::kQ5_0: put_f16(b, scale(rng)); break;
+      case BlockType::kQ8_0: case BlockType::kQ4_0: case BlockType::kQ5_0:
+        put_f16(b, scale(rng));
+        break;
+      case BlockType::kQ2_K:
+        put_f16(b + 80, scale(rng));
+        put_f16(b + 82, scale(rng));
+        break;
+      case BlockType::kQ3_K: put_f16(b + 108, scale(rng)); break;
       case BlockType::kQ4_1: case BlockType::kQ5_1: case BlockType::kQ4_K: case BlockType::kQ5_K:
         put_f16(b, scale(rng));
         put_f16(b + 2, layout.type == BlockType::kQ4_1   ? -8 * scale(rng)
@@ -157,6 +165,22 @@ void k_scale_min(const uint8_t* p, int j, int& scale, int& min) {
   }
 }
 
+// Element e of a Q2_K or Q3_K (three_bits) block, and its scale: 2 bits at bits 2 s of qs[32 h + l] for
+// e = 128 h + 32 s + l; Q3_K's third bit at bit e / 32 of hmask[l], 4 subtracted where it is clear; a scale
+// per 16 (Q2_K: low nibble of scales[e / 16], min in the high one; Q3_K: 6 bits, low 4 in the nibbles of
+// bytes 0-7 of its 12, high 2 in bytes 8-11, minus 32).
+int q23_element(const uint8_t* b, bool three_bits, int e) {
+  const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+  const int q = (b[(three_bits ? 32 : 16) + 32 * h + l] >> (2 * s)) & 3;
+  return three_bits && !((b[l] >> (e / 32)) & 1) ? q - 4 : q;
+}
+int q3_k_scale(const uint8_t* b, int group) {
+  const uint8_t* packed = b + 96;
+  const int low = group < 8 ? packed[group] & 15 : packed[group - 8] >> 4;
+  const int high = (packed[8 + group % 4] >> (2 * (group / 4))) & 3;
+  return low + 16 * high - 32;
+}
+
 // Element i (unsigned, 0..31) of a Q5_0 or Q5_1 (with_min) block: nibble i of qs (bytes' low nibbles for
 // elements 0-15, high for 16-31), bit 4 from bit i of the little-endian u32 qh.
 int q5_element(const uint8_t* b, bool with_min, int i) {
@@ -214,6 +238,31 @@ void block_term(const Layout& layout, const uint8_t* b, const ActBlock& a, Term&
       }
       t.add(f16_at(b) * a.d, sum, abs_sum);
       if (with_min) t.add(f16_at(b + 2) * a.s, 1, 1);
+      return;
+    }
+    case BlockType::kQ2_K: {
+      long sum = 0, abs_sum = 0, mins = 0, abs_mins = 0;
+      for (int e = 0; e < 256; ++e) {
+        const int scale = b[e / 16] & 15, min = b[e / 16] >> 4, q = q23_element(b, false, e);
+        sum += scale * q * a.q[std::size_t(e)];
+        abs_sum += std::abs(scale * q * a.q[std::size_t(e)]);
+        mins += min * a.q[std::size_t(e)];
+        abs_mins += std::abs(min * a.q[std::size_t(e)]);
+      }
+      t.add(f16_at(b + 80) * a.d, sum, abs_sum);
+      t.add(-f16_at(b + 82) * a.d, mins, abs_mins);
+      return;
+    }
+    case BlockType::kQ3_K: {
+      // The kernels sum the values + 4 and take 4 * scale * (the activations' sums) off after: the
+      // magnitudes of both parts bound what their f32 lanes hold.
+      long sum = 0, abs_sum = 0;
+      for (int e = 0; e < 256; ++e) {
+        const int scale = q3_k_scale(b, e / 16), q = q23_element(b, true, e);
+        sum += scale * q * a.q[std::size_t(e)];
+        abs_sum += std::abs(scale * (q + 4) * a.q[std::size_t(e)]) + std::abs(4 * scale * a.q[std::size_t(e)]);
+      }
+      t.add(f16_at(b + 108) * a.d, sum, abs_sum);
       return;
     }
     case BlockType::kQ4_K:
@@ -285,6 +334,17 @@ void decode_block(const Layout& layout, const uint8_t* b, double* value, double*
       }
       return;
     }
+    case BlockType::kQ2_K:
+      for (int e = 0; e < 256; ++e) {
+        const double scaled = f16_at(b + 80) * (b[e / 16] & 15) * q23_element(b, false, e);
+        const double min = f16_at(b + 82) * (b[e / 16] >> 4);
+        value[e] = scaled - min;
+        magnitude[e] = std::abs(scaled) + std::abs(min);
+      }
+      return;
+    case BlockType::kQ3_K:
+      for (int e = 0; e < 256; ++e) value[e] = f16_at(b + 108) * q3_k_scale(b, e / 16) * q23_element(b, true, e);
+      break;
     case BlockType::kQ4_K:
     case BlockType::kQ5_K: {
       const bool five = layout.type == BlockType::kQ5_K;
