@@ -15,11 +15,11 @@ tiny-q8_0.gguf: Q8_0 matrices, tied embeddings (no output.weight), pre-tokenizer
 "llama-bpe" (llama3's regex, merges ignored for whole words, BOS added).
 tiny-spm.gguf: a SentencePiece ("llama") vocabulary trained here with the sentencepiece
 package (BPE, byte fallback, digits split, as Llama 2's), BF16 embedding and output,
-Q4_0 matrices. tiny-{q4_k_m,q5_k_m,q5_0,q5_1,q3_k_m,q2_k}.gguf: a random
+Q4_0 matrices. tiny-{q4_k_m,q5_k_m,q5_0,q5_1,q3_k_m,q2_k,iq4_nl,iq4_xs}.gguf: a random
 model with 256-wide rows (k-f16.gguf) quantized by llama.cpp's own quantizer, with its
 mixes: Q6_K output.weight in all; Q4_K_M / Q5_K_M: Q4_K or Q5_K matrices, Q6_K for attn_v
 and some ffn_down; Q3_K_M: Q3_K matrices, Q4_K attn_output and ffn_down, Q5_K attn_v;
-Q2_K: Q2_K matrices, Q3_K attn_output, attn_v and ffn_down; Q5_0 / Q5_1 one type.
+Q2_K: Q2_K matrices, Q3_K attn_output, attn_v and ffn_down; the others one type.
 bad-*.gguf: files the loader must refuse (another architecture, a missing tensor, a
 tensor type it does not dequantize (MXFP4), an infinite block scale, an unknown
 pre-tokenizer).
@@ -253,7 +253,8 @@ def make(directory):
                 intermediate=512)
     for name, ftype in [("q4_k_m", "LLAMA_FTYPE_MOSTLY_Q4_K_M"), ("q5_k_m", "LLAMA_FTYPE_MOSTLY_Q5_K_M"),
                         ("q5_0", "LLAMA_FTYPE_MOSTLY_Q5_0"), ("q5_1", "LLAMA_FTYPE_MOSTLY_Q5_1"),
-                        ("q3_k_m", "LLAMA_FTYPE_MOSTLY_Q3_K_M"), ("q2_k", "LLAMA_FTYPE_MOSTLY_Q2_K")]:
+                        ("q3_k_m", "LLAMA_FTYPE_MOSTLY_Q3_K_M"), ("q2_k", "LLAMA_FTYPE_MOSTLY_Q2_K"),
+                        ("iq4_nl", "LLAMA_FTYPE_MOSTLY_IQ4_NL"), ("iq4_xs", "LLAMA_FTYPE_MOSTLY_IQ4_XS")]:
         quantize_with_llama_cpp(directory / "k-f16.gguf", directory / f"tiny-{name}.gguf", ftype)
 
 

@@ -8,7 +8,7 @@
 // Q2_K / Q4_K / Q5_K mins' dmin * d_a * sum of min * block sums). On every instruction-set level the
 // CPU has, m = 1, 3, 16, 17, 33, widths of 32-element blocks that are not a
 // multiple of 256 (the widths llama.cpp's files fall back to Q8_0 / Q4_0 /
-// Q4_1 / Q5_0 / Q5_1 for). Past kDotRowsMaxRows rows linear() multiplies f32 activations by
+// Q4_1 / Q5_0 / Q5_1 / IQ4_NL for). Past kDotRowsMaxRows rows linear() multiplies f32 activations by
 // the weights dequantized to f32 (SGEMM): the oracle there is the float64 sum
 // of a_i * w_i with w_i decoded here in float64.
 //
@@ -62,10 +62,14 @@ struct Layout {
 };
 constexpr Layout kLayouts[] = {
     {BlockType::kQ8_0, "Q8_0", 32, 34}, {BlockType::kQ4_0, "Q4_0", 32, 18}, {BlockType::kQ4_1, "Q4_1", 32, 20},
-    {BlockType::kQ5_0, "Q5_0", 32, 22}, {BlockType::kQ5_1, "Q5_1", 32, 24},
+    {BlockType::kQ5_0, "Q5_0", 32, 22}, {BlockType::kQ5_1, "Q5_1", 32, 24}, {BlockType::kIQ4_NL, "IQ4_NL", 32, 18},
     {BlockType::kQ2_K, "Q2_K", 256, 84}, {BlockType::kQ3_K, "Q3_K", 256, 110},
     {BlockType::kQ4_K, "Q4_K", 256, 144}, {BlockType::kQ5_K, "Q5_K", 256, 176}, {BlockType::kQ6_K, "Q6_K", 256, 210},
+    {BlockType::kIQ4_XS, "IQ4_XS", 256, 136},
 };
+
+// IQ4_NL's and IQ4_XS's levels (ggml-common.h kvalues_iq4nl).
+constexpr int kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 double f16_at(const uint8_t* p) {
   uint16_t bits;
@@ -88,7 +92,8 @@ std::vector<uint8_t> random_blocks(const Layout& layout, int64_t blocks, uint32_
   for (int64_t i = 0; i < blocks; ++i) {
     uint8_t* b = data.data() + i * layout.bytes;
     switch (layout.type) {
-      case BlockType::kQ8_0: case BlockType::kQ4_0: case BlockType::kQ5_0:
+      case BlockType::kQ8_0: case BlockType::kQ4_0: case BlockType::kQ5_0: case BlockType::kIQ4_NL:
+      case BlockType::kIQ4_XS:
         put_f16(b, scale(rng));
         break;
       case BlockType::kQ2_K:
@@ -181,6 +186,15 @@ int q3_k_scale(const uint8_t* b, int group) {
   return low + 16 * high - 32;
 }
 
+// IQ4_XS's scale of sub-block j (of 32): 4 bits from the nibbles of bytes 4-7, 2 from the u16 at byte 2,
+// minus 32; its elements are IQ4_NL's nibble order over bytes 8 + 16 j.
+int iq4_xs_scale(const uint8_t* b, int j) {
+  const int low = j % 2 == 0 ? b[4 + j / 2] & 15 : b[4 + j / 2] >> 4;
+  const int high = ((b[2] | b[3] << 8) >> (2 * j)) & 3;
+  return low + 16 * high - 32;
+}
+int iq4_level(const uint8_t* qs, int i) { return kIq4Levels[i < 16 ? qs[i] & 15 : qs[i - 16] >> 4]; }
+
 // Element i (unsigned, 0..31) of a Q5_0 or Q5_1 (with_min) block: nibble i of qs (bytes' low nibbles for
 // elements 0-15, high for 16-31), bit 4 from bit i of the little-endian u32 qh.
 int q5_element(const uint8_t* b, bool with_min, int i) {
@@ -238,6 +252,25 @@ void block_term(const Layout& layout, const uint8_t* b, const ActBlock& a, Term&
       }
       t.add(f16_at(b) * a.d, sum, abs_sum);
       if (with_min) t.add(f16_at(b + 2) * a.s, 1, 1);
+      return;
+    }
+    case BlockType::kIQ4_NL: {
+      long sum = 0, abs_sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        sum += iq4_level(b + 2, i) * a.q[std::size_t(i)];
+        abs_sum += std::abs(iq4_level(b + 2, i) * a.q[std::size_t(i)]);
+      }
+      t.add(f16_at(b) * a.d, sum, abs_sum);
+      return;
+    }
+    case BlockType::kIQ4_XS: {
+      long sum = 0, abs_sum = 0;
+      for (int e = 0; e < 256; ++e) {
+        const int product = iq4_xs_scale(b, e / 32) * iq4_level(b + 8 + 16 * (e / 32), e % 32) * a.q[std::size_t(e)];
+        sum += product;
+        abs_sum += std::abs(product);
+      }
+      t.add(f16_at(b) * a.d, sum, abs_sum);
       return;
     }
     case BlockType::kQ2_K: {
@@ -334,6 +367,14 @@ void decode_block(const Layout& layout, const uint8_t* b, double* value, double*
       }
       return;
     }
+    case BlockType::kIQ4_NL:
+      for (int i = 0; i < 32; ++i) value[i] = f16_at(b) * iq4_level(b + 2, i);
+      break;
+    case BlockType::kIQ4_XS:
+      for (int e = 0; e < 256; ++e) {
+        value[e] = f16_at(b) * iq4_xs_scale(b, e / 32) * iq4_level(b + 8 + 16 * (e / 32), e % 32);
+      }
+      break;
     case BlockType::kQ2_K:
       for (int e = 0; e < 256; ++e) {
         const double scaled = f16_at(b + 80) * (b[e / 16] & 15) * q23_element(b, false, e);

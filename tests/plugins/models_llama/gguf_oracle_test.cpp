@@ -11,10 +11,10 @@
 // llama.cpp's own quantizer makes (Q4_K_M, Q5_K_M: Q4_K or Q5_K matrices, Q6_K for
 // output, attn_v and some ffn_down; Q5_0, Q5_1: one type, Q6_K output; Q3_K_M: Q3_K,
 // Q4_K attn_output and ffn_down, Q5_K attn_v; Q2_K: Q2_K, Q3_K attn_output, attn_v and
-// ffn_down); and files the loader must refuse.
+// ffn_down; IQ4_NL, IQ4_XS: one type, Q6_K output); and files the loader must refuse.
 //
-// models_llama loads them with model.dtype auto: the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K,
-// Q3_K, Q4_K, Q5_K and Q6_K matrices held as stored (llama_cpu/weights.h), the rest (float tensors, and a
+// models_llama loads them with model.dtype auto: the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS matrices held as stored (llama_cpu/weights.h), the rest (float tensors, and a
 // fused matrix of two block types, here q/k/v where attn_v has another type than q and k) dequantized to
 // f16. Up to 16 rows a step multiplies the blocks as llama.cpp does (activations quantized
 // per block to Q8_0 / Q8_1 / Q8_K, integer block sums, f32 accumulation); past 16 rows (a
@@ -41,6 +41,8 @@
 //   Q5_1 random model         0.35 at every level               (|logits| <= 26)  atol 0.8
 //   Q3_K_M random model       0.36 at every level               (|logits| <= 24)  atol 0.8
 //   Q2_K random model         0.39 at every level               (|logits| <= 26)  atol 0.8
+//   IQ4_NL random model       0.30 at every level               (|logits| <= 24)  atol 0.8
+//   IQ4_XS random model       0.37 at every level               (|logits| <= 25)  atol 0.8
 // (Dequantized to f16 at load, as before the blocks were kept: Q8_0 0.32, BF16 + Q4_0 0.14
 // with atol 0.25, SmolLM2 1.22, Q4_K_M 0.37, Q5_K_M 0.41. With the integer block kernels at
 // every row count too, the Q8_0 file matched llama.cpp to 7.6e-6 and the Q4_0 file to 0.09;
@@ -250,6 +252,20 @@ TEST_CASE("gguf: Q3_K_M random model (llama.cpp's quantizer: Q3_K with Q4_K Q5_K
 TEST_CASE("gguf: Q2_K random model (llama.cpp's quantizer: Q2_K with Q3_K and Q6_K mixed in) equals llama.cpp",
           "[gguf][llama_cpp]") {
   const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-q2_k.gguf");
+  check_tokenizer(expected);
+  check_model(expected, {0.8, 0.0});
+}
+
+TEST_CASE("gguf: IQ4_NL random model (llama.cpp's quantizer: IQ4_NL matrices and a Q6_K output) equals llama.cpp",
+          "[gguf][llama_cpp]") {
+  const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-iq4_nl.gguf");
+  check_tokenizer(expected);
+  check_model(expected, {0.8, 0.0});
+}
+
+TEST_CASE("gguf: IQ4_XS random model (llama.cpp's quantizer: IQ4_XS matrices and a Q6_K output) equals llama.cpp",
+          "[gguf][llama_cpp]") {
+  const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-iq4_xs.gguf");
   check_tokenizer(expected);
   check_model(expected, {0.8, 0.0});
 }

@@ -43,14 +43,14 @@ inline std::size_t weight_dtype_size(pllm_dtype dtype) {
 // blocks each is multiplied with (block_kernels.inc):
 //   kQ8_0, kQ4_0  32-element blocks, activations in 32-element blocks of int8
 //                 (llama.cpp's Q8_0)
-//   kQ5_0         the same
+//   kQ5_0, kIQ4_NL  the same
 //   kQ4_1, kQ5_1  the same with each activation block's sum (llama.cpp's Q8_1)
-//   kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K  256-element super-blocks, activations
-//                 in 256-element blocks of int8 with sums per 16 (llama.cpp's
-//                 Q8_K)
+//   kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kIQ4_XS  256-element super-blocks,
+//                 activations in 256-element blocks of int8 with sums per 16
+//                 (llama.cpp's Q8_K)
 // Other GGUF types are dequantized at load into the model's 16-bit dtype.
 enum class BlockType : uint8_t {
-  kNone, kQ8_0, kQ4_0, kQ4_1, kQ4_K, kQ5_K, kQ6_K, kQ5_0, kQ5_1, kQ2_K, kQ3_K
+  kNone, kQ8_0, kQ4_0, kQ4_1, kQ4_K, kQ5_K, kQ6_K, kQ5_0, kQ5_1, kQ2_K, kQ3_K, kIQ4_NL, kIQ4_XS
 };
 
 struct BlockFormat {
@@ -66,7 +66,8 @@ inline const BlockFormat& block_format(BlockType type) {
       {G::F32, 1, 4, "none"},          {G::Q8_0, 32, 34, "Q8_0"},   {G::Q4_0, 32, 18, "Q4_0"},
       {G::Q4_1, 32, 20, "Q4_1"},       {G::Q4_K, 256, 144, "Q4_K"}, {G::Q5_K, 256, 176, "Q5_K"},
       {G::Q6_K, 256, 210, "Q6_K"},     {G::Q5_0, 32, 22, "Q5_0"},   {G::Q5_1, 32, 24, "Q5_1"},
-      {G::Q2_K, 256, 84, "Q2_K"},      {G::Q3_K, 256, 110, "Q3_K"},
+      {G::Q2_K, 256, 84, "Q2_K"},      {G::Q3_K, 256, 110, "Q3_K"}, {G::IQ4_NL, 32, 18, "IQ4_NL"},
+      {G::IQ4_XS, 256, 136, "IQ4_XS"},
   };
   return kFormats[int(type)];
 }
@@ -74,7 +75,8 @@ inline const BlockFormat& block_format(BlockType type) {
 // The block type of a stored GGUF type; kNone for one linear() has no kernels for.
 inline BlockType block_type_of(pllm::gguf::GgmlType ggml_type) {
   for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ4_1, BlockType::kQ5_0, BlockType::kQ5_1,
-                      BlockType::kQ2_K, BlockType::kQ3_K, BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K}) {
+                      BlockType::kQ2_K, BlockType::kQ3_K, BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K,
+                      BlockType::kIQ4_NL, BlockType::kIQ4_XS}) {
     if (block_format(t).ggml_type == ggml_type) return t;
   }
   return BlockType::kNone;
