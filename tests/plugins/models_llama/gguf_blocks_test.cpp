@@ -41,6 +41,7 @@
 #include "pagedllm/sdk/cpp/float_convert.hpp"
 #include "llama_cpu/cpu_isa.h"
 #include "llama_cpu/cpu_kernels.h"
+#include "tests/plugins/models_llama/activation_blocks.h"
 #include "tests/plugins/models_llama/isa_levels.h"
 
 using pagedllm::llama_cpu::BlockType;
@@ -48,8 +49,11 @@ using pagedllm::llama_cpu::Isa;
 using pagedllm::llama_cpu::kDotRowsMaxRows;
 using pagedllm::llama_cpu::linear;
 using pagedllm::llama_cpu::WeightsRef;
+using pagedllm::llama_cpu::testing::ActBlock;
 using pagedllm::llama_cpu::testing::available_isas;
 using pagedllm::llama_cpu::testing::IsaCapGuard;
+using pagedllm::llama_cpu::testing::quantize256;
+using pagedllm::llama_cpu::testing::quantize32;
 using pagedllm::plugins::ThreadPool;
 
 namespace {
@@ -112,51 +116,6 @@ std::vector<uint8_t> random_blocks(const Layout& layout, int64_t blocks, uint32_
     }
   }
   return data;
-}
-
-// A quantized activation block as weights.h states it.
-struct ActBlock {
-  double d = 0, s = 0;   // s: Q8_1's f16(d * sum q)
-  std::vector<int> q;
-  std::vector<int> sums16;  // Q8_K's sums of q per 16
-};
-
-double f16_rounded(float x) { return double(pllm::f16_to_f32(pagedllm::plugins::f32_to_f16(x))); }
-
-ActBlock quantize32(const float* x) {
-  ActBlock a;
-  float amax = 0;
-  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::abs(x[i]));
-  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-  int sum = 0;
-  for (int i = 0; i < 32; ++i) {
-    a.q.push_back(int(std::nearbyint(x[i] * id)));
-    sum += a.q.back();
-  }
-  a.d = f16_rounded(d);
-  a.s = f16_rounded(d * float(sum));
-  return a;
-}
-
-ActBlock quantize256(const float* x) {
-  ActBlock a;
-  float amax = 0, max = 0;
-  for (int i = 0; i < 256; ++i) {
-    if (std::abs(x[i]) > amax) {
-      amax = std::abs(x[i]);
-      max = x[i];
-    }
-  }
-  a.q.assign(256, 0);
-  a.sums16.assign(16, 0);
-  if (amax == 0) return a;
-  const float iscale = -127.0f / max;
-  for (int i = 0; i < 256; ++i) {
-    a.q[std::size_t(i)] = std::min(127, int(std::nearbyint(iscale * x[i])));
-    a.sums16[std::size_t(i / 16)] += a.q[std::size_t(i)];
-  }
-  a.d = double(1.0f / iscale);
-  return a;
 }
 
 // Q4_K / Q5_K's 6-bit scale and min of sub-block j from the 12 packed bytes.
