@@ -21,8 +21,8 @@ mixes: Q6_K output.weight in all; Q4_K_M / Q5_K_M: Q4_K or Q5_K matrices, Q6_K f
 and some ffn_down; Q3_K_M: Q3_K matrices, Q4_K attn_output and ffn_down, Q5_K attn_v;
 Q2_K: Q2_K matrices, Q3_K attn_output, attn_v and ffn_down; the others one type.
 bad-*.gguf: files the loader must refuse (another architecture, a missing tensor, a
-tensor type it does not dequantize (MXFP4), an infinite block scale, an unknown
-pre-tokenizer).
+tensor type it does not dequantize (MXFP4), an infinite block scale, a quantized tensor
+cut short, an unknown pre-tokenizer).
 
 dequantize: IN.bin, whole blocks of ggml type TYPE (Q5_0, IQ4_XS, ...), through
 gguf.quants.dequantize into OUT.f32 (little-endian f32).
@@ -256,6 +256,9 @@ def make(directory):
                         ("q3_k_m", "LLAMA_FTYPE_MOSTLY_Q3_K_M"), ("q2_k", "LLAMA_FTYPE_MOSTLY_Q2_K"),
                         ("iq4_nl", "LLAMA_FTYPE_MOSTLY_IQ4_NL"), ("iq4_xs", "LLAMA_FTYPE_MOSTLY_IQ4_XS")]:
         quantize_with_llama_cpp(directory / "k-f16.gguf", directory / f"tiny-{name}.gguf", ftype)
+    # A quantized tensor whose bytes run past the end of the file: the Q3_K_M file less its last Q3_K block
+    # (of blk.1.ffn_up.weight, the last tensor in its data section).
+    (directory / "bad-truncated.gguf").write_bytes((directory / "tiny-q3_k_m.gguf").read_bytes()[:-110])
 
 
 def quantize_with_llama_cpp(source, target, ftype):

@@ -291,6 +291,8 @@ TEST_CASE("gguf: files the loader refuses, each error naming the file and what i
   CHECK_THAT(create_error(dir / "bad-scale.gguf"),
              Contains("bad-scale.gguf: tensor 'blk.1.attn_output.weight' (model.layers.1.self_attn.o_proj.weight) "
                       "(Q8_0) block 3: its f16 scale at byte 0 is not finite"));
+  CHECK_THAT(create_error(dir / "bad-truncated.gguf"),
+             Contains("bad-truncated.gguf: tensor 'blk.1.ffn_up.weight': bytes [") && Contains("(truncated?)"));
   CHECK_THAT(create_error(dir / "bad-softcap.gguf"),
              Contains("bad-softcap.gguf: metadata 'llama.final_logit_softcapping' is not a setting models_llama "
                       "reads, and it could change what the model computes: refused rather than ignored"));
