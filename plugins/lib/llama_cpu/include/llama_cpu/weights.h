@@ -48,7 +48,8 @@ inline std::size_t weight_dtype_size(pllm_dtype dtype) {
 //   kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kIQ4_XS  256-element super-blocks,
 //                 activations in 256-element blocks of int8 with sums per 16
 //                 (llama.cpp's Q8_K)
-// Other GGUF types are dequantized at load into the model's 16-bit dtype.
+// Every quantized type the loader reads (llama_common/gguf_dequantize.h) has
+// one; the loader refuses the others (IQ1-IQ3, TQ*, MXFP4, ...).
 enum class BlockType : uint8_t {
   kNone, kQ8_0, kQ4_0, kQ4_1, kQ4_K, kQ5_K, kQ6_K, kQ5_0, kQ5_1, kQ2_K, kQ3_K, kIQ4_NL, kIQ4_XS
 };
