@@ -1,5 +1,6 @@
 // libFuzzer target over a GGUF file as models_llama and the engine read it: the SDK's
-// reader (every small tensor of a supported type dequantized), the model config made
+// reader (every small tensor of a type the Llama loader reads dequantized as it does:
+// llama_common/gguf_dequantize.h, Q5_0 / Q2_K / IQ4_XS ... included), the model config made
 // from its llama.* metadata (LlamaConfig::from_gguf), and the tokenizer and chat
 // template made from its tokenizer.ggml.* metadata (Tokenizer::from_gguf, then an
 // encode/decode). Each either succeeds or is refused with its documented error
@@ -18,6 +19,7 @@
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/tokenizer_error.h"
 #include "pagedllm/sdk/cpp/gguf.hpp"
+#include "llama_common/gguf_dequantize.h"
 #include "llama_common/llama_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -37,11 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (const auto& t : file.tensors()) {
       if (t.numel() > (1 << 16)) continue;
       values.resize(static_cast<std::size_t>(t.numel()));
-      try {
-        t.to_f32(0, t.numel(), values.data());
-      } catch (const pllm::Error& e) {
-        if (e.status() != PLLM_ERROR_UNSUPPORTED) throw;
-      }
+      (void)pagedllm::llama::dequantize_gguf(t.type, t.data, values.data(), t.numel());
     }
   } catch (const pllm::Error&) {
     // refused: what hostile input should get

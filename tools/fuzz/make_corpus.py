@@ -91,7 +91,8 @@ def real_header(path):
 
 def gguf_files():
     """Small GGUF files written by the gguf package: metadata of several types, and
-    tensors of the plain and quantized types the reader dequantizes."""
+    tensors of the plain and quantized types the Llama loader dequantizes (random blocks
+    for the types gguf-py does not quantize)."""
     import tempfile
 
     import gguf
@@ -99,9 +100,10 @@ def gguf_files():
 
     files = []
     rng = np.random.default_rng(7)
-    for version_types in ((gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16),
-                          (gguf.GGMLQuantizationType.Q8_0, gguf.GGMLQuantizationType.Q4_0,
-                           gguf.GGMLQuantizationType.Q4_1)):
+    types = gguf.GGMLQuantizationType
+    quantized_by_gguf_py = (types.Q8_0, types.Q4_0, types.Q4_1, types.Q5_0, types.Q5_1)
+    for version_types in ((types.F32, types.F16), (types.Q8_0, types.Q4_0, types.Q4_1),
+                          (types.Q5_0, types.Q5_1, types.Q2_K, types.Q3_K, types.IQ4_NL, types.IQ4_XS)):
         with tempfile.TemporaryDirectory() as tmp:
             path = pathlib.Path(tmp) / "seed.gguf"
             writer = gguf.GGUFWriter(str(path), "llama")
@@ -116,8 +118,11 @@ def gguf_files():
                     writer.add_tensor(f"t{i}", values)
                 elif qtype == gguf.GGMLQuantizationType.F16:
                     writer.add_tensor(f"t{i}", values.astype(np.float16))
-                else:
+                elif qtype in quantized_by_gguf_py:
                     writer.add_tensor(f"t{i}", gguf.quants.quantize(values, qtype), raw_dtype=qtype)
+                else:  # two rows of one block each
+                    block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
+                    writer.add_tensor(f"t{i}", rng.integers(0, 256, (2, block_bytes), dtype=np.uint8), raw_dtype=qtype)
             writer.write_header_to_file()
             writer.write_kv_data_to_file()
             writer.write_tensors_to_file()

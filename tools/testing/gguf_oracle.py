@@ -1,8 +1,10 @@
 """llama.cpp (through llama-cpp-python) as the oracle for pagedllm's GGUF loading.
 
 Usage:
-  gguf_oracle.py make DIR            writes DIR/tiny-{f16,q8_0,spm,q4_k_m,q5_k_m}.gguf and DIR/bad-*.gguf
+  gguf_oracle.py make DIR            writes DIR/tiny-*.gguf (f16, q8_0, spm and llama.cpp's quantizations of
+                                     k-f16.gguf) and DIR/bad-*.gguf
   gguf_oracle.py run IN.json OUT.json
+  gguf_oracle.py dequantize TYPE IN.bin OUT.f32
 
 make: two small random Llama models written with the gguf package the way llama.cpp's
 convert_hf_to_gguf.py writes a LlamaForCausalLM: q/k rows permuted per head, dims
@@ -13,10 +15,17 @@ tiny-q8_0.gguf: Q8_0 matrices, tied embeddings (no output.weight), pre-tokenizer
 "llama-bpe" (llama3's regex, merges ignored for whole words, BOS added).
 tiny-spm.gguf: a SentencePiece ("llama") vocabulary trained here with the sentencepiece
 package (BPE, byte fallback, digits split, as Llama 2's), BF16 embedding and output,
-Q4_0 matrices. tiny-q4_k_m.gguf, tiny-q5_k_m.gguf: a random model with 256-wide rows
-(k-f16.gguf) quantized by llama.cpp's own quantizer (Q4_K or Q5_K matrices, Q6_K for
-output.weight, attn_v and some ffn_down). bad-*.gguf: files the loader must refuse (another architecture, a missing
-tensor, a tensor type it does not dequantize, an infinite block scale, an unknown pre-tokenizer).
+Q4_0 matrices. tiny-{q4_k_m,q5_k_m,q5_0,q5_1,q3_k_m,q2_k,iq4_nl,iq4_xs}.gguf: a random
+model with 256-wide rows (k-f16.gguf) quantized by llama.cpp's own quantizer, with its
+mixes: Q6_K output.weight in all; Q4_K_M / Q5_K_M: Q4_K or Q5_K matrices, Q6_K for attn_v
+and some ffn_down; Q3_K_M: Q3_K matrices, Q4_K attn_output and ffn_down, Q5_K attn_v;
+Q2_K: Q2_K matrices, Q3_K attn_output, attn_v and ffn_down; the others one type.
+bad-*.gguf: files the loader must refuse (another architecture, a missing tensor, a
+tensor type it does not dequantize (MXFP4), an infinite block scale, a quantized tensor
+cut short, an unknown pre-tokenizer).
+
+dequantize: IN.bin, whole blocks of ggml type TYPE (Q5_0, IQ4_XS, ...), through
+gguf.quants.dequantize into OUT.f32 (little-endian f32).
 
 run: IN.json = {"files": [{"path", "texts": [...], "prompt", "greedy_tokens"}]}; for
 each file, llama.cpp's ids of every text (add_bos as the file says, special tokens not
@@ -217,7 +226,7 @@ def make(directory):
     write_model(directory / "bad-arch.gguf", f16, gpt2, tied=True, rope_factors=False, seed=4, arch="qwen2")
     write_model(directory / "bad-missing.gguf", f16, gpt2, tied=True, rope_factors=False, seed=4,
                 skip={"blk.1.ffn_up.weight"})
-    write_model(directory / "bad-q5_0.gguf", gguf.GGMLQuantizationType.Q5_0, gpt2, tied=True, rope_factors=False,
+    write_model(directory / "bad-mxfp4.gguf", gguf.GGMLQuantizationType.MXFP4, gpt2, tied=True, rope_factors=False,
                 seed=4)
     write_model(directory / "bad-pre.gguf", f16, dict(bpe, pre="no-such-pre"), tied=True, rope_factors=False,
                 seed=4)
@@ -242,8 +251,14 @@ def make(directory):
     # some ffn_down and output.weight in Q6_K.
     write_model(directory / "k-f16.gguf", f16, gpt2, tied=False, rope_factors=False, seed=5, hidden=256,
                 intermediate=512)
-    for name, ftype in [("q4_k_m", "LLAMA_FTYPE_MOSTLY_Q4_K_M"), ("q5_k_m", "LLAMA_FTYPE_MOSTLY_Q5_K_M")]:
+    for name, ftype in [("q4_k_m", "LLAMA_FTYPE_MOSTLY_Q4_K_M"), ("q5_k_m", "LLAMA_FTYPE_MOSTLY_Q5_K_M"),
+                        ("q5_0", "LLAMA_FTYPE_MOSTLY_Q5_0"), ("q5_1", "LLAMA_FTYPE_MOSTLY_Q5_1"),
+                        ("q3_k_m", "LLAMA_FTYPE_MOSTLY_Q3_K_M"), ("q2_k", "LLAMA_FTYPE_MOSTLY_Q2_K"),
+                        ("iq4_nl", "LLAMA_FTYPE_MOSTLY_IQ4_NL"), ("iq4_xs", "LLAMA_FTYPE_MOSTLY_IQ4_XS")]:
         quantize_with_llama_cpp(directory / "k-f16.gguf", directory / f"tiny-{name}.gguf", ftype)
+    # A quantized tensor whose bytes run past the end of the file: the Q3_K_M file less its last Q3_K block
+    # (of blk.1.ffn_up.weight, the last tensor in its data section).
+    (directory / "bad-truncated.gguf").write_bytes((directory / "tiny-q3_k_m.gguf").read_bytes()[:-110])
 
 
 def quantize_with_llama_cpp(source, target, ftype):
@@ -309,11 +324,22 @@ def run(request_path, output_path):
     Path(output_path).write_text(json.dumps({"files": results}))
 
 
+def dequantize(type_name, input_path, output_path):
+    import gguf
+
+    qtype = gguf.GGMLQuantizationType[type_name]
+    block_bytes = gguf.GGML_QUANT_SIZES[qtype][1]
+    blocks = np.frombuffer(Path(input_path).read_bytes(), dtype=np.uint8).reshape((-1, block_bytes))
+    Path(output_path).write_bytes(gguf.quants.dequantize(blocks, qtype).astype(np.float32).tobytes())
+
+
 def main():
     if len(sys.argv) == 3 and sys.argv[1] == "make":
         make(sys.argv[2])
     elif len(sys.argv) == 4 and sys.argv[1] == "run":
         run(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 5 and sys.argv[1] == "dequantize":
+        dequantize(sys.argv[2], sys.argv[3], sys.argv[4])
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <set>
 
+#include "llama_common/gguf_dequantize.h"
 #include "pagedllm/sdk/cpp/gguf.hpp"
 #include "pagedllm/sdk/cpp/safetensors.hpp"
 
@@ -300,10 +301,10 @@ class GgufSource final : public WeightSource {
     }
     // Refused here, before anything is allocated, rather than halfway through loading.
     const pllm::gguf::GgmlType type = stored_.at(t->name)->type;
-    if (!pllm::gguf::dequantize(type, nullptr, nullptr, 0)) {
-      file_.fail(PLLM_ERROR_UNSUPPORTED,
-                 "tensor '" + shown + " is " + pllm::gguf::type_traits(uint32_t(type))->name +
-                     ", which is not dequantized (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)");
+    if (!can_dequantize_gguf(type)) {
+      file_.fail(PLLM_ERROR_UNSUPPORTED, "tensor '" + shown + " is " + pllm::gguf::type_traits(uint32_t(type))->name +
+                                             ", which is not dequantized (supported: F32, F16, BF16, Q8_0, Q4_0, "
+                                             "Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS)");
     }
     check_block_scales(file_, *stored_.at(t->name), shown);
     return *t;
@@ -328,11 +329,17 @@ class GgufSource final : public WeightSource {
                                  const std::string& shown) {
     using G = pllm::gguf::GgmlType;
     int scale_offsets[2] = {-1, -1};
-    if (info.type == G::Q8_0 || info.type == G::Q4_0) {
+    if (info.type == G::Q8_0 || info.type == G::Q4_0 || info.type == G::Q5_0 || info.type == G::IQ4_NL ||
+        info.type == G::IQ4_XS) {
       scale_offsets[0] = 0;
-    } else if (info.type == G::Q4_1 || info.type == G::Q4_K || info.type == G::Q5_K) {
+    } else if (info.type == G::Q4_1 || info.type == G::Q5_1 || info.type == G::Q4_K || info.type == G::Q5_K) {
       scale_offsets[0] = 0;
       scale_offsets[1] = 2;
+    } else if (info.type == G::Q2_K) {
+      scale_offsets[0] = 80;
+      scale_offsets[1] = 82;
+    } else if (info.type == G::Q3_K) {
+      scale_offsets[0] = 108;
     } else if (info.type == G::Q6_K) {
       scale_offsets[0] = 208;
     } else {
@@ -354,6 +361,16 @@ class GgufSource final : public WeightSource {
     }
   }
 
+  // GGUF row `row` of a [rows, width] tensor (its dims' and type's sizes checked by the reader) to f32.
+  static void stored_row_to_f32(const pllm::gguf::TensorInfo& info, int64_t width, int64_t row, float* dst) {
+    const pllm::gguf::TypeTraits& traits = *pllm::gguf::type_traits(uint32_t(info.type));
+    const int64_t first_block = row * width / int64_t(traits.block_size);
+    if (!dequantize_gguf(info.type, info.data + first_block * int64_t(traits.type_size), dst, width)) {
+      info.file->fail(PLLM_ERROR_UNSUPPORTED, "tensor '" + info.name + "' is " + traits.name +
+                                                  ", which is not dequantized");
+    }
+  }
+
   // HF elements [first, first + count) of a [rows, width] tensor: each HF row is
   // dequantized whole (quantized blocks never straddle rows: dims[0] is a multiple
   // of the block size) from the GGUF row it was permuted to.
@@ -368,9 +385,9 @@ class GgufSource final : public WeightSource {
       const int64_t stored_row = GgufSource::stored_row(info, width, permuted_heads, at / width);
       const int64_t n = std::min(width - column, end - at);
       if (column == 0 && n == width) {
-        info.to_f32(stored_row * width, width, dst + (at - first));
+        stored_row_to_f32(info, width, stored_row, dst + (at - first));
       } else {
-        info.to_f32(stored_row * width, width, row.data());
+        stored_row_to_f32(info, width, stored_row, row.data());
         std::memcpy(dst + (at - first), row.data() + column, std::size_t(n) * sizeof(float));
       }
       at += n;

@@ -20,6 +20,7 @@
 #include "pagedllm/sdk/cpp/float_convert.hpp"
 #include "pagedllm/sdk/cpp/gguf_types.hpp"
 #include "common/float16_rounding.h"
+#include "llama_common/gguf_dequantize.h"
 #include "llama_cpu/buffer.h"
 #include "llama_cpu/cpu_isa.h"
 #include "llama_cpu/cpu_kernels.h"
@@ -415,7 +416,7 @@ int64_t block_row_bytes(BlockType type, int64_t k) {
 }
 
 // More than kDotRowsMaxRows rows of GGUF block weights: SGEMM over tiles of
-// the slice dequantized to f32 (ggml's dequantization, gguf_types.hpp), f32
+// the slice dequantized to f32 (ggml's dequantization, llama_common/gguf_dequantize.h), f32
 // activations. At prefill sizes the f32 SGEMM outruns the integer block
 // kernels (which unpack every block once per 4 rows) by about 2x, and the
 // dequantization (n x k elements) costs little against its m x n x k FMAs.
@@ -424,7 +425,7 @@ void gemm_blocks_dequantized(const float* a, int64_t lda, int64_t m, WeightsRef 
   thread_local Buffer tile_buf;
   float* tile_f32 = tile_buf.reserve(std::size_t(std::min(sgemm_tile_cols(k), n) * k));
   sgemm_tiles(a, lda, m, n, k, out, ldc, accumulate, [&](int64_t j, int64_t cols) {
-    pllm::gguf::dequantize(block_format(w.blocks).ggml_type, w.rows_from(j, k).data, tile_f32, cols * k);
+    llama::dequantize_gguf(block_format(w.blocks).ggml_type, w.rows_from(j, k).data, tile_f32, cols * k);
     return tile_f32;
   });
 }

@@ -4,11 +4,11 @@
 // SDK's or the kernels' code), the activations quantized the way weights.h
 // and linear.cpp state (llama.cpp's Q8_0 / Q8_1 / Q8_K: redone here), and the
 // products summed in float64 block by block in the form llama.cpp computes
-// them (d_w * d_a * integer sum, plus Q4_1's m_w * s_a and the K-quants'
-// dmin * d_a * sum of min * block sums). On every instruction-set level the
+// them (d_w * d_a * integer sum, plus Q4_1's and Q5_1's m_w * s_a and the
+// Q2_K / Q4_K / Q5_K mins' dmin * d_a * sum of min * block sums). On every instruction-set level the
 // CPU has, m = 1, 3, 16, 17, 33, widths of 32-element blocks that are not a
 // multiple of 256 (the widths llama.cpp's files fall back to Q8_0 / Q4_0 /
-// Q4_1 for). Past kDotRowsMaxRows rows linear() multiplies f32 activations by
+// Q4_1 / Q5_0 / Q5_1 / IQ4_NL for). Past kDotRowsMaxRows rows linear() multiplies f32 activations by
 // the weights dequantized to f32 (SGEMM): the oracle there is the float64 sum
 // of a_i * w_i with w_i decoded here in float64.
 //
@@ -41,6 +41,7 @@
 #include "pagedllm/sdk/cpp/float_convert.hpp"
 #include "llama_cpu/cpu_isa.h"
 #include "llama_cpu/cpu_kernels.h"
+#include "tests/plugins/models_llama/activation_blocks.h"
 #include "tests/plugins/models_llama/isa_levels.h"
 
 using pagedllm::llama_cpu::BlockType;
@@ -48,8 +49,11 @@ using pagedllm::llama_cpu::Isa;
 using pagedllm::llama_cpu::kDotRowsMaxRows;
 using pagedllm::llama_cpu::linear;
 using pagedllm::llama_cpu::WeightsRef;
+using pagedllm::llama_cpu::testing::ActBlock;
 using pagedllm::llama_cpu::testing::available_isas;
 using pagedllm::llama_cpu::testing::IsaCapGuard;
+using pagedllm::llama_cpu::testing::quantize256;
+using pagedllm::llama_cpu::testing::quantize32;
 using pagedllm::plugins::ThreadPool;
 
 namespace {
@@ -62,8 +66,14 @@ struct Layout {
 };
 constexpr Layout kLayouts[] = {
     {BlockType::kQ8_0, "Q8_0", 32, 34}, {BlockType::kQ4_0, "Q4_0", 32, 18}, {BlockType::kQ4_1, "Q4_1", 32, 20},
+    {BlockType::kQ5_0, "Q5_0", 32, 22}, {BlockType::kQ5_1, "Q5_1", 32, 24}, {BlockType::kIQ4_NL, "IQ4_NL", 32, 18},
+    {BlockType::kQ2_K, "Q2_K", 256, 84}, {BlockType::kQ3_K, "Q3_K", 256, 110},
     {BlockType::kQ4_K, "Q4_K", 256, 144}, {BlockType::kQ5_K, "Q5_K", 256, 176}, {BlockType::kQ6_K, "Q6_K", 256, 210},
+    {BlockType::kIQ4_XS, "IQ4_XS", 256, 136},
 };
+
+// IQ4_NL's and IQ4_XS's levels (ggml-common.h kvalues_iq4nl).
+constexpr int kIq4Levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
 double f16_at(const uint8_t* p) {
   uint16_t bits;
@@ -86,61 +96,26 @@ std::vector<uint8_t> random_blocks(const Layout& layout, int64_t blocks, uint32_
   for (int64_t i = 0; i < blocks; ++i) {
     uint8_t* b = data.data() + i * layout.bytes;
     switch (layout.type) {
-      case BlockType::kQ8_0: case BlockType::kQ4_0: put_f16(b, scale(rng)); break;
-      case BlockType::kQ4_1: case BlockType::kQ4_K: case BlockType::kQ5_K:
+      case BlockType::kQ8_0: case BlockType::kQ4_0: case BlockType::kQ5_0: case BlockType::kIQ4_NL:
+      case BlockType::kIQ4_XS:
         put_f16(b, scale(rng));
-        put_f16(b + 2, layout.type == BlockType::kQ4_1 ? -8 * scale(rng) : scale(rng));
+        break;
+      case BlockType::kQ2_K:
+        put_f16(b + 80, scale(rng));
+        put_f16(b + 82, scale(rng));
+        break;
+      case BlockType::kQ3_K: put_f16(b + 108, scale(rng)); break;
+      case BlockType::kQ4_1: case BlockType::kQ5_1: case BlockType::kQ4_K: case BlockType::kQ5_K:
+        put_f16(b, scale(rng));
+        put_f16(b + 2, layout.type == BlockType::kQ4_1   ? -8 * scale(rng)
+                       : layout.type == BlockType::kQ5_1 ? -16 * scale(rng)
+                                                         : scale(rng));
         break;
       case BlockType::kQ6_K: put_f16(b + 208, scale(rng)); break;
       case BlockType::kNone: break;
     }
   }
   return data;
-}
-
-// A quantized activation block as weights.h states it.
-struct ActBlock {
-  double d = 0, s = 0;   // s: Q8_1's f16(d * sum q)
-  std::vector<int> q;
-  std::vector<int> sums16;  // Q8_K's sums of q per 16
-};
-
-double f16_rounded(float x) { return double(pllm::f16_to_f32(pagedllm::plugins::f32_to_f16(x))); }
-
-ActBlock quantize32(const float* x) {
-  ActBlock a;
-  float amax = 0;
-  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::abs(x[i]));
-  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-  int sum = 0;
-  for (int i = 0; i < 32; ++i) {
-    a.q.push_back(int(std::nearbyint(x[i] * id)));
-    sum += a.q.back();
-  }
-  a.d = f16_rounded(d);
-  a.s = f16_rounded(d * float(sum));
-  return a;
-}
-
-ActBlock quantize256(const float* x) {
-  ActBlock a;
-  float amax = 0, max = 0;
-  for (int i = 0; i < 256; ++i) {
-    if (std::abs(x[i]) > amax) {
-      amax = std::abs(x[i]);
-      max = x[i];
-    }
-  }
-  a.q.assign(256, 0);
-  a.sums16.assign(16, 0);
-  if (amax == 0) return a;
-  const float iscale = -127.0f / max;
-  for (int i = 0; i < 256; ++i) {
-    a.q[std::size_t(i)] = std::min(127, int(std::nearbyint(iscale * x[i])));
-    a.sums16[std::size_t(i / 16)] += a.q[std::size_t(i)];
-  }
-  a.d = double(1.0f / iscale);
-  return a;
 }
 
 // Q4_K / Q5_K's 6-bit scale and min of sub-block j from the 12 packed bytes.
@@ -152,6 +127,40 @@ void k_scale_min(const uint8_t* p, int j, int& scale, int& min) {
     scale = (p[j + 4] & 15) | ((p[j - 4] >> 6) << 4);
     min = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
   }
+}
+
+// Element e of a Q2_K or Q3_K (three_bits) block, and its scale: 2 bits at bits 2 s of qs[32 h + l] for
+// e = 128 h + 32 s + l; Q3_K's third bit at bit e / 32 of hmask[l], 4 subtracted where it is clear; a scale
+// per 16 (Q2_K: low nibble of scales[e / 16], min in the high one; Q3_K: 6 bits, low 4 in the nibbles of
+// bytes 0-7 of its 12, high 2 in bytes 8-11, minus 32).
+int q23_element(const uint8_t* b, bool three_bits, int e) {
+  const int h = e / 128, s = (e % 128) / 32, l = e % 32;
+  const int q = (b[(three_bits ? 32 : 16) + 32 * h + l] >> (2 * s)) & 3;
+  return three_bits && !((b[l] >> (e / 32)) & 1) ? q - 4 : q;
+}
+int q3_k_scale(const uint8_t* b, int group) {
+  const uint8_t* packed = b + 96;
+  const int low = group < 8 ? packed[group] & 15 : packed[group - 8] >> 4;
+  const int high = (packed[8 + group % 4] >> (2 * (group / 4))) & 3;
+  return low + 16 * high - 32;
+}
+
+// IQ4_XS's scale of sub-block j (of 32): 4 bits from the nibbles of bytes 4-7, 2 from the u16 at byte 2,
+// minus 32; its elements are IQ4_NL's nibble order over bytes 8 + 16 j.
+int iq4_xs_scale(const uint8_t* b, int j) {
+  const int low = j % 2 == 0 ? b[4 + j / 2] & 15 : b[4 + j / 2] >> 4;
+  const int high = ((b[2] | b[3] << 8) >> (2 * j)) & 3;
+  return low + 16 * high - 32;
+}
+int iq4_level(const uint8_t* qs, int i) { return kIq4Levels[i < 16 ? qs[i] & 15 : qs[i - 16] >> 4]; }
+
+// Element i (unsigned, 0..31) of a Q5_0 or Q5_1 (with_min) block: nibble i of qs (bytes' low nibbles for
+// elements 0-15, high for 16-31), bit 4 from bit i of the little-endian u32 qh.
+int q5_element(const uint8_t* b, bool with_min, int i) {
+  const uint8_t* qh = b + (with_min ? 4 : 2);
+  const uint8_t* qs = qh + 4;
+  const int nibble = i < 16 ? qs[i] & 15 : qs[i - 16] >> 4;
+  return nibble + 16 * ((qh[i / 8] >> (i % 8)) & 1);
 }
 
 // One output's sum of block terms in float64, and the sum of the magnitudes
@@ -189,6 +198,63 @@ void block_term(const Layout& layout, const uint8_t* b, const ActBlock& a, Term&
       }
       t.add(f16_at(b) * a.d, sum, abs_sum);
       if (layout.type == BlockType::kQ4_1) t.add(f16_at(b + 2) * a.s, 1, 1);
+      return;
+    }
+    case BlockType::kQ5_0:
+    case BlockType::kQ5_1: {
+      const bool with_min = layout.type == BlockType::kQ5_1;
+      long sum = 0, abs_sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        const int q = q5_element(b, with_min, i) - (with_min ? 0 : 16);
+        sum += q * a.q[std::size_t(i)];
+        abs_sum += std::abs(q * a.q[std::size_t(i)]);
+      }
+      t.add(f16_at(b) * a.d, sum, abs_sum);
+      if (with_min) t.add(f16_at(b + 2) * a.s, 1, 1);
+      return;
+    }
+    case BlockType::kIQ4_NL: {
+      long sum = 0, abs_sum = 0;
+      for (int i = 0; i < 32; ++i) {
+        sum += iq4_level(b + 2, i) * a.q[std::size_t(i)];
+        abs_sum += std::abs(iq4_level(b + 2, i) * a.q[std::size_t(i)]);
+      }
+      t.add(f16_at(b) * a.d, sum, abs_sum);
+      return;
+    }
+    case BlockType::kIQ4_XS: {
+      long sum = 0, abs_sum = 0;
+      for (int e = 0; e < 256; ++e) {
+        const int product = iq4_xs_scale(b, e / 32) * iq4_level(b + 8 + 16 * (e / 32), e % 32) * a.q[std::size_t(e)];
+        sum += product;
+        abs_sum += std::abs(product);
+      }
+      t.add(f16_at(b) * a.d, sum, abs_sum);
+      return;
+    }
+    case BlockType::kQ2_K: {
+      long sum = 0, abs_sum = 0, mins = 0, abs_mins = 0;
+      for (int e = 0; e < 256; ++e) {
+        const int scale = b[e / 16] & 15, min = b[e / 16] >> 4, q = q23_element(b, false, e);
+        sum += scale * q * a.q[std::size_t(e)];
+        abs_sum += std::abs(scale * q * a.q[std::size_t(e)]);
+        mins += min * a.q[std::size_t(e)];
+        abs_mins += std::abs(min * a.q[std::size_t(e)]);
+      }
+      t.add(f16_at(b + 80) * a.d, sum, abs_sum);
+      t.add(-f16_at(b + 82) * a.d, mins, abs_mins);
+      return;
+    }
+    case BlockType::kQ3_K: {
+      // The kernels sum the values + 4 and take 4 * scale * (the activations' sums) off after: the
+      // magnitudes of both parts bound what their f32 lanes hold.
+      long sum = 0, abs_sum = 0;
+      for (int e = 0; e < 256; ++e) {
+        const int scale = q3_k_scale(b, e / 16), q = q23_element(b, true, e);
+        sum += scale * q * a.q[std::size_t(e)];
+        abs_sum += std::abs(scale * (q + 4) * a.q[std::size_t(e)]) + std::abs(4 * scale * a.q[std::size_t(e)]);
+      }
+      t.add(f16_at(b + 108) * a.d, sum, abs_sum);
       return;
     }
     case BlockType::kQ4_K:
@@ -250,6 +316,35 @@ void decode_block(const Layout& layout, const uint8_t* b, double* value, double*
       }
       return;
     }
+    case BlockType::kQ5_0:
+    case BlockType::kQ5_1: {
+      const bool with_min = layout.type == BlockType::kQ5_1;
+      for (int i = 0; i < 32; ++i) {
+        const int q = q5_element(b, with_min, i) - (with_min ? 0 : 16);
+        value[i] = f16_at(b) * q + (with_min ? f16_at(b + 2) : 0.0);
+        magnitude[i] = std::abs(f16_at(b) * q) + (with_min ? std::abs(f16_at(b + 2)) : 0.0);
+      }
+      return;
+    }
+    case BlockType::kIQ4_NL:
+      for (int i = 0; i < 32; ++i) value[i] = f16_at(b) * iq4_level(b + 2, i);
+      break;
+    case BlockType::kIQ4_XS:
+      for (int e = 0; e < 256; ++e) {
+        value[e] = f16_at(b) * iq4_xs_scale(b, e / 32) * iq4_level(b + 8 + 16 * (e / 32), e % 32);
+      }
+      break;
+    case BlockType::kQ2_K:
+      for (int e = 0; e < 256; ++e) {
+        const double scaled = f16_at(b + 80) * (b[e / 16] & 15) * q23_element(b, false, e);
+        const double min = f16_at(b + 82) * (b[e / 16] >> 4);
+        value[e] = scaled - min;
+        magnitude[e] = std::abs(scaled) + std::abs(min);
+      }
+      return;
+    case BlockType::kQ3_K:
+      for (int e = 0; e < 256; ++e) value[e] = f16_at(b + 108) * q3_k_scale(b, e / 16) * q23_element(b, true, e);
+      break;
     case BlockType::kQ4_K:
     case BlockType::kQ5_K: {
       const bool five = layout.type == BlockType::kQ5_K;

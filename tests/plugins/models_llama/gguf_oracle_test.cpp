@@ -7,13 +7,15 @@
 // scripts/setup.sh); three random models gguf_oracle.py writes with the gguf package as
 // llama.cpp's converter would (F16 with its own output.weight and llama3 rope_freqs,
 // pre-tokenizer gpt-2; Q8_0 with tied embeddings, pre-tokenizer llama-bpe; a
-// SentencePiece vocabulary with BF16 embeddings and Q4_0 matrices); two random models
+// SentencePiece vocabulary with BF16 embeddings and Q4_0 matrices); random models
 // llama.cpp's own quantizer makes (Q4_K_M, Q5_K_M: Q4_K or Q5_K matrices, Q6_K for
-// output, attn_v and some ffn_down); and files the loader must refuse.
+// output, attn_v and some ffn_down; Q5_0, Q5_1: one type, Q6_K output; Q3_K_M: Q3_K,
+// Q4_K attn_output and ffn_down, Q5_K attn_v; Q2_K: Q2_K, Q3_K attn_output, attn_v and
+// ffn_down; IQ4_NL, IQ4_XS: one type, Q6_K output); and files the loader must refuse.
 //
-// models_llama loads them with model.dtype auto: the Q8_0, Q4_0, Q4_1, Q4_K, Q5_K and
-// Q6_K matrices held as stored (llama_cpu/weights.h), the rest (float tensors, and a
-// fused matrix of two block types, here layer 1's q/k/v of the K_M files) dequantized to
+// models_llama loads them with model.dtype auto: the Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL,
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS matrices held as stored (llama_cpu/weights.h), the rest (float tensors, and a
+// fused matrix of two block types, here q/k/v where attn_v has another type than q and k) dequantized to
 // f16. Up to 16 rows a step multiplies the blocks as llama.cpp does (activations quantized
 // per block to Q8_0 / Q8_1 / Q8_K, integer block sums, f32 accumulation); past 16 rows (a
 // prompt of more tokens, in one step here) f32 activations times the blocks dequantized
@@ -35,6 +37,12 @@
 //   SmolLM2-135M Q4_1         1.23 / 1.18 / 1.18 / 1.18         (|logits| <= 33)  atol 2.5
 //   Q4_K_M random model       0.38 at every level               (|logits| <= 24)  atol 0.8
 //   Q5_K_M random model       0.42 at every level               (|logits| <= 27)  atol 0.8
+//   Q5_0 random model         0.33 at every level               (|logits| <= 30)  atol 0.8
+//   Q5_1 random model         0.35 at every level               (|logits| <= 26)  atol 0.8
+//   Q3_K_M random model       0.36 at every level               (|logits| <= 24)  atol 0.8
+//   Q2_K random model         0.39 at every level               (|logits| <= 26)  atol 0.8
+//   IQ4_NL random model       0.30 at every level               (|logits| <= 24)  atol 0.8
+//   IQ4_XS random model       0.37 at every level               (|logits| <= 25)  atol 0.8
 // (Dequantized to f16 at load, as before the blocks were kept: Q8_0 0.32, BF16 + Q4_0 0.14
 // with atol 0.25, SmolLM2 1.22, Q4_K_M 0.37, Q5_K_M 0.41. With the integer block kernels at
 // every row count too, the Q8_0 file matched llama.cpp to 7.6e-6 and the Q4_0 file to 0.09;
@@ -46,7 +54,9 @@
 // file's greedy tokens diverge (checked while writing this). Greedy tokens must be
 // equal, but for at most one near tie per file that the rounding the tolerance allows
 // may flip: the two candidates' logits, as each side sees them, no more than 2 * atol
-// apart in all (none of today's files has one; a file trained on other text had two, 0.08
+// apart in all (three files have one, the same at every level: Q5_1 at greedy step 6, its
+// two best logits 0.087 apart in llama.cpp and 0.002 here; Q3_K_M at step 0, 0.019 and
+// 0.065; Q2_K at step 6, 0.052 and 0.051; a file trained on other text had two, 0.08
 // apart in llama.cpp). Each step is fed
 // llama.cpp's token, so the positions stay comparable after a flip.
 
@@ -218,6 +228,48 @@ TEST_CASE("gguf: Q5_K_M random model (llama.cpp's quantizer: Q5_K, Q6_K) equals 
   check_model(expected, {0.8, 0.0});
 }
 
+TEST_CASE("gguf: Q5_0 random model (llama.cpp's quantizer: Q5_0 matrices and a Q6_K output) equals llama.cpp",
+          "[gguf][llama_cpp]") {
+  const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-q5_0.gguf");
+  check_tokenizer(expected);
+  check_model(expected, {0.8, 0.0});
+}
+
+TEST_CASE("gguf: Q5_1 random model (llama.cpp's quantizer: Q5_1 matrices and a Q6_K output) equals llama.cpp",
+          "[gguf][llama_cpp]") {
+  const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-q5_1.gguf");
+  check_tokenizer(expected);
+  check_model(expected, {0.8, 0.0});
+}
+
+TEST_CASE("gguf: Q3_K_M random model (llama.cpp's quantizer: Q3_K with Q4_K Q5_K and Q6_K mixed in) equals llama.cpp",
+          "[gguf][llama_cpp]") {
+  const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-q3_k_m.gguf");
+  check_tokenizer(expected);
+  check_model(expected, {0.8, 0.0});
+}
+
+TEST_CASE("gguf: Q2_K random model (llama.cpp's quantizer: Q2_K with Q3_K and Q6_K mixed in) equals llama.cpp",
+          "[gguf][llama_cpp]") {
+  const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-q2_k.gguf");
+  check_tokenizer(expected);
+  check_model(expected, {0.8, 0.0});
+}
+
+TEST_CASE("gguf: IQ4_NL random model (llama.cpp's quantizer: IQ4_NL matrices and a Q6_K output) equals llama.cpp",
+          "[gguf][llama_cpp]") {
+  const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-iq4_nl.gguf");
+  check_tokenizer(expected);
+  check_model(expected, {0.8, 0.0});
+}
+
+TEST_CASE("gguf: IQ4_XS random model (llama.cpp's quantizer: IQ4_XS matrices and a Q6_K output) equals llama.cpp",
+          "[gguf][llama_cpp]") {
+  const nlohmann::json expected = oracle_for(tiny_files().path() / "tiny-iq4_xs.gguf");
+  check_tokenizer(expected);
+  check_model(expected, {0.8, 0.0});
+}
+
 TEST_CASE("gguf: files the loader refuses, each error naming the file and what is wrong", "[gguf]") {
   const std::filesystem::path dir = tiny_files().path();
   const auto create_error = [](const std::filesystem::path& file) -> std::string {
@@ -233,12 +285,14 @@ TEST_CASE("gguf: files the loader refuses, each error naming the file and what i
              Contains("bad-arch.gguf: metadata 'general.architecture' is \"qwen2\"; models_llama loads llama only"));
   CHECK_THAT(create_error(dir / "bad-missing.gguf"),
              Contains("bad-missing.gguf: tensor 'blk.1.ffn_up.weight' (model.layers.1.mlp.up_proj.weight) is missing"));
-  CHECK_THAT(create_error(dir / "bad-q5_0.gguf"),
-             Contains("bad-q5_0.gguf: tensor 'token_embd.weight' (model.embed_tokens.weight) is Q5_0, which is not "
+  CHECK_THAT(create_error(dir / "bad-mxfp4.gguf"),
+             Contains("bad-mxfp4.gguf: tensor 'token_embd.weight' (model.embed_tokens.weight) is MXFP4, which is not "
                       "dequantized"));
   CHECK_THAT(create_error(dir / "bad-scale.gguf"),
              Contains("bad-scale.gguf: tensor 'blk.1.attn_output.weight' (model.layers.1.self_attn.o_proj.weight) "
                       "(Q8_0) block 3: its f16 scale at byte 0 is not finite"));
+  CHECK_THAT(create_error(dir / "bad-truncated.gguf"),
+             Contains("bad-truncated.gguf: tensor 'blk.1.ffn_up.weight': bytes [") && Contains("(truncated?)"));
   CHECK_THAT(create_error(dir / "bad-softcap.gguf"),
              Contains("bad-softcap.gguf: metadata 'llama.final_logit_softcapping' is not a setting models_llama "
                       "reads, and it could change what the model computes: refused rather than ignored"));

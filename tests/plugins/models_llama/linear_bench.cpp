@@ -21,8 +21,8 @@
 //       GB/s, GFLOP/s, the fraction of vdpbf16ps's measured peak and the time
 //       against the same mode's one-row time (1.0: the rows cost no more than
 //       streaming the weights once)
-//   build/bin/llama_cpu_linear_bench blocks [threads]   GGUF blocks (Q8_0, Q4_0,
-//       Q4_1, Q4_K, Q5_K, Q6_K) against f16 weights on the 1B shapes at 1 to
+//   build/bin/llama_cpu_linear_bench blocks [threads]   GGUF blocks (every held
+//       type: Q8_0 ... IQ4_XS) against f16 weights on the 1B shapes at 1 to
 //       64 rows, per level up to avx512vnni: time, weight GB/s, ratio to f16
 //   build/bin/llama_cpu_linear_bench blocking [threads]   the many-rows GEMMs
 //       (32 to 2048 rows) on the peers' shapes (K x N = 2048 x 2048, 2048 x
@@ -191,14 +191,15 @@ int blocks_bench(int threads) {
   };
   const Shape shapes[] = {{"1B gate_up", 16384, 2048}, {"1B down", 2048, 8192}};
   using pagedllm::llama_cpu::BlockType;
-  const BlockType types[] = {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ4_1,
-                             BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K};
+  const BlockType types[] = {BlockType::kQ8_0, BlockType::kQ4_0,  BlockType::kQ4_1, BlockType::kQ5_0,
+                             BlockType::kQ5_1, BlockType::kIQ4_NL, BlockType::kQ2_K, BlockType::kQ3_K,
+                             BlockType::kQ4_K, BlockType::kQ5_K,  BlockType::kQ6_K, BlockType::kIQ4_XS};
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
   std::uniform_int_distribution<int> byte(0, 255);
   std::printf("linear() on GGUF blocks against f16 weights, %d thread(s), best of up to 40 calls\n", threads);
   std::printf("GB/s: weight bytes per call / time; x f16: f16 time / this time (same level)\n");
-  std::printf("%-11s %4s %-10s %-5s %10s %7s %7s\n", "shape", "rows", "isa", "type", "us", "GB/s", "x f16");
+  std::printf("%-11s %4s %-10s %-6s %10s %7s %7s\n", "shape", "rows", "isa", "type", "us", "GB/s", "x f16");
   for (const Shape& s : shapes) {
     const auto count = std::size_t(s.n * s.k);
     std::vector<uint16_t> f16(count);
@@ -208,12 +209,17 @@ int blocks_bench(int threads) {
       const pagedllm::llama_cpu::BlockFormat& f = pagedllm::llama_cpu::block_format(t);
       std::vector<uint8_t> data(count / std::size_t(f.elems) * std::size_t(f.bytes));
       for (uint8_t& b : data) b = uint8_t(byte(rng));
-      const int scale_at = t == BlockType::kQ6_K ? 208 : 0;
-      const bool has_min = t == BlockType::kQ4_1 || t == BlockType::kQ4_K || t == BlockType::kQ5_K;
+      // The f16 scale's byte offset, and the min's (-1: none).
+      const int scale_at = t == BlockType::kQ6_K ? 208 : t == BlockType::kQ3_K ? 108 : t == BlockType::kQ2_K ? 80 : 0;
+      const int min_at = t == BlockType::kQ2_K ? 82
+                         : t == BlockType::kQ4_1 || t == BlockType::kQ5_1 || t == BlockType::kQ4_K ||
+                                   t == BlockType::kQ5_K
+                             ? 2
+                             : -1;
       for (std::size_t b = 0; b < data.size(); b += std::size_t(f.bytes)) {
         const uint16_t d = pagedllm::plugins::f32_to_f16(0.001f);
         std::memcpy(&data[b + std::size_t(scale_at)], &d, 2);
-        if (has_min) std::memcpy(&data[b + 2], &d, 2);
+        if (min_at >= 0) std::memcpy(&data[b + std::size_t(min_at)], &d, 2);
       }
       blocks.push_back(std::move(data));
     }
@@ -228,7 +234,7 @@ int blocks_bench(int threads) {
           pagedllm::llama_cpu::linear(pool, a.data(), s.k, m, WeightsRef{f16.data(), PLLM_DTYPE_F16}, s.n, s.k,
                                       out.data(), s.n, false);
         });
-        std::printf("%-11s %4lld %-10s %-5s %10.1f %7.2f %6.2fx\n", s.name, static_cast<long long>(m),
+        std::printf("%-11s %4lld %-10s %-6s %10.1f %7.2f %6.2fx\n", s.name, static_cast<long long>(m),
                     pagedllm::llama_cpu::isa_name(isa), "f16", f16_us, double(count) * 2.0 / f16_us / 1e3, 1.0);
         for (std::size_t t = 0; t < std::size(types); ++t) {
           WeightsRef w{blocks[t].data(), PLLM_DTYPE_F32};
@@ -236,7 +242,7 @@ int blocks_bench(int threads) {
           const double us = best_of_us(calls, [&] {
             pagedllm::llama_cpu::linear(pool, a.data(), s.k, m, w, s.n, s.k, out.data(), s.n, false);
           });
-          std::printf("%-11s %4lld %-10s %-5s %10.1f %7.2f %6.2fx\n", s.name, static_cast<long long>(m),
+          std::printf("%-11s %4lld %-10s %-6s %10.1f %7.2f %6.2fx\n", s.name, static_cast<long long>(m),
                       pagedllm::llama_cpu::isa_name(isa), pagedllm::llama_cpu::block_format(types[t]).name, us,
                       double(blocks[t].size()) / us / 1e3, f16_us / us);
         }

@@ -18,7 +18,7 @@
 // GGUF blocks (a BlockType other than kNone): a GGUF file's quantized matrix
 // held as the file stores it, row-major, each row k / block_elems blocks
 // (blocks never straddle rows: GGUF requires dims[0] to be a multiple of the
-// block size), ggml's byte layouts (pagedllm/sdk/cpp/gguf_types.hpp). linear()
+// block size), ggml's byte layouts (llama_common/gguf_dequantize.h). linear()
 // multiplies them as llama.cpp does (block_kernels.inc): the activations
 // quantized per block, integer block dot products, f32 accumulation.
 
@@ -28,6 +28,7 @@
 #include <new>
 #include <vector>
 
+#include "llama_common/gguf_dequantize.h"
 #include "pagedllm/sdk.h"
 #include "pagedllm/sdk/cpp/float_convert.hpp"
 #include "pagedllm/sdk/cpp/gguf_types.hpp"
@@ -42,11 +43,16 @@ inline std::size_t weight_dtype_size(pllm_dtype dtype) {
 // blocks each is multiplied with (block_kernels.inc):
 //   kQ8_0, kQ4_0  32-element blocks, activations in 32-element blocks of int8
 //                 (llama.cpp's Q8_0)
-//   kQ4_1         the same with each activation block's sum (llama.cpp's Q8_1)
-//   kQ4_K, kQ5_K, kQ6_K  256-element super-blocks, activations in 256-element
-//                 blocks of int8 with sums per 16 (llama.cpp's Q8_K)
-// Other GGUF types are dequantized at load into the model's 16-bit dtype.
-enum class BlockType : uint8_t { kNone, kQ8_0, kQ4_0, kQ4_1, kQ4_K, kQ5_K, kQ6_K };
+//   kQ5_0, kIQ4_NL  the same
+//   kQ4_1, kQ5_1  the same with each activation block's sum (llama.cpp's Q8_1)
+//   kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kIQ4_XS  256-element super-blocks,
+//                 activations in 256-element blocks of int8 with sums per 16
+//                 (llama.cpp's Q8_K)
+// Every quantized type the loader reads (llama_common/gguf_dequantize.h) has
+// one; the loader refuses the others (IQ1-IQ3, TQ*, MXFP4, ...).
+enum class BlockType : uint8_t {
+  kNone, kQ8_0, kQ4_0, kQ4_1, kQ4_K, kQ5_K, kQ6_K, kQ5_0, kQ5_1, kQ2_K, kQ3_K, kIQ4_NL, kIQ4_XS
+};
 
 struct BlockFormat {
   pllm::gguf::GgmlType ggml_type;
@@ -60,15 +66,18 @@ inline const BlockFormat& block_format(BlockType type) {
   static constexpr BlockFormat kFormats[] = {
       {G::F32, 1, 4, "none"},          {G::Q8_0, 32, 34, "Q8_0"},   {G::Q4_0, 32, 18, "Q4_0"},
       {G::Q4_1, 32, 20, "Q4_1"},       {G::Q4_K, 256, 144, "Q4_K"}, {G::Q5_K, 256, 176, "Q5_K"},
-      {G::Q6_K, 256, 210, "Q6_K"},
+      {G::Q6_K, 256, 210, "Q6_K"},     {G::Q5_0, 32, 22, "Q5_0"},   {G::Q5_1, 32, 24, "Q5_1"},
+      {G::Q2_K, 256, 84, "Q2_K"},      {G::Q3_K, 256, 110, "Q3_K"}, {G::IQ4_NL, 32, 18, "IQ4_NL"},
+      {G::IQ4_XS, 256, 136, "IQ4_XS"},
   };
   return kFormats[int(type)];
 }
 
 // The block type of a stored GGUF type; kNone for one linear() has no kernels for.
 inline BlockType block_type_of(pllm::gguf::GgmlType ggml_type) {
-  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ4_1, BlockType::kQ4_K, BlockType::kQ5_K,
-                      BlockType::kQ6_K}) {
+  for (BlockType t : {BlockType::kQ8_0, BlockType::kQ4_0, BlockType::kQ4_1, BlockType::kQ5_0, BlockType::kQ5_1,
+                      BlockType::kQ2_K, BlockType::kQ3_K, BlockType::kQ4_K, BlockType::kQ5_K, BlockType::kQ6_K,
+                      BlockType::kIQ4_NL, BlockType::kIQ4_XS}) {
     if (block_format(t).ggml_type == ggml_type) return t;
   }
   return BlockType::kNone;
@@ -131,7 +140,7 @@ struct WeightsRef {
   // f32, and blocks: ggml's dequantization).
   void row_to_f32(int64_t row, int64_t k, float* dst) const {
     if (blocks != BlockType::kNone) {
-      pllm::gguf::dequantize(block_format(blocks).ggml_type, rows_from(row, k).data, dst, k);
+      llama::dequantize_gguf(block_format(blocks).ggml_type, rows_from(row, k).data, dst, k);
       return;
     }
     if (dtype == PLLM_DTYPE_I8) {
