@@ -54,19 +54,27 @@ def requests_per_replica(cluster):
             for r in cluster.replicas}
 
 
-def test_requests_sharing_a_prefix_land_on_one_replica(cluster):
+@pytest.mark.parametrize("kind", ["completion", "chat"])
+def test_requests_sharing_a_prefix_land_on_one_replica(cluster, kind):
+    """The router renders each prompt as the host does (a chat through the model's template) and keeps the
+    prompts sharing a prefix on the replica that computed it."""
     with cluster.replicas[0].http() as http:
         prefix_tokens = http.post("/tokenize", json={"prompt": SHARED_PREFIX}).json()["count"]
     shared_blocks = prefix_tokens // 16
     assert shared_blocks >= 8
+    users = 6
     with cluster.router.client() as routed:
         model = model_of(routed)
         hits_before = {r.url: r.metric("pagedllm:prefix_cache_hits_total") for r in cluster.replicas}
         sent_before = requests_per_replica(cluster)
         affinity_before = cluster.router.metric("pagedllm_router:replica_affinity_hits_total")
-        users = 6
         for user in range(users):
-            completion_text(routed, model, SHARED_PREFIX + f"def user_{user}_function(x):", False, max_tokens=2)
+            if kind == "completion":
+                completion_text(routed, model, SHARED_PREFIX + f"def user_{user}_function(x):", False, max_tokens=2)
+            else:
+                messages = [{"role": "system", "content": "[chat] " + SHARED_PREFIX},
+                            {"role": "user", "content": f"def user_{user}_function(x):"}]
+                chat_text(routed, model, messages, False, max_tokens=2)
     sent = {url: count - sent_before[url] for url, count in requests_per_replica(cluster).items()}
     chosen = [url for url, count in sent.items() if count > 0]
     assert len(chosen) == 1, sent
