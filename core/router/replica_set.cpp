@@ -97,6 +97,13 @@ int ReplicaSet::replicas_up() const {
   return static_cast<int>(std::count_if(replicas_.begin(), replicas_.end(), [](const auto& r) { return r.up; }));
 }
 
+int ReplicaSet::requests_in_flight() const {
+  std::lock_guard lock(mutex_);
+  int total = 0;
+  for (const ReplicaCounters& replica : replicas_) total += replica.in_flight;
+  return total;
+}
+
 std::vector<ReplicaCounters> ReplicaSet::counters() const {
   std::lock_guard lock(mutex_);
   return replicas_;

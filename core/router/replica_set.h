@@ -48,6 +48,7 @@ class ReplicaSet {
   std::size_t size() const { return urls_.size(); }
   const std::string& url(int replica) const { return urls_[static_cast<std::size_t>(replica)]; }
   int replicas_up() const;
+  int requests_in_flight() const;
   std::vector<ReplicaCounters> counters() const;
   std::size_t affinity_entries() const;
 

@@ -87,6 +87,8 @@ void read_server(YamlMapReader server, RouterConfig& config) {
     server.fail("max_request_body", fmt::format("must be at least 1KiB, got {} bytes", config.max_request_body_bytes));
   }
   config.connect_timeout_s = server.get_double("connect_timeout_s", config.connect_timeout_s, 0.01, kDay);
+  config.shutdown_grace_period_s =
+      server.get_double("shutdown_grace_period_s", config.shutdown_grace_period_s, 0.0, kDay);
   server.finish();
 }
 

@@ -43,6 +43,8 @@ struct RouterConfig {
   int port = 8100;  // 0 = any free port (printed at start)
   int io_threads = 2;
   std::uint64_t max_request_body_bytes = 8u << 20;
+  // SIGINT/SIGTERM: requests in flight get this long to finish before the router stops.
+  double shutdown_grace_period_s = 30.0;
 
   std::string log_level = "info";
   SourceMap sources;

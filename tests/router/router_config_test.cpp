@@ -45,6 +45,7 @@ TEST_CASE("a minimal router config gets the documented defaults", "[router][conf
   CHECK(c.load_margin == 4);
   CHECK(c.host == "127.0.0.1");
   CHECK(c.port == 8100);
+  CHECK(c.shutdown_grace_period_s == 30.0);
   CHECK(c.log_level == "info");
 }
 
@@ -52,7 +53,8 @@ TEST_CASE("every router section is read", "[router][config]") {
   const RouterConfig c = parse_router_config(kMinimal + R"(routing: {policy: round_robin, block_size: 32, load_margin: 0,
           affinity_entries: 100}
 health: {interval_s: 0.5, timeout_s: 3}
-server: {host: 0.0.0.0, port: 0, io_threads: 4, max_request_body: 1MiB, connect_timeout_s: 2}
+server: {host: 0.0.0.0, port: 0, io_threads: 4, max_request_body: 1MiB, connect_timeout_s: 2,
+         shutdown_grace_period_s: 0}
 logging: {level: warn}
 )",
                                              "/etc/pagedllm/router.yaml", {"routing.load_margin=2"});
@@ -67,6 +69,7 @@ logging: {level: warn}
   CHECK(c.io_threads == 4);
   CHECK(c.max_request_body_bytes == 1u << 20);
   CHECK(c.connect_timeout_s == 2.0);
+  CHECK(c.shutdown_grace_period_s == 0.0);
   CHECK(c.log_level == "warn");
 }
 

@@ -217,3 +217,37 @@ def test_a_killed_replica_is_routed_around(fresh_cluster):
                 completion_text(routed, model, "def add(a, b):", not stream_flag)
     assert router.metric("pagedllm_router:replica_requests_total", f'replica="{survivor.url}"') == before + 4
     victim.stop()
+
+
+def refuses_connections(url):
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+        return False
+    except ConnectionRefusedError:
+        return True
+
+
+def test_sigterm_lets_requests_in_flight_finish(fresh_cluster):
+    replica = fresh_cluster.start_replica()
+    router = fresh_cluster.start_router([replica.url])
+    wait_for(lambda: router.metric("pagedllm_router:replica_up") == 1, "the replica up")
+    long_request = {"prompt": "def drained(x):", "max_tokens": 440, "temperature": 0, "n": 32,
+                    "extra_body": {"ignore_eos": True}}
+    with replica.client() as direct:
+        model = model_of(direct)
+        expected = direct.completions.create(model=model, **long_request).choices[0].text
+    result = {}
+
+    def send():
+        with router.client() as routed:
+            result["text"] = routed.completions.create(model=model, **long_request).choices[0].text
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    wait_for(lambda: router.metric("pagedllm_router:replica_in_flight") == 1, "the request in flight")
+    router.process.send_signal(signal.SIGTERM)
+    wait_for(lambda: refuses_connections(router.url), "the router to stop accepting connections")
+    thread.join()
+    assert result.get("text") == expected
+    assert router.process.wait(timeout=30) == 0
