@@ -19,6 +19,7 @@
 #include "core/router/upstream_exchange.h"
 #include "core/server/api_error.h"
 #include "core/server/openai_request.h"
+#include "core/server/request_reader.h"
 
 namespace pagedllm::router {
 namespace {
@@ -27,7 +28,6 @@ namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
 
-constexpr std::size_t kMaxHeaderBytes = 64 * 1024;
 constexpr const char* kJson = "application/json";
 constexpr const char* kPrometheus = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -72,6 +72,23 @@ Action match_route(http::verb method, std::string_view target, std::string& allo
   throw server::not_found(fmt::format("No route for {}.", path));
 }
 
+// The answer to a failed read of a request, or nullopt where the client left or went quiet.
+std::optional<server::ApiError> read_error(const beast::error_code& ec, std::uint64_t max_body_bytes) {
+  if (ec == http::error::body_limit) {
+    return server::request_too_large(
+        fmt::format("The request body is larger than this server's limit of {} bytes.", max_body_bytes));
+  }
+  if (ec == http::error::header_limit) {
+    return server::ApiError(431, fmt::format("The request header is larger than {} bytes.", server::kHeaderLimit),
+                            "invalid_request_error");
+  }
+  const bool parse_error = ec.category() == http::make_error_code(http::error::end_of_stream).category();
+  if (parse_error && ec != http::error::end_of_stream && ec != http::error::partial_message) {
+    return server::invalid_request(fmt::format("Malformed HTTP request: {}.", ec.message()));
+  }
+  return std::nullopt;
+}
+
 class Session {
  public:
   Session(net::ip::tcp::socket socket, std::shared_ptr<RouterState> state)
@@ -80,24 +97,17 @@ class Session {
   net::awaitable<void> run() {
     while (client_.keep_alive) {
       http::request_parser<http::string_body> parser;
-      parser.header_limit(kMaxHeaderBytes);
+      parser.header_limit(server::kHeaderLimit);
       parser.body_limit(state_->config.max_request_body_bytes);
       beast::error_code ec;
       client_.stream.expires_after(ClientConnection::kReadTimeout);
       co_await http::async_read(client_.stream, client_.buffer, parser, net::redirect_error(net::use_awaitable, ec));
-      if (ec == http::error::body_limit) {
+      if (ec) {
+        // The host's answers to the same read errors (core/server/request_reader.cpp), then the connection closes.
         client_.keep_alive = false;
-        co_await reply_error(server::request_too_large(fmt::format(
-            "The request body exceeds server.max_request_body ({} bytes).", state_->config.max_request_body_bytes)));
+        if (const auto error = read_error(ec, state_->config.max_request_body_bytes)) co_await reply_error(*error);
         break;
       }
-      if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout) break;
-      if (ec && ec.category() == http::make_error_code(http::error::end_of_stream).category()) {
-        client_.keep_alive = false;
-        co_await reply_error(server::invalid_request(fmt::format("Malformed HTTP request: {}.", ec.message())));
-        break;
-      }
-      if (ec) break;
       request_ = parser.release();
       client_.keep_alive = request_.keep_alive();
       co_await handle();
@@ -113,7 +123,8 @@ class Session {
     std::optional<server::ApiError> error;
     try {
       const std::string_view target(request_.target().data(), request_.target().size());
-      switch (match_route(request_.method(), target, allow)) {
+      const Action action = match_route(request_.method(), target, allow);
+      switch (action) {
         case Action::kHealth:
           co_await reply_health();
           co_return;
@@ -128,8 +139,7 @@ class Session {
         case Action::kChat: {
           // Malformed JSON gets the host's own 400 here; any other mistake the replica answers.
           const nlohmann::json body = server::parse_json_object(request_.body());
-          const PromptKind kind =
-              target.starts_with("/v1/chat") ? PromptKind::kChat : PromptKind::kCompletion;
+          const PromptKind kind = action == Action::kChat ? PromptKind::kChat : PromptKind::kCompletion;
           const std::vector<BlockHash> chain = state_->hasher.chain(kind, body, request_.body());
           co_await forward(chain);
           co_return;

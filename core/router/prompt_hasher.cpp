@@ -33,7 +33,9 @@ std::optional<tokenizer::ChatTemplate> load_chat_template(const RouterConfig& co
       throw ConfigError(fmt::format("model.chat_template: {}", error.what()));
     }
   }
-  if (format || tokenizer.config().chat_template) return tokenizer::ChatTemplate::from_config(tokenizer.config(), format);
+  if (format || tokenizer.config().chat_template) {
+    return tokenizer::ChatTemplate::from_config(tokenizer.config(), format);
+  }
   return std::nullopt;
 }
 

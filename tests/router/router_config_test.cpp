@@ -50,8 +50,8 @@ TEST_CASE("a minimal router config gets the documented defaults", "[router][conf
 }
 
 TEST_CASE("every router section is read", "[router][config]") {
-  const RouterConfig c = parse_router_config(kMinimal + R"(routing: {policy: round_robin, block_size: 32, load_margin: 0,
-          affinity_entries: 100}
+  const RouterConfig c = parse_router_config(kMinimal + R"(routing: {policy: round_robin, block_size: 32,
+          load_margin: 0, affinity_entries: 100}
 health: {interval_s: 0.5, timeout_s: 3}
 server: {host: 0.0.0.0, port: 0, io_threads: 4, max_request_body: 1MiB, connect_timeout_s: 2,
          shutdown_grace_period_s: 0}

@@ -99,6 +99,14 @@ def test_errors_have_the_hosts_shape(cluster):
             assert actual.status_code == expected.status_code, (method, path, actual.text)
             assert actual.json() == expected.json(), (method, path)
             assert actual.headers.get("allow") == expected.headers.get("allow")
+        # Limits the router applies as the host does (its default body limit is the replicas'): 413 and 431.
+        oversized_body = b'{"prompt": "' + b"x" * (9 << 20) + b'"}'
+        for body, headers in ((oversized_body, {}), (b"{}", {"x-padding": "a" * (17 << 10)})):
+            expected = direct.post("/v1/completions", content=body, headers=headers)
+            actual = routed.post("/v1/completions", content=body, headers=headers)
+            assert expected.status_code in (413, 431)
+            assert actual.status_code == expected.status_code
+            assert actual.json() == expected.json()
         # A request the replica refuses (no messages) is forwarded and refused by it, word for word.
         model = direct.get("/v1/models").json()["data"][0]["id"]
         expected = direct.post("/v1/chat/completions", json={"model": model})
