@@ -108,16 +108,21 @@ class Exchange {
 
   net::awaitable<ExchangeResult> run() {
     watch_.start(executor_);
-    ExchangeResult result = co_await forward();
+    const ExchangeResult result = co_await forward();
     co_await watch_.stop();
-    if (watch_.client_gone()) result = {ExchangeOutcome::kClientGone, "the client left"};
     co_return result;
   }
 
  private:
+  // An upstream operation failed: the replica's failure, unless the watch closed the connection because the
+  // client had left (what happens after the outcome is decided, such as the client leaving once it has read
+  // an error event, changes nothing).
   ExchangeResult failed_early(const std::string& step, const beast::error_code& ec) const {
+    if (watch_.client_gone()) return client_gone();
     return {ExchangeOutcome::kReplicaFailedEarly, fmt::format("{} {}: {}", step, replica_.url, ec.message())};
   }
+
+  static ExchangeResult client_gone() { return {ExchangeOutcome::kClientGone, "the client left"}; }
 
   net::awaitable<ExchangeResult> forward() {
     beast::error_code ec;
@@ -177,7 +182,7 @@ class Exchange {
     answer.prepare_payload();
     client_.stream.expires_after(ClientConnection::kSendTimeout);
     co_await http::async_write(client_.stream, answer, net::redirect_error(net::use_awaitable, ec));
-    if (ec) co_return ExchangeResult{ExchangeOutcome::kClientGone, ec.message()};
+    if (ec) co_return client_gone();
     co_return ExchangeResult{};
   }
 
@@ -190,7 +195,7 @@ class Exchange {
     http::response_serializer<http::empty_body> serializer{header};
     client_.stream.expires_after(ClientConnection::kSendTimeout);
     co_await http::async_write_header(client_.stream, serializer, net::redirect_error(net::use_awaitable, ec));
-    if (ec) co_return ExchangeResult{ExchangeOutcome::kClientGone, ec.message()};
+    if (ec) co_return client_gone();
 
     while (!parser_.is_done()) {
       beast::error_code upstream_error;
@@ -199,13 +204,14 @@ class Exchange {
         client_.stream.expires_after(ClientConnection::kSendTimeout);
         co_await net::async_write(client_.stream, http::make_chunk(net::buffer(chunk_.data(), bytes)),
                                   net::redirect_error(net::use_awaitable, ec));
-        if (ec) co_return ExchangeResult{ExchangeOutcome::kClientGone, ec.message()};
+        if (ec) co_return client_gone();
       }
+      if (upstream_error && watch_.client_gone()) co_return client_gone();
       if (upstream_error) co_return co_await end_stream_with_error(upstream_error);
     }
     client_.stream.expires_after(ClientConnection::kSendTimeout);
     co_await net::async_write(client_.stream, http::make_chunk_last(), net::redirect_error(net::use_awaitable, ec));
-    if (ec) co_return ExchangeResult{ExchangeOutcome::kClientGone, ec.message()};
+    if (ec) co_return client_gone();
     co_return ExchangeResult{};
   }
 
