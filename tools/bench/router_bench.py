@@ -132,13 +132,14 @@ def main():
 
     replicas = []
     routers = []
+    work_dir = tempfile.TemporaryDirectory(prefix="router_bench_")
     try:
         for _ in range(options.replicas):
             replicas.append(start([options.host, "--config", options.config, "--set", "server.port=0",
                                    "--set", "logging.level=warn",
                                    "--set", f"model.options.num_threads={options.threads}",
                                    "--set", f"attention.options.num_threads={options.threads}"], "pagedllm-host"))
-        work = Path(tempfile.mkdtemp(prefix="router_bench_"))
+        work = Path(work_dir.name)
         urls = {}
         for policy in ("prefix_affinity", "round_robin"):
             config = work / f"{policy}.yaml"
@@ -174,6 +175,7 @@ def main():
         for process in routers + [process for process, _ in replicas]:
             process.terminate()
             process.wait(timeout=60)
+        work_dir.cleanup()
 
     summary = {}
     for policy, r in results.items():
