@@ -260,6 +260,17 @@ YamlMapReader YamlMapReader::child(std::string_view key) {
   return YamlMapReader(value(key).value_or(YAML::Node()), key_path(key), sources_);
 }
 
+std::vector<YamlMapReader> YamlMapReader::children(std::string_view key) {
+  const auto v = value(key);
+  std::vector<YamlMapReader> items;
+  if (!v) return items;
+  if (!v->IsSequence()) fail(key, fmt::format("expected a list of mappings, got {}", describe(*v)));
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    items.emplace_back((*v)[i], fmt::format("{}[{}]", key_path(key), i), sources_);
+  }
+  return items;
+}
+
 void YamlMapReader::finish() const {
   if (!node_.IsMap()) return;
   for (const auto& item : node_) {

@@ -40,6 +40,8 @@ class YamlMapReader {
   nlohmann::json get_json_object(std::string_view key);
   // A nested section.
   YamlMapReader child(std::string_view key);
+  // A list of sections (`key: [{...}, {...}]`), each read at the path key[i]; empty when absent.
+  std::vector<YamlMapReader> children(std::string_view key);
   // True when the key is present and not null.
   bool is_set(std::string_view key) const;
   // True when the key holds a list (a setting that takes one value or several).
