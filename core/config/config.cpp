@@ -1,13 +1,9 @@
 #include "core/config/config.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <regex>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -307,27 +303,12 @@ HostConfig read_root(const YAML::Node& root_node, SourceMap sources) {
 }  // namespace
 
 HostConfig parse_config(const std::string& yaml_text, const fs::path& file, const std::vector<std::string>& overrides) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::ParserException& e) {
-    throw ConfigError(fmt::format("{}:{}:{}: not valid YAML: {}", file.string(), e.mark.line + 1, e.mark.column + 1,
-                                  e.msg));
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("{}: not valid YAML: {}", file.string(), e.msg));
-  }
-  SourceMap sources(file);
-  sources.record_file_nodes(root, "");
-  for (const auto& override_text : overrides) apply_override(root, override_text, sources);
-  return read_root(root, std::move(sources));
+  ConfigDocument document = parse_config_document(yaml_text, file, overrides);
+  return read_root(document.root, std::move(document.sources));
 }
 
 HostConfig load_config(const fs::path& file, const std::vector<std::string>& overrides) {
-  std::ifstream in(file);
-  if (!in) throw ConfigError(fmt::format("{}: cannot read the config file: {}", file.string(), std::strerror(errno)));
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_config(text.str(), file, overrides);
+  return parse_config(read_config_file(file), file, overrides);
 }
 
 }  // namespace pagedllm

@@ -1,5 +1,9 @@
 #include "core/config/config_overrides.h"
 
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include <fmt/format.h>
@@ -67,6 +71,30 @@ void apply_override(YAML::Node& root, const std::string& override_text, SourceMa
   }
   current[keys.back()] = value;
   sources.record_override(path, override_text, value);
+}
+
+ConfigDocument parse_config_document(const std::string& yaml_text, const std::filesystem::path& file,
+                                     const std::vector<std::string>& overrides) {
+  ConfigDocument document{YAML::Node(), SourceMap(file)};
+  try {
+    document.root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    throw ConfigError(fmt::format("{}:{}:{}: not valid YAML: {}", file.string(), e.mark.line + 1, e.mark.column + 1,
+                                  e.msg));
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(fmt::format("{}: not valid YAML: {}", file.string(), e.msg));
+  }
+  document.sources.record_file_nodes(document.root, "");
+  for (const std::string& override_text : overrides) apply_override(document.root, override_text, document.sources);
+  return document;
+}
+
+std::string read_config_file(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  if (!in) throw ConfigError(fmt::format("{}: cannot read the config file: {}", file.string(), std::strerror(errno)));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 }  // namespace pagedllm

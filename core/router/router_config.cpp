@@ -1,9 +1,5 @@
 #include "core/router/router_config.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
@@ -134,27 +130,12 @@ std::optional<ReplicaConfig> parse_replica_url(const std::string& url) {
 
 RouterConfig parse_router_config(const std::string& yaml_text, const fs::path& file,
                                  const std::vector<std::string>& overrides) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::ParserException& e) {
-    throw ConfigError(fmt::format("{}:{}:{}: not valid YAML: {}", file.string(), e.mark.line + 1, e.mark.column + 1,
-                                  e.msg));
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(fmt::format("{}: not valid YAML: {}", file.string(), e.msg));
-  }
-  SourceMap sources(file);
-  sources.record_file_nodes(root, "");
-  for (const std::string& override_text : overrides) apply_override(root, override_text, sources);
-  return read_root(root, std::move(sources));
+  ConfigDocument document = parse_config_document(yaml_text, file, overrides);
+  return read_root(document.root, std::move(document.sources));
 }
 
 RouterConfig load_router_config(const fs::path& file, const std::vector<std::string>& overrides) {
-  std::ifstream in(file);
-  if (!in) throw ConfigError(fmt::format("{}: cannot read the config file: {}", file.string(), std::strerror(errno)));
-  std::stringstream text;
-  text << in.rdbuf();
-  return parse_router_config(text.str(), file, overrides);
+  return parse_router_config(read_config_file(file), file, overrides);
 }
 
 std::string_view policy_name(RoutingPolicy policy) {
