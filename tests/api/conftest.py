@@ -12,28 +12,18 @@ Nothing here skips: a missing package or variable fails the run.
 """
 
 import os
-import queue
-import re
 import shutil
-import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
-import httpx2
-import openai
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from served_process import ServedProcess  # noqa: E402
+
 MAKE_TINY_LLAMA = ROOT / "tools" / "testing" / "make_tiny_llama.py"
-
-START_TIMEOUT_S = 60  # host start (model load) to "listening on"
-STOP_TIMEOUT_S = 30   # SIGTERM to exit (the config's grace period is 10 s)
-REQUEST_TIMEOUT_S = 60  # any one HTTP request, streamed or not
-
-LISTENING = re.compile(r"listening on (http://\S+)")
 
 
 def _required_env(name):
@@ -43,97 +33,14 @@ def _required_env(name):
     return value
 
 
-class Server:
-    """One pagedllm-host process. start() returns once it prints its bound address."""
+class Server(ServedProcess):
+    """One pagedllm-host process serving `config` on a free port, with --set `overrides`."""
 
     def __init__(self, host_binary, config, overrides, log_path):
-        self.log_path = log_path
         args = [host_binary, "--config", str(config), "--set", "server.port=0"]
         for override in overrides:
             args += ["--set", override]
-        self._stderr = open(log_path, "wb")
-        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=self._stderr)
-        # stdout is read to its end by a thread, so the host never blocks on a full pipe.
-        self._lines = queue.Queue()
-        self.stdout = []
-        threading.Thread(target=self._read_stdout, daemon=True).start()
-        self.url = self._wait_for_address()
-
-    def _read_stdout(self):
-        for raw in self.process.stdout:
-            line = raw.decode("utf-8", "replace")
-            self.stdout.append(line)
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def _wait_for_address(self):
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.process.kill()
-                self.process.wait(timeout=STOP_TIMEOUT_S)
-                pytest.fail(f"pagedllm-host did not start within {START_TIMEOUT_S} s:\n{self.log()}", pytrace=False)
-            try:
-                line = self._lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                code = self.process.wait(timeout=STOP_TIMEOUT_S)
-                pytest.fail(f"pagedllm-host exited with {code} before listening:\n{self.log()}", pytrace=False)
-            match = LISTENING.search(line)
-            if match:
-                url = match.group(1)
-                # Only loopback traffic: the config binds 127.0.0.1.
-                assert url.startswith("http://127.0.0.1:"), url
-                return url
-
-    def log(self):
-        if not self._stderr.closed:
-            self._stderr.flush()
-        return "".join(self.stdout) + Path(self.log_path).read_text(errors="replace")
-
-    def client(self, api_key="none", **options):
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0,
-                             timeout=REQUEST_TIMEOUT_S,
-                             http_client=openai.DefaultHttpx2Client(trust_env=False), **options)
-
-    def async_client(self, api_key="none", **options):
-        return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=api_key, max_retries=0,
-                                  timeout=REQUEST_TIMEOUT_S,
-                                  http_client=openai.DefaultAsyncHttpx2Client(trust_env=False), **options)
-
-    def http(self):
-        """A plain HTTP client for what the openai client has no method for."""
-        return httpx2.Client(base_url=self.url, timeout=REQUEST_TIMEOUT_S, trust_env=False)
-
-    def metric(self, name, label_filter=""):
-        """The value of a Prometheus sample `name{...}`, summed over the label sets
-        that contain label_filter; fails when there is none."""
-        with self.http() as http:
-            response = http.get("/metrics")
-        assert response.status_code == 200
-        total = None
-        for line in response.text.split("\n"):
-            if line.startswith(name + "{") and label_filter in line:
-                total = (total or 0) + float(line[line.rindex(" ") + 1:])
-        assert total is not None, f"no sample {name}{{{label_filter}}} in /metrics"
-        return total
-
-    def stop(self, sig=signal.SIGTERM):
-        """Sends sig and returns the exit code."""
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        try:
-            code = self.process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(timeout=STOP_TIMEOUT_S)
-            pytest.fail(f"pagedllm-host did not exit within {STOP_TIMEOUT_S} s of {sig!r}:\n{self.log()}",
-                        pytrace=False)
-        self._stderr.close()
-        return code
+        super().__init__(args, log_path, "pagedllm-host")
 
 
 @pytest.fixture(scope="session")

@@ -13,27 +13,19 @@ Nothing here skips: a missing package or variable fails the run.
 """
 
 import os
-import queue
-import re
 import shutil
-import signal
-import subprocess
-import threading
+import sys
 import time
 from pathlib import Path
 
-import httpx2
-import openai
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from served_process import ServedProcess  # noqa: E402
+
 TINY_CONFIG = ROOT / "configs" / "tiny.yaml"
 TINY_MODEL = ROOT / "models" / "pagedllm-tiny"
-
-START_TIMEOUT_S = 60
-STOP_TIMEOUT_S = 30
-REQUEST_TIMEOUT_S = 120
-LISTENING = re.compile(r"listening on (http://\S+)")
 
 
 def _required_env(name):
@@ -43,84 +35,11 @@ def _required_env(name):
     return value
 
 
-class Process:
-    """A pagedllm-host or pagedllm-router; the constructor returns once it prints its bound address."""
-
-    def __init__(self, args, log_path, name):
-        self.name = name
-        self.log_path = log_path
-        self._stderr = open(log_path, "wb")
-        env = dict(os.environ, PAGEDLLM_PLUGIN_PATH=_required_env("PAGEDLLM_PLUGIN_DIR"))
-        self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                        stderr=self._stderr, env=env)
-        self._lines = queue.Queue()
-        self.stdout = []
-        threading.Thread(target=self._read_stdout, daemon=True).start()
-        self.url = self._wait_for_address()
-
-    def _read_stdout(self):
-        for raw in self.process.stdout:
-            line = raw.decode("utf-8", "replace")
-            self.stdout.append(line)
-            self._lines.put(line)
-        self._lines.put(None)
-
-    def _wait_for_address(self):
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.process.kill()
-                self.process.wait(timeout=STOP_TIMEOUT_S)
-                pytest.fail(f"{self.name} did not start within {START_TIMEOUT_S} s:\n{self.log()}", pytrace=False)
-            try:
-                line = self._lines.get(timeout=left)
-            except queue.Empty:
-                continue
-            if line is None:
-                code = self.process.wait(timeout=STOP_TIMEOUT_S)
-                pytest.fail(f"{self.name} exited with {code} before listening:\n{self.log()}", pytrace=False)
-            match = LISTENING.search(line)
-            if match:
-                return match.group(1)
-
-    def log(self):
-        if not self._stderr.closed:
-            self._stderr.flush()
-        return "".join(self.stdout) + Path(self.log_path).read_text(errors="replace")
-
-    def client(self):
-        return openai.OpenAI(base_url=f"{self.url}/v1", api_key="none", max_retries=0, timeout=REQUEST_TIMEOUT_S,
-                             http_client=openai.DefaultHttpx2Client(trust_env=False))
-
-    def http(self):
-        return httpx2.Client(base_url=self.url, timeout=REQUEST_TIMEOUT_S, trust_env=False)
-
-    def metrics(self):
-        with self.http() as http:
-            response = http.get("/metrics")
-        assert response.status_code == 200, response.text
-        return response.text
-
-    def metric(self, name, label_filter=""):
-        """The sum of the samples `name{...}` (or `name`) whose labels contain label_filter."""
-        total = None
-        for line in self.metrics().split("\n"):
-            if (line.startswith(name + "{") or line.startswith(name + " ")) and label_filter in line:
-                total = (total or 0) + float(line[line.rindex(" ") + 1:])
-        assert total is not None, f"no sample {name}{{{label_filter}}} in /metrics"
-        return total
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-        try:
-            code = self.process.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            code = self.process.wait(timeout=STOP_TIMEOUT_S)
-        self._stderr.close()
-        return code
+def start_process(args, log_path, name):
+    """A pagedllm-host or pagedllm-router on the built plugins; stop() kills one that outlives its grace period
+    (a replica a test has already killed, or one still draining at teardown)."""
+    env = dict(os.environ, PAGEDLLM_PLUGIN_PATH=_required_env("PAGEDLLM_PLUGIN_DIR"))
+    return ServedProcess(args, log_path, name, env=env, must_exit=False)
 
 
 def wait_for(condition, what, timeout_s=60):
@@ -147,7 +66,7 @@ class Cluster:
                 "--set", "attention.options.num_threads=1"]
         for override in overrides:
             args += ["--set", override]
-        replica = Process(args, self.work / f"replica{self.count}.log", "pagedllm-host")
+        replica = start_process(args, self.work / f"replica{self.count}.log", "pagedllm-host")
         self.processes.append(replica)
         return replica
 
@@ -161,7 +80,7 @@ class Cluster:
                           "health: {interval_s: 0.2, timeout_s: 2}\n"
                           "server: {host: 127.0.0.1, port: 0}\n"
                           "logging: {level: info}\n" + extra_yaml)
-        router = Process([_required_env("PAGEDLLM_ROUTER"), "--config", str(config)],
+        router = start_process([_required_env("PAGEDLLM_ROUTER"), "--config", str(config)],
                          self.work / f"router{self.count}.log", "pagedllm-router")
         self.processes.append(router)
         return router
