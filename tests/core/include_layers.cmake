@@ -1,6 +1,6 @@
 # The layers of core/, checked from the #include lines of every file in it (ctest core_include_layers):
 # each directory includes only itself and the directories listed for it, so the dependency graph
-# stays host -> server -> engine -> {scheduler, plugin, tokenizer} -> ... and never points up
+# stays {host, router} -> server -> engine -> {scheduler, plugin, tokenizer} -> ... and never points up
 # (the engine never includes core/host or core/server). core/ includes nothing from plugins/,
 # tools/ or tests/. The libraries link the same way (core/*/CMakeLists.txt); this catches an
 # include that would compile anyway, since every target sees the repository root.
@@ -18,6 +18,8 @@ set(allowed_scheduler common config kv)
 set(allowed_engine common config kv plugin scheduler tokenizer)
 set(allowed_server common config kv plugin scheduler tokenizer engine)
 set(allowed_host common config kv plugin scheduler tokenizer engine server)
+# pagedllm-router: the host's request parsing and error shapes (server), its tokenizer and block hashes; no engine.
+set(allowed_router common config kv tokenizer server)
 
 if(NOT IS_DIRECTORY "${CORE_DIR}")
   message(FATAL_ERROR "CORE_DIR='${CORE_DIR}' is not a directory")

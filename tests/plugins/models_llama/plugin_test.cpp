@@ -491,8 +491,8 @@ TEST_CASE("models_llama: bad config.json names the file and the key", "[models_l
       {"unknown architecture", [](auto& c) { c["architectures"] = {"Gemma2ForCausalLM"}; },
        "'architectures' is [\"Gemma2ForCausalLM\"]; models_llama loads LlamaForCausalLM, MistralForCausalLM, "
        "Qwen2ForCausalLM, Qwen3ForCausalLM"},
-      {"unsupported rope scaling", [](auto& c) { c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}}; },
-       "'rope_scaling.rope_type' is \"yarn\""},
+      {"unsupported rope scaling", [](auto& c) { c["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 4.0}}; },
+       "'rope_scaling.rope_type' is \"dynamic\""},
       {"incomplete llama3 scaling", [](auto& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; },
        "'rope_scaling.low_freq_factor' is required for rope_type llama3"},
       {"activation", [](auto& c) { c["hidden_act"] = "gelu"; }, "'hidden_act' is \"gelu\""},
