@@ -70,7 +70,8 @@ class Cluster:
         self.processes.append(replica)
         return replica
 
-    def start_router(self, replica_urls, extra_yaml=""):
+    def start_router(self, replica_urls, extra_yaml="", server_options=""):
+        """server_options: more keys of the router's `server` mapping, e.g. ", shutdown_grace_period_s: 600"."""
         self.count += 1
         config = self.work / f"router{self.count}.yaml"
         replicas = "".join(f"  - url: {url}\n" for url in replica_urls)
@@ -78,7 +79,7 @@ class Cluster:
                           f"replicas:\n{replicas}"
                           "routing: {block_size: 16}\n"
                           "health: {interval_s: 0.2, timeout_s: 2}\n"
-                          "server: {host: 127.0.0.1, port: 0}\n"
+                          f"server: {{host: 127.0.0.1, port: 0{server_options}}}\n"
                           "logging: {level: info}\n" + extra_yaml)
         router = start_process([_required_env("PAGEDLLM_ROUTER"), "--config", str(config)],
                          self.work / f"router{self.count}.log", "pagedllm-router")
